@@ -1,0 +1,7 @@
+"""``python -m torchgcc`` is the ``torchgcc`` command."""
+
+import sys
+
+from torchgcc.cli import main
+
+sys.exit(main())
