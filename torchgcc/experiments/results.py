@@ -1,0 +1,90 @@
+"""Machine-readable experiment results: ``results.json`` and ``results.csv``.
+
+``results.json`` holds ``{"config": {...}, "records": [...], **extra}`` (the rates experiment adds ``"slopes"``);
+``results.csv`` holds the records, one row each, with the union of their keys as columns.
+
+A record describes one setting of one scheme. Keys used by the experiments:
+
+===============  ==============================================================================
+``scheme``       ``"gcc"``, ``"natural"``, ``"bacc"`` or ``"lcc"``
+``N``, ``K``     workers and inputs per group
+``S`` / ``p``    fixed number of stragglers, or per-worker straggling probability
+``mse``          mean squared error of the decoded outputs against the uncoded model's outputs
+``mse_ci``       half-width of its 95% confidence interval (``mse +- mse_ci``)
+``relacc``       argmax agreement with the uncoded model (classification tasks only)
+``relacc_ci``    half-width of its 95% confidence interval
+===============  ==============================================================================
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+__all__ = ["REQUIRED_KEYS", "read_results", "write_results"]
+
+#: Keys every record must carry.
+REQUIRED_KEYS: tuple[str, ...] = ("scheme", "N", "K", "mse", "mse_ci")
+
+
+def _check_records(records: Sequence[Mapping[str, Any]]) -> None:
+    for index, record in enumerate(records):
+        missing = [key for key in REQUIRED_KEYS if key not in record]
+        if missing:
+            raise ValueError(f"record {index} lacks {missing}: {dict(record)}")
+        if "S" not in record and "p" not in record:
+            raise ValueError(f"record {index} has neither 'S' nor 'p': {dict(record)}")
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe value: tensors and numpy scalars become Python numbers, non-finite floats become None."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def write_results(
+    out_dir: str | Path,
+    *,
+    config: Mapping[str, Any],
+    records: Sequence[Mapping[str, Any]],
+    **extra: Any,
+) -> dict[str, Path]:
+    """Write ``results.json`` and ``results.csv`` into ``out_dir`` (created if needed).
+
+    ``extra`` adds top-level JSON entries beside ``config`` and ``records`` (e.g. ``slopes={...}``).
+    Non-finite floats are written as JSON ``null`` (and empty CSV cells). Returns ``{"json": path, "csv": path}``.
+    """
+    _check_records(records)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {"config": _plain(config), "records": _plain(list(records)), **_plain(extra)}
+    json_path = out / "results.json"
+    json_path.write_text(json.dumps(payload, indent=2) + "\n")
+
+    columns: list[str] = []
+    for record in records:
+        columns += [key for key in record if key not in columns]
+    csv_path = out / "results.csv"
+    with csv_path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, restval="")
+        writer.writeheader()
+        for record in payload["records"]:
+            writer.writerow({key: "" if value is None else value for key, value in record.items()})
+    return {"json": json_path, "csv": csv_path}
+
+
+def read_results(out_dir: str | Path) -> dict[str, Any]:
+    """Read back the ``results.json`` written by :func:`write_results` in ``out_dir``."""
+    return json.loads((Path(out_dir) / "results.json").read_text())
