@@ -1,0 +1,10 @@
+"""Codes: an encoder ``(B, K, *feat) -> (B, N, *feat)`` and a decoder ``(B, N, *out), mask -> (B, K, *out)``."""
+
+from torchgcc.codes.bacc import BACC
+from torchgcc.codes.base import Code
+from torchgcc.codes.gcc import GCC
+from torchgcc.codes.lcc import LCC
+from torchgcc.codes.maps import Decoder, Encoder
+from torchgcc.codes.registry import list_codes, make_code, register_code
+
+__all__ = ["BACC", "Code", "Decoder", "Encoder", "GCC", "LCC", "list_codes", "make_code", "register_code"]

@@ -1,0 +1,63 @@
+"""The common shape of every code: points, an encoder and a decoder."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from torchgcc.codes.maps import Decoder, Encoder
+from torchgcc.points import PointSpec, resolve_points
+
+__all__ = ["Code"]
+
+
+class Code(nn.Module):
+    """A coded-computing scheme for ``K = num_inputs`` inputs on ``N = num_workers`` workers.
+
+    Subclasses build ``self.encoder`` (:class:`Encoder`, ``(B, K, *feat) -> (B, N, *feat)``) and ``self.decoder``
+    (:class:`Decoder`, ``(B, N, *out), mask (B, N) -> (B, K, *out)``) from the regression points ``alpha`` ``(K,)``
+    and worker points ``beta`` ``(N,)``, both float64 on [-1, 1] and ascending.
+    """
+
+    encoder: Encoder
+    decoder: Decoder
+
+    def __init__(
+        self,
+        num_inputs: int,
+        num_workers: int,
+        *,
+        alpha: PointSpec = "chebyshev1",
+        beta: PointSpec = "chebyshev2",
+    ) -> None:
+        super().__init__()
+        for name, value in (("num_inputs", num_inputs), ("num_workers", num_workers)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if num_inputs > num_workers:
+            raise ValueError(f"num_inputs (K={num_inputs}) must not exceed num_workers (N={num_workers})")
+        self.num_inputs = num_inputs
+        self.num_workers = num_workers
+        self._points = (resolve_points(alpha, num_inputs, name="alpha"), resolve_points(beta, num_workers, name="beta"))
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """``(K,)`` float64 regression points."""
+        return self.decoder.alpha
+
+    @property
+    def beta(self) -> torch.Tensor:
+        """``(N,)`` float64 worker points."""
+        return self.decoder.beta
+
+    @property
+    def min_arrived(self) -> int:
+        """The fewest arrived results the decoder accepts."""
+        return self.decoder.min_arrived
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Encode and decode with the identity computation: ``(B, K, *feat) -> (B, K, *feat)`` (a sanity check)."""
+        return self.decoder(self.encoder(x), mask)
+
+    def extra_repr(self) -> str:
+        return f"num_inputs={self.num_inputs}, num_workers={self.num_workers}"

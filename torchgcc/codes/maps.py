@@ -1,0 +1,208 @@
+"""The encoder and decoder modules shared by every code.
+
+An encoder is a fixed linear map from the K inputs to the N coded inputs. A decoder maps the results of the workers
+that arrived to estimates of the K outputs; its matrix depends on which workers arrived, so it is built per straggler
+pattern by the code's ``fit_matrix`` (float64), cached per mask, and applied to the results in their own dtype.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["Encoder", "Decoder", "NONFINITE_POLICIES"]
+
+#: What a decoder does with a non-finite value from a worker whose result arrived.
+NONFINITE_POLICIES = ("error", "straggle")
+
+
+class _Float64Buffers(nn.Module):
+    """Keeps float64 buffers (points, matrices) in float64 through ``.to(dtype)``, ``.half()`` and the like.
+
+    Device moves apply as usual; casting a code along with a bf16 model must not round its points.
+    """
+
+    def _apply(self, fn, recurse=True):
+        def keep_float64(t: torch.Tensor) -> torch.Tensor:
+            return t.to(fn(t).device) if t.dtype == torch.float64 else fn(t)
+
+        return super()._apply(keep_float64, recurse)
+
+
+class Encoder(_Float64Buffers):
+    """Linear encoder ``x~ = E x``: ``(B, K, *feat) -> (B, N, *feat)``.
+
+    ``matrix`` is the ``(N, K)`` float64 map; it is cast to the input's dtype, so the output dtype follows the input.
+    """
+
+    matrix: torch.Tensor
+
+    def __init__(self, matrix: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("matrix", matrix.detach().to(torch.float64))
+
+    @property
+    def num_inputs(self) -> int:
+        return self.matrix.shape[1]
+
+    @property
+    def num_workers(self) -> int:
+        return self.matrix.shape[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.ndim < 2 or x.shape[1] != self.num_inputs:
+            raise ValueError(
+                f"encoder expects inputs of shape (B, K={self.num_inputs}, *feat), got {tuple(x.shape)}"
+            )
+        if not x.is_floating_point():
+            raise TypeError(f"encoder inputs must be floating point, got {x.dtype}")
+        flat = x.reshape(x.shape[0], self.num_inputs, -1)
+        coded = self.matrix.to(device=x.device, dtype=x.dtype) @ flat
+        return coded.reshape((x.shape[0], self.num_workers) + x.shape[2:])
+
+
+class Decoder(_Float64Buffers):
+    """Decoder ``(B, N, *out), mask (B, N) -> (B, K, *out)`` from the results of the workers that arrived.
+
+    Subclasses define :meth:`fit_matrix`, the code's map from results at the surviving points to the K estimates.
+
+    Args:
+        alpha: ``(K,)`` regression points, where the estimates are evaluated.
+        beta: ``(N,)`` worker points.
+        min_arrived: the fewest arrived results this decoder accepts.
+        nonfinite: ``"error"`` raises on a NaN/Inf result from a worker that arrived, naming group and worker;
+            ``"straggle"`` treats such a worker as a straggler.
+        cache_size: how many per-mask decode matrices to keep (least recently used are evicted; 0 disables).
+
+    ``mask`` is bool with True where the result arrived. Values at straggler positions are never read into the
+    estimate, so NaN or Inf there cannot reach the output. Distinct masks in a batch are solved together, grouped
+    by their number of survivors.
+    """
+
+    alpha: torch.Tensor
+    beta: torch.Tensor
+
+    def __init__(
+        self,
+        alpha: torch.Tensor,
+        beta: torch.Tensor,
+        *,
+        min_arrived: int,
+        nonfinite: str = "error",
+        cache_size: int = 4096,
+    ) -> None:
+        super().__init__()
+        if nonfinite not in NONFINITE_POLICIES:
+            raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
+        if cache_size < 0:
+            raise ValueError(f"cache_size must be >= 0, got {cache_size}")
+        self.register_buffer("alpha", alpha.detach().to(torch.float64))
+        self.register_buffer("beta", beta.detach().to(torch.float64))
+        self.min_arrived = min_arrived
+        self.nonfinite = nonfinite
+        self.cache_size = cache_size
+        self._cache: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+
+    @property
+    def num_inputs(self) -> int:
+        return self.alpha.shape[0]
+
+    @property
+    def num_workers(self) -> int:
+        return self.beta.shape[0]
+
+    def clear_cache(self) -> None:
+        """Forget every cached decode matrix."""
+        self._cache.clear()
+
+    def _apply(self, fn, recurse=True):
+        self.clear_cache()  # cached matrices live on the old device
+        return super()._apply(fn, recurse)
+
+    def fit_matrix(self, knots: torch.Tensor) -> torch.Tensor:
+        """``(G, K, n)`` float64 decode matrices for ``G`` patterns of ``n`` surviving points ``(G, n)`` (ascending)."""
+        raise NotImplementedError
+
+    def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        mask = self._check(y, mask)
+        flat = y.reshape(y.shape[0], self.num_workers, -1)
+        if self.nonfinite == "straggle":
+            mask = mask & torch.isfinite(flat).all(dim=-1)
+            self._check_counts(mask)
+        matrices = self.matrices(flat, mask).to(y.dtype)
+        out = matrices @ flat
+        if not torch.isfinite(out).all():
+            # Either a straggler slot holds NaN/Inf (0 * NaN is NaN) or an arrived result is non-finite.
+            bad = mask & ~torch.isfinite(flat).all(dim=-1)
+            if bad.any():
+                group, worker = (int(i) for i in bad.nonzero()[0])
+                raise ValueError(
+                    f"non-finite result from worker {worker} in group {group} (and {int(bad.sum()) - 1} more); "
+                    "pass nonfinite='straggle' to treat such workers as stragglers"
+                )
+            out = matrices @ torch.where(mask.unsqueeze(-1), flat, torch.zeros((), dtype=flat.dtype, device=flat.device))
+        return out.reshape((y.shape[0], self.num_inputs) + y.shape[2:])
+
+    def matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``(B, K, N)`` float64 decode matrices for ``mask`` (zero in straggler columns).
+
+        ``flat`` ``(B, N, d)`` are the results; the base decoder ignores them (its matrices depend on the mask
+        only), data-adaptive decoders override this.
+        """
+        return self.decode_matrix(mask)
+
+    def decode_matrix(self, mask: torch.Tensor) -> torch.Tensor:
+        """``(B, K, N)`` float64 decode matrices for a ``(B, N)`` bool mask, from the cache where possible."""
+        unique, inverse = torch.unique(mask, dim=0, return_inverse=True)
+        keys = [(str(unique.device), row.tobytes()) for row in np.packbits(unique.cpu().numpy(), axis=1)]
+        missing = [i for i, key in enumerate(keys) if key not in self._cache]
+        fresh = dict(zip(missing, self.solve(unique[missing]))) if missing else {}
+        rows = []
+        for i, key in enumerate(keys):
+            if i in fresh:
+                rows.append(fresh[i])
+                if self.cache_size:
+                    self._cache[key] = fresh[i]
+            else:
+                rows.append(self._cache[key])
+                self._cache.move_to_end(key)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return torch.stack(rows)[inverse]
+
+    def solve(self, masks: torch.Tensor) -> torch.Tensor:
+        """``(U, K, N)`` float64 decode matrices for ``U`` masks, solving masks with equal survivor counts together."""
+        counts = masks.sum(dim=1)
+        out = self.beta.new_zeros((masks.shape[0], self.num_inputs, self.num_workers))
+        for count in counts.unique().tolist():
+            rows = (counts == count).nonzero().squeeze(1)
+            survivors = masks[rows].nonzero()[:, 1].view(len(rows), count)  # sorted ascending per row
+            fitted = self.fit_matrix(self.beta[survivors])
+            columns = survivors.unsqueeze(1).expand(-1, self.num_inputs, -1)
+            out[rows] = out.new_zeros((len(rows), self.num_inputs, self.num_workers)).scatter(-1, columns, fitted)
+        return out
+
+    def _check(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            raise TypeError(f"mask must be a bool tensor (True = result arrived), got {getattr(mask, 'dtype', type(mask))}")
+        if y.ndim < 2 or y.shape[1] != self.num_workers:
+            raise ValueError(f"decoder expects results of shape (B, N={self.num_workers}, *out), got {tuple(y.shape)}")
+        if mask.shape != y.shape[:2]:
+            raise ValueError(f"mask must have shape (B, N) = {tuple(y.shape[:2])}, got {tuple(mask.shape)}")
+        if not y.is_floating_point():
+            raise TypeError(f"results must be floating point, got {y.dtype}")
+        mask = mask.to(y.device)
+        self._check_counts(mask)
+        return mask
+
+    def _check_counts(self, mask: torch.Tensor) -> None:
+        counts = mask.sum(dim=1)
+        short = (counts < self.min_arrived).nonzero()
+        if len(short):
+            group = int(short[0])
+            raise ValueError(
+                f"group {group} has {int(counts[group])} arrived results but this decoder needs at least "
+                f"{self.min_arrived} ({len(short)} group(s) short)"
+            )
