@@ -1,0 +1,284 @@
+"""Straggler models: seeded samplers of ``(B, N)`` bool masks, True where the worker's result arrived.
+
+Every model owns a ``torch.Generator`` (``seed=`` makes runs reproducible) and draws one mask row per group and step
+on the CPU; move the mask to the data's device as needed.
+
+- :class:`FixedStragglers`: exactly S stragglers, placed at random, as a random contiguous block, or in the worst
+  place for a spline decoder (the contiguous block that leaves the largest gap between surviving points).
+- :class:`BernoulliStragglers`: every worker straggles independently with probability p.
+- :class:`LatencyStragglers`: every worker gets a simulated latency (shifted exponential, Pareto or bimodal); the
+  step waits for the fastest N - S results and/or until a deadline, and reports the step latency.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Callable, Optional
+
+import torch
+
+from torchgcc.points import PointSpec, resolve_points
+
+__all__ = [
+    "StragglerModel",
+    "FixedStragglers",
+    "BernoulliStragglers",
+    "LatencyStragglers",
+    "LatencyModel",
+    "ShiftedExponential",
+    "Pareto",
+    "Bimodal",
+    "LATENCY_MODELS",
+    "make_latency_model",
+    "PLACEMENTS",
+]
+
+PLACEMENTS = ("random", "contiguous", "worst")
+
+
+class StragglerModel(ABC):
+    """A seeded sampler of straggler masks."""
+
+    def __init__(self, seed: Optional[int] = None) -> None:
+        self.generator = torch.Generator()
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(seed)
+
+    @abstractmethod
+    def sample(self, num_groups: int, num_workers: int) -> torch.Tensor:
+        """A ``(num_groups, num_workers)`` bool mask, True = result arrived."""
+
+    def __call__(self, num_groups: int, num_workers: int) -> torch.Tensor:
+        return self.sample(num_groups, num_workers)
+
+
+class FixedStragglers(StragglerModel):
+    """Exactly ``num_stragglers`` stragglers in every group.
+
+    Args:
+        num_stragglers: S, with ``0 <= S < N``.
+        placement: ``"random"`` (a uniformly random subset), ``"contiguous"`` (a block of S consecutive workers at a
+            uniformly random position) or ``"worst"`` (the deterministic block that maximises the largest gap
+            between surviving worker points, counting the domain ends -1 and 1 as neighbours; this maximises the
+            spline decoder's error bound, which grows with the cube of the largest gap).
+        points: the worker points used by ``"worst"`` (a rule name or a tensor; the codes' default is
+            ``"chebyshev2"``).
+        seed: seed of the generator.
+    """
+
+    def __init__(
+        self,
+        num_stragglers: int,
+        placement: str = "random",
+        *,
+        points: PointSpec = "chebyshev2",
+        seed: Optional[int] = None,
+    ) -> None:
+        super().__init__(seed)
+        if not isinstance(num_stragglers, int) or isinstance(num_stragglers, bool) or num_stragglers < 0:
+            raise ValueError(f"num_stragglers must be a non-negative integer, got {num_stragglers!r}")
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        self.num_stragglers = num_stragglers
+        self.placement = placement
+        self.points = points
+
+    def sample(self, num_groups: int, num_workers: int) -> torch.Tensor:
+        s = self.num_stragglers
+        if s >= num_workers:
+            raise ValueError(f"num_stragglers={s} leaves no worker out of N={num_workers}")
+        if self.placement == "random":
+            order = torch.rand(num_groups, num_workers, generator=self.generator).argsort(dim=1)
+            return order >= s  # the first S of a random permutation straggle
+        if self.placement == "contiguous":
+            start = torch.randint(0, num_workers - s + 1, (num_groups, 1), generator=self.generator)
+        else:
+            start = torch.full((num_groups, 1), worst_block_start(resolve_points(self.points, num_workers), s))
+        index = torch.arange(num_workers)
+        return (index < start) | (index >= start + s)
+
+    def __repr__(self) -> str:
+        return f"FixedStragglers(num_stragglers={self.num_stragglers}, placement={self.placement!r})"
+
+
+def worst_block_start(points: torch.Tensor, num_stragglers: int) -> int:
+    """First index of the block of ``num_stragglers`` consecutive points whose removal leaves the largest gap.
+
+    The domain ends -1 and 1 act as neighbours of the first and last points; ties go to the most central block.
+    """
+    n, s = len(points), num_stragglers
+    if s == 0:
+        return 0
+    padded = torch.cat([points.new_tensor([-1.0]), points, points.new_tensor([1.0])])
+    starts = torch.arange(n - s + 1)
+    gaps = padded[starts + s + 1] - padded[starts]
+    ties = (gaps >= gaps.max() - 1e-12).nonzero().squeeze(1)
+    centrality = (ties + (s - 1) / 2 - (n - 1) / 2).abs()
+    return int(ties[centrality.argmin()])
+
+
+class BernoulliStragglers(StragglerModel):
+    """Every worker straggles independently with probability ``p``.
+
+    ``min_arrived`` redraws the groups in which fewer results arrived (0 accepts every draw; the decoder then raises
+    if it gets fewer results than it needs).
+    """
+
+    def __init__(self, p: float, *, min_arrived: int = 0, seed: Optional[int] = None) -> None:
+        super().__init__(seed)
+        if not 0 <= p < 1:
+            raise ValueError(f"p must be in [0, 1), got {p!r}")
+        self.p = p
+        self.min_arrived = min_arrived
+
+    def sample(self, num_groups: int, num_workers: int) -> torch.Tensor:
+        if self.min_arrived > num_workers:
+            raise ValueError(f"min_arrived={self.min_arrived} exceeds N={num_workers}")
+        mask = torch.rand(num_groups, num_workers, generator=self.generator) >= self.p
+        for _ in range(10_000):
+            short = mask.sum(dim=1) < self.min_arrived
+            if not short.any():
+                return mask
+            mask[short] = torch.rand(int(short.sum()), num_workers, generator=self.generator) >= self.p
+        raise RuntimeError(f"could not draw {self.min_arrived} arrivals with p={self.p} in 10000 tries")
+
+    def __repr__(self) -> str:
+        return f"BernoulliStragglers(p={self.p}, min_arrived={self.min_arrived})"
+
+
+class LatencyModel(ABC):
+    """A distribution of per-worker step latencies in seconds."""
+
+    @abstractmethod
+    def sample(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        """float64 latencies of the given shape."""
+
+
+class ShiftedExponential(LatencyModel):
+    """``shift + Exp(mean=scale)``: a fixed compute time plus an exponential tail (Lee et al., 2018)."""
+
+    def __init__(self, shift: float = 1.0, scale: float = 0.5) -> None:
+        _check_positive(shift=shift, scale=scale)
+        self.shift, self.scale = shift, scale
+
+    def sample(self, shape, generator):
+        u = torch.rand(shape, generator=generator, dtype=torch.float64)
+        return self.shift - self.scale * torch.log1p(-u)
+
+    def __repr__(self) -> str:
+        return f"ShiftedExponential(shift={self.shift}, scale={self.scale})"
+
+
+class Pareto(LatencyModel):
+    """Pareto latencies ``scale * U^(-1/shape)`` (heavy tail; infinite variance when shape <= 2)."""
+
+    def __init__(self, scale: float = 1.0, shape: float = 3.0) -> None:
+        _check_positive(scale=scale, shape=shape)
+        self.scale, self.shape = scale, shape
+
+    def sample(self, shape, generator):
+        u = torch.rand(shape, generator=generator, dtype=torch.float64)
+        return self.scale * (1 - u) ** (-1 / self.shape)
+
+    def __repr__(self) -> str:
+        return f"Pareto(scale={self.scale}, shape={self.shape})"
+
+
+class Bimodal(LatencyModel):
+    """``fast`` or, with probability ``p_slow``, ``slow`` seconds, times a uniform jitter ``1 +- jitter``."""
+
+    def __init__(self, fast: float = 1.0, slow: float = 5.0, p_slow: float = 0.1, jitter: float = 0.05) -> None:
+        _check_positive(fast=fast, slow=slow)
+        if not 0 <= p_slow <= 1 or not 0 <= jitter < 1:
+            raise ValueError("p_slow must be in [0, 1] and jitter in [0, 1)")
+        self.fast, self.slow, self.p_slow, self.jitter = fast, slow, p_slow, jitter
+
+    def sample(self, shape, generator):
+        slow = torch.rand(shape, generator=generator, dtype=torch.float64) < self.p_slow
+        base = torch.where(slow, self.slow, self.fast)
+        noise = 1 + self.jitter * (2 * torch.rand(shape, generator=generator, dtype=torch.float64) - 1)
+        return base * noise
+
+    def __repr__(self) -> str:
+        return f"Bimodal(fast={self.fast}, slow={self.slow}, p_slow={self.p_slow}, jitter={self.jitter})"
+
+
+#: Latency models by name.
+LATENCY_MODELS: dict[str, Callable[..., LatencyModel]] = {
+    "shifted_exponential": ShiftedExponential,
+    "pareto": Pareto,
+    "bimodal": Bimodal,
+}
+
+
+def make_latency_model(name: str, **params: float) -> LatencyModel:
+    """Build a latency model registered in :data:`LATENCY_MODELS`."""
+    try:
+        return LATENCY_MODELS[name](**params)
+    except KeyError:
+        raise ValueError(f"unknown latency model {name!r}; choose one of {sorted(LATENCY_MODELS)}") from None
+
+
+class LatencyStragglers(StragglerModel):
+    """Stragglers from simulated latencies: wait for the fastest ``N - num_stragglers`` results and/or a deadline.
+
+    Args:
+        latency: a :class:`LatencyModel` or a name in :data:`LATENCY_MODELS` (``params`` go to its constructor).
+        num_stragglers: S; the step ends when ``N - S`` results arrived (``None``: wait for all, up to the deadline).
+        deadline: seconds; the step ends at the deadline at the latest (``None``: no deadline).
+        seed: seed of the generator.
+
+    A result arrives when its latency is at most the step latency, so ties can let more than ``N - S`` arrive.
+    """
+
+    def __init__(
+        self,
+        latency: LatencyModel | str = "shifted_exponential",
+        *,
+        num_stragglers: Optional[int] = None,
+        deadline: Optional[float] = None,
+        seed: Optional[int] = None,
+        **params: float,
+    ) -> None:
+        super().__init__(seed)
+        self.latency = make_latency_model(latency, **params) if isinstance(latency, str) else latency
+        if num_stragglers is not None and num_stragglers < 0:
+            raise ValueError(f"num_stragglers must be >= 0, got {num_stragglers}")
+        if deadline is not None and not deadline > 0:
+            raise ValueError(f"deadline must be > 0 seconds, got {deadline}")
+        self.num_stragglers = num_stragglers
+        self.deadline = deadline
+
+    def sample_delays(self, num_groups: int, num_workers: int) -> torch.Tensor:
+        """``(num_groups, num_workers)`` float64 latencies in seconds."""
+        return self.latency.sample((num_groups, num_workers), self.generator)
+
+    def mask_from_delays(self, delays: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The arrival mask ``(B, N)`` and step latency ``(B,)`` for given worker latencies ``(B, N)``."""
+        n = delays.shape[-1]
+        s = 0 if self.num_stragglers is None else self.num_stragglers
+        if s >= n:
+            raise ValueError(f"num_stragglers={s} leaves no worker out of N={n}")
+        step = delays.sort(dim=-1).values[..., n - s - 1]
+        if self.deadline is not None:
+            step = step.clamp(max=self.deadline)
+        return delays <= step.unsqueeze(-1), step
+
+    def sample_with_latency(self, num_groups: int, num_workers: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A mask ``(B, N)`` and the simulated step latency ``(B,)`` in seconds."""
+        return self.mask_from_delays(self.sample_delays(num_groups, num_workers))
+
+    def sample(self, num_groups: int, num_workers: int) -> torch.Tensor:
+        return self.sample_with_latency(num_groups, num_workers)[0]
+
+    def __repr__(self) -> str:
+        return f"LatencyStragglers({self.latency!r}, num_stragglers={self.num_stragglers}, deadline={self.deadline})"
+
+
+def _check_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be a positive finite number, got {value!r}")
