@@ -1,0 +1,46 @@
+"""Independent numerical references (scipy, csaps, textbook formulas) used across the tests."""
+
+from __future__ import annotations
+
+import numpy as np
+from csaps import CubicSmoothingSpline
+from scipy.interpolate import CubicSpline, make_smoothing_spline
+
+
+def natural_spline_reference(knots: np.ndarray, points: np.ndarray, lam: float) -> np.ndarray:
+    """``(P, n)`` matrix of the natural cubic smoothing spline (mean-normalised lam), linear beyond the knots.
+
+    Inside the hull: scipy's CubicSpline(natural) for lam = 0, make_smoothing_spline(lam=n*lam) otherwise. Beyond the
+    outermost knots: the value and slope at the end knot, continued as a line.
+    """
+    n = len(knots)
+    data = np.eye(n)
+    if lam == 0:
+        spline = CubicSpline(knots, data, bc_type="natural")
+    else:
+        spline = make_smoothing_spline(knots, data, lam=n * lam)
+    slope = spline.derivative()
+    ends = np.clip(points, knots[0], knots[-1])
+    return spline(ends) + slope(ends) * (points - ends)[:, None]
+
+
+def csaps_reference(knots: np.ndarray, points: np.ndarray, lam: float) -> np.ndarray:
+    """``(P, n)`` matrix from csaps with p = 1 / (1 + n lam), for points inside the hull of the knots."""
+    n = len(knots)
+    spline = CubicSmoothingSpline(knots, np.eye(n), smooth=1.0 / (1.0 + n * lam))
+    return np.asarray(spline(points)).T
+
+
+def berrut_reference(nodes: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Berrut's first rational interpolant, written point by point from its definition."""
+    out = np.zeros((len(points), len(nodes)))
+    for p, x in enumerate(points):
+        for j, t in enumerate(nodes):
+            if x == t:
+                out[p] = 0.0
+                out[p, j] = 1.0
+                break
+        else:
+            weights = np.array([(-1) ** j / (x - t) for j, t in enumerate(nodes)])
+            out[p] = weights / weights.sum()
+    return out

@@ -1,0 +1,74 @@
+import pytest
+import torch
+from torch import nn
+
+import torchgcc
+from conftest import random_masks
+from torchgcc.coded_module import group_samples, ungroup_samples
+from torchgcc.stragglers import FixedStragglers
+
+
+def small_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.Tanh(), nn.Linear(16, 5))
+
+
+def test_group_and_ungroup_pad_by_repeating_the_last_sample():
+    x = torch.arange(7.0).reshape(7, 1)
+    groups = group_samples(x, 3)
+    assert groups.shape == (3, 3, 1)
+    assert groups[-1, :, 0].tolist() == [6.0, 6.0, 6.0]
+    assert torch.equal(ungroup_samples(groups, 7), x)
+
+
+def test_forward_equals_encode_model_decode_by_hand():
+    model, code = small_model(), torchgcc.GCC(num_inputs=4, num_workers=10)
+    coded = torchgcc.CodedModule(model, code)
+    x = torch.randn(10, 3, 4)
+    mask = random_masks(3, 10, 2, seed=0)
+    out = coded(x, mask=mask)
+    groups = group_samples(x, 4)
+    by_hand = code.decoder(model(code.encoder(groups).reshape(30, 3, 4)).reshape(3, 10, 5), mask)
+    torch.testing.assert_close(out, by_hand.reshape(12, 5)[:10])
+    assert coded.last_mask is mask
+
+
+def test_straggler_model_draws_a_mask_per_forward():
+    coded = torchgcc.CodedModule(small_model(), torchgcc.GCC(num_inputs=4, num_workers=10), FixedStragglers(3, seed=1))
+    x = torch.randn(8, 3, 4)
+    coded(x)
+    first = coded.last_mask.clone()
+    coded(x)
+    assert first.shape == (2, 10) and torch.all(first.sum(1) == 7)
+    assert not torch.equal(first, coded.last_mask)
+
+
+def test_no_stragglers_and_exact_code_reproduce_a_linear_model():
+    torch.manual_seed(0)
+    model = nn.Linear(6, 3).double()
+    coded = torchgcc.CodedModule(model, torchgcc.LCC(num_inputs=3, num_workers=8, degree=1))
+    x = torch.randn(7, 6, dtype=torch.float64)
+    torch.testing.assert_close(coded(x), model(x))
+
+
+def test_chunking_does_not_change_the_result():
+    model, code = small_model(), torchgcc.BACC(num_inputs=4, num_workers=10)
+    x, mask = torch.randn(9, 3, 4), random_masks(3, 10, 3, seed=2)
+    torch.testing.assert_close(
+        torchgcc.CodedModule(model, code, chunk_size=7)(x, mask=mask), torchgcc.CodedModule(model, code)(x, mask=mask)
+    )
+
+
+def test_gradients_reach_the_model_and_the_inputs():
+    model = small_model()
+    coded = torchgcc.CodedModule(model, torchgcc.GCC(num_inputs=4, num_workers=10), FixedStragglers(2, seed=3)).train()
+    x = torch.randn(8, 3, 4, requires_grad=True)
+    coded(x).pow(2).sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_wrong_mask_shape_is_a_clear_error():
+    coded = torchgcc.CodedModule(small_model(), torchgcc.GCC(num_inputs=4, num_workers=10))
+    with pytest.raises(ValueError, match=r"\(B, N\) = \(2, 10\)"):
+        coded(torch.randn(8, 3, 4), mask=torch.ones(3, 10, dtype=torch.bool))

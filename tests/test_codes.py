@@ -1,0 +1,272 @@
+"""Every registered code honours the same contract; each code's matrices match an independent reference."""
+
+import numpy as np
+import pytest
+import torch
+
+import torchgcc
+from conftest import random_masks, requires_cuda
+from references import berrut_reference, natural_spline_reference
+from torchgcc.functional import smoothing_spline_matrix
+
+K, N = 4, 12
+
+
+def build(name: str, **kwargs) -> torchgcc.Code:
+    if name == "lcc":
+        kwargs.setdefault("degree", 1)
+    return torchgcc.make_code(name, num_inputs=K, num_workers=N, **kwargs)
+
+
+@pytest.fixture(params=torchgcc.list_codes())
+def code(request):
+    return build(request.param)
+
+
+# --- the shared contract -----------------------------------------------------------------------------------------
+
+
+def test_points_and_shapes(code):
+    assert code.alpha.shape == (K,) and code.beta.shape == (N,)
+    assert code.alpha.dtype == torch.float64 and torch.all(code.alpha.diff() > 0)
+    x = torch.randn(3, K, 2, 5)
+    coded = code.encoder(x)
+    assert coded.shape == (3, N, 2, 5)
+    decoded = code.decoder(coded, torch.ones(3, N, dtype=torch.bool))
+    assert decoded.shape == (3, K, 2, 5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_output_dtype_follows_input(code, dtype):
+    x = torch.randn(2, K, 3, dtype=dtype)
+    assert code.encoder(x).dtype == dtype
+    assert code.decoder(code.encoder(x), torch.ones(2, N, dtype=torch.bool)).dtype == dtype
+
+
+def test_identity_computation_is_recovered_without_stragglers(code):
+    # f = identity: LCC is exact; the spline and Berrut decoders fit a different function space than their
+    # encoders, so they recover x approximately (GCC far more closely than BACC).
+    x = torch.randn(5, K, 3, dtype=torch.float64)
+    decoded = code(x, torch.ones(5, N, dtype=torch.bool))
+    tolerance = {torchgcc.LCC: 1e-9, torchgcc.GCC: 0.01, torchgcc.BACC: 0.5}[type(code)]
+    assert (decoded - x).abs().max() < tolerance
+
+
+def test_constant_data_decodes_exactly_under_any_mask(code):
+    mask = random_masks(6, N, 3, seed=1)
+    y = torch.full((6, N, 2), 3.25, dtype=torch.float64)
+    torch.testing.assert_close(code.decoder(y, mask), torch.full((6, K, 2), 3.25, dtype=torch.float64))
+
+
+def test_values_at_stragglers_never_reach_the_output(code):
+    mask = random_masks(4, N, 3, seed=2)
+    y = torch.randn(4, N, 6, dtype=torch.float64)
+    clean = code.decoder(y, mask)
+    poisoned = y.clone()
+    poisoned[~mask] = float("nan")
+    poisoned[0][~mask[0]] = float("inf")
+    torch.testing.assert_close(code.decoder(poisoned, mask), clean)
+
+
+def test_nonfinite_arrived_result_names_group_and_worker(code):
+    mask = torch.ones(3, N, dtype=torch.bool)
+    y = torch.randn(3, N, 2)
+    y[1, 5, 0] = float("nan")
+    with pytest.raises(ValueError, match="worker 5 in group 1"):
+        code.decoder(y, mask)
+
+
+def test_nonfinite_straggle_policy_treats_the_worker_as_a_straggler():
+    code = build("gcc", nonfinite="straggle")
+    mask = torch.ones(2, N, dtype=torch.bool)
+    y = torch.randn(2, N, 3, dtype=torch.float64)
+    bad = y.clone()
+    bad[1, 4] = float("inf")
+    expected_mask = mask.clone()
+    expected_mask[1, 4] = False
+    torch.testing.assert_close(code.decoder(bad, mask), build("gcc").decoder(y, expected_mask))
+
+
+@pytest.mark.parametrize(
+    "y_shape, mask_shape, mask_dtype, error",
+    [
+        ((2, N, 3), (2, N - 1), torch.bool, ValueError),
+        ((2, N, 3), (3, N), torch.bool, ValueError),
+        ((2, N + 1, 3), (2, N + 1), torch.bool, ValueError),
+        ((2, N, 3), (2, N), torch.float32, TypeError),
+        ((2, N, 3), (2, N), torch.int64, TypeError),
+    ],
+)
+def test_bad_masks_and_shapes_raise(code, y_shape, mask_shape, mask_dtype, error):
+    with pytest.raises(error):
+        code.decoder(torch.randn(y_shape), torch.ones(mask_shape, dtype=mask_dtype))
+
+
+def test_too_few_survivors_raise(code):
+    mask = torch.zeros(2, N, dtype=torch.bool)
+    mask[:, 0] = True
+    y = torch.randn(2, N, 1, dtype=torch.float64)
+    if code.min_arrived <= 1:  # BACC decodes one result as the constant through it
+        torch.testing.assert_close(code.decoder(y, mask), y[:, :1].expand(2, K, 1))
+        mask[:, 0] = False
+    with pytest.raises(ValueError, match="needs at least"):
+        code.decoder(y, mask)
+
+
+def test_encoder_rejects_wrong_group_size(code):
+    with pytest.raises(ValueError, match="K=4"):
+        code.encoder(torch.randn(2, K + 1, 3))
+
+
+@pytest.mark.parametrize("name", ["gcc", "bacc", "lcc"])
+def test_more_inputs_than_workers_raise(name):
+    with pytest.raises(ValueError, match="must not exceed"):
+        torchgcc.make_code(name, num_inputs=5, num_workers=4, **({"degree": 1} if name == "lcc" else {}))
+
+
+def test_duplicate_points_raise():
+    with pytest.raises(ValueError, match="duplicates"):
+        torchgcc.GCC(num_inputs=2, num_workers=3, beta=[-1.0, 0.0, 0.0])
+
+
+def test_unknown_code_and_bad_lambdas_raise():
+    with pytest.raises(ValueError, match="registered"):
+        torchgcc.make_code("reed-solomon", num_inputs=2, num_workers=4)
+    with pytest.raises(ValueError, match="lambda_dec"):
+        torchgcc.GCC(num_inputs=2, num_workers=4, lambda_dec=-1.0)
+    with pytest.raises(ValueError, match="lambda_enc"):
+        torchgcc.GCC(num_inputs=2, num_workers=4, lambda_enc="gcv")
+
+
+def test_decode_matrices_are_cached_and_distinct_masks_solved_together(code, monkeypatch):
+    calls = []
+    original = type(code.decoder).fit_matrix
+    monkeypatch.setattr(type(code.decoder), "fit_matrix", lambda self, knots: calls.append(knots.shape) or original(self, knots))
+    masks = torch.cat([random_masks(5, N, 2, seed=3), random_masks(5, N, 3, seed=4)])
+    y = torch.randn(10, N, 2, dtype=torch.float64)
+    first = code.decoder(y, masks)
+    assert sorted(calls) == [(5, N - 3), (5, N - 2)]  # one solve per survivor count
+    second = code.decoder(y, masks.flip(0))
+    assert len(calls) == 2  # every mask came from the cache
+    torch.testing.assert_close(second, code.decoder(y.flip(0), masks).flip(0))
+    code.decoder.clear_cache()
+    torch.testing.assert_close(code.decoder(y, masks), first)
+    assert len(calls) == 4
+
+
+def test_gradients_flow_through_encoder_and_decoder(code):
+    x = torch.randn(2, K, 3, dtype=torch.float64, requires_grad=True)
+    mask = random_masks(2, N, 2, seed=5)
+    assert torch.autograd.gradcheck(lambda v: code.decoder(torch.sin(code.encoder(v)), mask), (x,))
+
+
+def test_casting_the_code_keeps_float64_points(code):
+    code = code.to(torch.bfloat16)
+    assert code.beta.dtype == torch.float64 and code.encoder.matrix.dtype == torch.float64
+
+
+@requires_cuda
+def test_cuda_matches_cpu(code):
+    mask = random_masks(8, N, 3, seed=6)
+    x = torch.randn(8, K, 5)
+    cpu = code.decoder(code.encoder(x), mask)
+    gpu = code.to("cuda").decoder(code.encoder(x.cuda()), mask.cuda())
+    torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-5, rtol=1e-5)
+
+
+# --- each code against its reference --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_workers", [8, 64, 512])
+@pytest.mark.parametrize("lam", [0.0, 1e-7])
+def test_gcc_matrices_match_scipy(num_workers, lam):
+    k = 16 if num_workers >= 16 else 5  # scipy's smoothing spline needs 5 points
+    code = torchgcc.GCC(num_inputs=k, num_workers=num_workers, lambda_enc=lam, lambda_dec=lam)
+    alpha, beta = code.alpha.numpy(), code.beta.numpy()
+    np.testing.assert_allclose(code.encoder.matrix.numpy(), natural_spline_reference(alpha, beta, lam), atol=1e-8)
+    for stragglers in sorted({0, 1, num_workers // 4, num_workers - 5}):
+        mask = random_masks(2, num_workers, stragglers, seed=stragglers)
+        full = code.decoder.decode_matrix(mask)
+        for row, arrived in zip(full, mask):
+            expected = natural_spline_reference(beta[arrived.numpy()], alpha, lam)
+            np.testing.assert_allclose(row[:, arrived].numpy(), expected, atol=1e-8)
+            assert not row[:, ~arrived].any()
+
+
+def test_gcv_decoder_picks_the_grid_value_with_the_smallest_score():
+    code = torchgcc.GCC(num_inputs=K, num_workers=N, lambda_dec="gcv")
+    generator = torch.Generator().manual_seed(7)
+    beta = code.beta
+    y = torch.sin(3 * beta)[None, :, None] + 0.05 * torch.randn(3, N, 1, generator=generator, dtype=torch.float64)
+    mask = random_masks(3, N, 2, seed=8)
+    decoded = code.decoder(y, mask)
+    for b in range(3):
+        knots, data = beta[mask[b]], y[b, mask[b]]
+        n = len(knots)
+        scores = []
+        for lam in code.decoder.grid:
+            hat = smoothing_spline_matrix(knots, knots, lam.item())
+            residual = ((data - hat @ data) ** 2).sum() / n
+            scores.append(residual / (1 - hat.trace() / n) ** 2)
+        best = code.decoder.grid[int(torch.stack(scores).argmin())]
+        assert code.decoder.last_lambda[b] == best
+        expected = smoothing_spline_matrix(knots, code.alpha, best.item()) @ data
+        torch.testing.assert_close(decoded[b], expected)
+    assert code.decoder.last_lambda.min() > 0  # noisy data: GCV smooths
+
+
+def test_bacc_matrices_match_berrut_definition_over_sorted_survivors():
+    code = torchgcc.BACC(num_inputs=5, num_workers=20)
+    alpha, beta = code.alpha.numpy(), code.beta.numpy()
+    np.testing.assert_allclose(code.encoder.matrix.numpy(), berrut_reference(alpha, beta), atol=1e-12)
+    mask = random_masks(3, 20, 7, seed=9)
+    for row, arrived in zip(code.decoder.decode_matrix(mask), mask):
+        np.testing.assert_allclose(row[:, arrived].numpy(), berrut_reference(beta[arrived.numpy()], alpha), atol=1e-12)
+
+
+def test_lcc_recovers_a_degree_two_polynomial_exactly_at_its_threshold():
+    code = torchgcc.LCC(num_inputs=4, num_workers=12, degree=2)
+    assert code.threshold == 7
+    generator = torch.Generator().manual_seed(10)
+    weight = torch.randn(6, 3, generator=generator, dtype=torch.float64)
+    f = lambda x: (x @ weight) ** 2 + x @ weight  # noqa: E731  (degree 2 in x)
+    x = torch.randn(5, 4, 6, generator=generator, dtype=torch.float64)
+    y = f(code.encoder(x))
+    for stragglers in (0, 3, 5):  # 5 stragglers leave exactly the threshold
+        mask = random_masks(5, 12, stragglers, seed=stragglers)
+        assert (code.decoder(y, mask) - f(x)).abs().max() < 1e-8
+    below = random_masks(5, 12, 6, seed=11)
+    with pytest.raises(ValueError, match="needs at least 7"):
+        code.decoder(y, below)
+    interpolating = torchgcc.LCC(num_inputs=4, num_workers=12, degree=2, below_threshold="interpolate")
+    assert (interpolating.decoder(y, below) - f(x)).abs().max() > 1e-6  # inexact beyond the threshold
+
+
+def test_lcc_threshold_above_workers_raises():
+    with pytest.raises(ValueError, match="needs at least 10 workers"):
+        torchgcc.LCC(num_inputs=4, num_workers=8, degree=3)
+
+
+# --- the defaults are good: GCC against BACC on a small network -------------------------------------------------
+
+
+def mlp_errors(stragglers: int, groups: int = 200) -> dict[str, float]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.Tanh(), torch.nn.Linear(64, 10))
+    x = torch.randn(groups, 10, 20)
+    mask = random_masks(groups, 40, stragglers, seed=stragglers)
+    errors = {}
+    with torch.no_grad():
+        reference = model(x)
+        for name in ("gcc", "bacc"):
+            code = torchgcc.make_code(name, num_inputs=10, num_workers=40)
+            errors[name] = torch.mean((code.decoder(model(code.encoder(x)), mask) - reference) ** 2).item()
+    return errors
+
+
+@pytest.mark.parametrize("stragglers", [0, 4, 10, 20])
+def test_default_gcc_beats_bacc_on_a_tanh_mlp(stragglers):
+    errors = mlp_errors(stragglers)
+    assert errors["gcc"] <= errors["bacc"]
+    if stragglers == 10:
+        assert errors["gcc"] <= errors["bacc"] / 3

@@ -1,0 +1,59 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from torchgcc.points import chebyshev_first_kind, chebyshev_second_kind, equispaced, resolve_points
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 40])
+def test_chebyshev_first_kind_matches_numpy(n):
+    expected = np.sort(np.polynomial.chebyshev.chebpts1(n))
+    np.testing.assert_allclose(chebyshev_first_kind(n).numpy(), expected, atol=1e-15)
+
+
+@pytest.mark.parametrize("n", [2, 3, 8, 41])
+def test_chebyshev_second_kind_matches_numpy_and_has_exact_ends(n):
+    points = chebyshev_second_kind(n)
+    np.testing.assert_allclose(points.numpy(), np.sort(np.polynomial.chebyshev.chebpts2(n)), atol=1e-15)
+    assert points[0] == -1.0 and points[-1] == 1.0
+    assert points.dtype == torch.float64
+
+
+def test_first_kind_formula_and_order():
+    points = chebyshev_first_kind(5)
+    assert torch.all(points.diff() > 0)
+    assert math.isclose(points[-1].item(), math.cos(math.pi / 10), abs_tol=1e-15)
+
+
+def test_equispaced():
+    np.testing.assert_allclose(equispaced(5).numpy(), [-1, -0.5, 0, 0.5, 1])
+    assert equispaced(1).tolist() == [0.0]
+
+
+def test_resolve_points_accepts_rules_and_valid_tensors():
+    assert torch.equal(resolve_points("chebyshev2", 6), chebyshev_second_kind(6))
+    custom = resolve_points([-0.5, 0.0, 0.25], 3)
+    assert custom.dtype == torch.float64 and custom.tolist() == [-0.5, 0.0, 0.25]
+
+
+@pytest.mark.parametrize(
+    "spec, n, message",
+    [
+        ("legendre", 3, "unknown"),
+        ([0.0, 0.0, 1.0], 3, "duplicates"),
+        ([0.0, 1.0, 0.5], 3, "increasing"),
+        ([0.0, 1.0], 3, "shape"),
+        ([0.0, float("nan"), 1.0], 3, "finite"),
+    ],
+)
+def test_resolve_points_rejects_bad_points(spec, n, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_points(spec, n)
+
+
+@pytest.mark.parametrize("rule", [chebyshev_first_kind, chebyshev_second_kind, equispaced])
+def test_bad_counts(rule):
+    with pytest.raises(ValueError):
+        rule(0)

@@ -1,0 +1,113 @@
+import math
+
+import pytest
+import torch
+
+from torchgcc.points import chebyshev_second_kind, equispaced
+from torchgcc.stragglers import (
+    BernoulliStragglers,
+    Bimodal,
+    FixedStragglers,
+    LatencyStragglers,
+    Pareto,
+    ShiftedExponential,
+    make_latency_model,
+)
+
+
+@pytest.mark.parametrize("placement", ["random", "contiguous", "worst"])
+def test_fixed_stragglers_drop_exactly_s_workers(placement):
+    mask = FixedStragglers(5, placement, seed=0).sample(100, 20)
+    assert mask.shape == (100, 20) and mask.dtype == torch.bool
+    assert torch.all(mask.sum(1) == 15)
+
+
+def test_contiguous_blocks_are_contiguous_and_move():
+    mask = FixedStragglers(4, "contiguous", seed=1).sample(200, 16)
+    stragglers = (~mask).nonzero()[:, 1].view(200, 4)
+    assert torch.all(stragglers.diff(dim=1) == 1)
+    assert len(stragglers[:, 0].unique()) > 5
+
+
+def test_random_placement_is_uniform_over_workers():
+    mask = FixedStragglers(3, seed=2).sample(20000, 12)
+    frequency = (~mask).double().mean(0)
+    assert torch.allclose(frequency, torch.full((12,), 0.25, dtype=torch.float64), atol=0.02)
+
+
+@pytest.mark.parametrize("points", ["chebyshev2", "equispaced"])
+@pytest.mark.parametrize("n, s", [(10, 3), (17, 4), (40, 10)])
+def test_worst_placement_leaves_the_largest_gap_by_brute_force(points, n, s):
+    beta = chebyshev_second_kind(n) if points == "chebyshev2" else equispaced(n)
+    mask = FixedStragglers(s, "worst", points=points).sample(3, n)
+    assert torch.equal(mask[0], mask[1])  # deterministic
+
+    def gap(m):
+        survivors = torch.cat([torch.tensor([-1.0], dtype=torch.float64), beta[m], torch.tensor([1.0], dtype=torch.float64)])
+        return survivors.diff().max().item()
+
+    best = max(gap((torch.arange(n) < i) | (torch.arange(n) >= i + s)) for i in range(n - s + 1))
+    assert math.isclose(gap(mask[0]), best, rel_tol=1e-12)
+
+
+def test_seeds_make_draws_reproducible():
+    a = FixedStragglers(3, seed=7).sample(5, 10)
+    b = FixedStragglers(3, seed=7).sample(5, 10)
+    c = FixedStragglers(3, seed=8).sample(5, 10)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_fixed_stragglers_validate():
+    with pytest.raises(ValueError, match="placement"):
+        FixedStragglers(1, "diagonal")
+    with pytest.raises(ValueError, match="no worker"):
+        FixedStragglers(5).sample(1, 5)
+
+
+def test_bernoulli_rate_and_min_arrived():
+    mask = BernoulliStragglers(0.3, seed=0).sample(5000, 20)
+    assert abs((~mask).double().mean().item() - 0.3) < 0.01
+    constrained = BernoulliStragglers(0.9, min_arrived=3, seed=0).sample(500, 8)
+    assert torch.all(constrained.sum(1) >= 3)
+    with pytest.raises(ValueError):
+        BernoulliStragglers(1.0)
+
+
+@pytest.mark.parametrize(
+    "model, mean",
+    [
+        (ShiftedExponential(shift=1.0, scale=0.5), 1.5),
+        (Pareto(scale=1.0, shape=3.0), 1.5),
+        (Bimodal(fast=1.0, slow=5.0, p_slow=0.1, jitter=0.05), 1.4),
+    ],
+)
+def test_latency_models_have_their_closed_form_means(model, mean):
+    samples = model.sample((200000,), torch.Generator().manual_seed(0))
+    assert samples.dtype == torch.float64
+    assert abs(samples.mean().item() - mean) < 0.02 * mean
+
+
+def test_latency_stragglers_wait_for_the_fastest_n_minus_s():
+    model = LatencyStragglers("shifted_exponential", num_stragglers=2, seed=0)
+    delays = torch.tensor([[3.0, 1.0, 2.0, 5.0, 4.0], [1.0, 1.5, 9.0, 8.0, 1.2]], dtype=torch.float64)
+    mask, latency = model.mask_from_delays(delays)
+    assert mask.tolist() == [[True, True, True, False, False], [True, True, False, False, True]]
+    assert latency.tolist() == [3.0, 1.5]
+
+
+def test_latency_stragglers_deadline_caps_the_step():
+    model = LatencyStragglers("pareto", num_stragglers=1, deadline=2.5, seed=0)
+    delays = torch.tensor([[1.0, 2.0, 3.0, 4.0]], dtype=torch.float64)
+    mask, latency = model.mask_from_delays(delays)
+    assert mask.tolist() == [[True, True, False, False]] and latency.item() == 2.5
+    mask, latency = model.sample_with_latency(1000, 8)
+    assert torch.all(latency <= 2.5) and mask.shape == (1000, 8)
+    assert model.sample(3, 8).shape == (3, 8)
+
+
+def test_make_latency_model_by_name():
+    assert isinstance(make_latency_model("bimodal", slow=3.0), Bimodal)
+    with pytest.raises(ValueError, match="unknown latency model"):
+        make_latency_model("weibull")
+    with pytest.raises(ValueError, match="positive"):
+        ShiftedExponential(shift=-1.0)
