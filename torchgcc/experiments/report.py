@@ -1,0 +1,105 @@
+"""Human-readable tables of result records: a rich table for the terminal and a Markdown table for the docs.
+
+The Markdown table pivots the records: one row per value of the swept setting (``S``, ``N``...), one column per
+series (scheme, or scheme and straggling probability) and metric. The terminal table lists one row per setting and
+series. Each cell reads ``value ± 95% CI half-width``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from torchgcc.experiments.plots import SCHEME_LABELS
+from torchgcc.experiments.results import write_results
+
+__all__ = ["markdown_table", "pivot", "publish", "rich_table", "scheme_series"]
+
+Record = Mapping[str, Any]
+
+
+def scheme_series(record: Record) -> str:
+    """Series label of a record: its scheme's name, with ``p`` when the record has one."""
+    label = SCHEME_LABELS.get(record["scheme"], record["scheme"])
+    return f"{label} p={record['p']:g}" if record.get("p") is not None else label
+
+
+def _cell(record: Record | None, metric: str) -> str:
+    if record is None or record.get(metric) is None:
+        return "-"
+    value, ci = record[metric], record.get(f"{metric}_ci")
+    ci = math.nan if ci is None else ci
+    if metric == "relacc":
+        return f"{100 * value:.1f} ± {100 * ci:.1f}"
+    return f"{value:.3g} ± {ci:.1g}"
+
+
+def pivot(
+    records: Sequence[Record],
+    *,
+    setting: str,
+    series: Callable[[Record], str] = scheme_series,
+) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: ``setting`` values down, ``(metric, series)`` across (MSE, then RelAcc in % if present)."""
+    names = list(dict.fromkeys(series(r) for r in records))
+    metrics = ["mse"] + (["relacc"] if any("relacc" in r for r in records) else [])
+    index = {(r[setting], series(r)): r for r in records if setting in r}
+    values = sorted({key[0] for key in index})
+    header = [setting] + [f"{name} {'RelAcc %' if metric == 'relacc' else 'MSE'}" for metric in metrics for name in names]
+    rows = [[f"{value:g}"] + [_cell(index.get((value, name)), metric) for metric in metrics for name in names]
+            for value in values]
+    return header, rows
+
+
+def rich_table(records: Sequence[Record], *, setting: str, title: str = "",
+               series: Callable[[Record], str] = scheme_series) -> Table:
+    """``records`` as a ``rich.table.Table``, narrow enough for a terminal: one row per (setting, series),
+    a section per setting value, MSE and (if present) RelAcc columns."""
+    metrics = ["mse"] + (["relacc"] if any("relacc" in r for r in records) else [])
+    table = Table(title=title, caption="value ± 95% CI half-width")
+    table.add_column(setting, justify="right", style="bold")
+    table.add_column("scheme")
+    for metric in metrics:
+        table.add_column("RelAcc %" if metric == "relacc" else "MSE", justify="right")
+    values = sorted({r[setting] for r in records if setting in r})
+    for value in values:
+        rows = [r for r in records if r.get(setting) == value]
+        for index, record in enumerate(rows):
+            table.add_row(f"{value:g}" if index == 0 else "", series(record), *[_cell(record, m) for m in metrics],
+                          end_section=index == len(rows) - 1)
+    return table
+
+
+def markdown_table(records: Sequence[Record], *, setting: str,
+                   series: Callable[[Record], str] = scheme_series) -> str:
+    """The :func:`pivot` of ``records`` as a GitHub Markdown table."""
+    header, rows = pivot(records, setting=setting, series=series)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def publish(
+    out_dir: str | Path,
+    *,
+    config: Mapping[str, Any],
+    records: Sequence[Record],
+    setting: str,
+    title: str,
+    series: Callable[[Record], str] = scheme_series,
+    console: Console | None = None,
+    **extra: Any,
+) -> dict[str, Path]:
+    """Write ``results.json``, ``results.csv`` and ``table.md`` into ``out_dir`` and print the rich table.
+
+    ``extra`` adds top-level entries to ``results.json``. Returns the written paths by kind.
+    """
+    paths = write_results(out_dir, config=config, records=records, **extra)
+    paths["table"] = Path(out_dir) / "table.md"
+    paths["table"].write_text(f"{title}\n\n" + markdown_table(records, setting=setting, series=series))
+    (console or Console()).print(rich_table(records, setting=setting, title=title, series=series))
+    return paths
