@@ -1,0 +1,87 @@
+"""How a step's mask is decided: simulated, injected latency, or measured completion order.
+
+Each mode turns a step into a :class:`StepPlan`: delays the workers sleep before answering (or none), and the
+rule that ends the coordinator's wait. The masks and delays come from the core straggler models
+(:mod:`torchgcc.stragglers`); nothing here draws randomness of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+__all__ = ["ARRIVAL_MODES", "Injected", "Measured", "Simulated", "StepPlan"]
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What one step asks of the workers and of the coordinator.
+
+    Attributes:
+        delays: ``(N,)`` float64 seconds each coded worker waits before answering, or None for no injected delay.
+        required: ``(B, N)`` bool mask (simulated mode): the coordinator waits for these workers (until the
+            deadline) and decodes with ``required & arrived``; None in the other modes.
+        quorum: when ``required`` is None, the wait ends as soon as this many results arrived.
+    """
+
+    delays: torch.Tensor | None
+    required: torch.Tensor | None
+    quorum: int
+
+
+class Simulated:
+    """Mode (a): every worker computes; the straggler model's mask decides whose result is used.
+
+    Deterministic for a seeded straggler model, so the decoded outputs equal the single-process
+    ``CodedModule(model, code)(x, mask=mask)`` for the same mask.
+
+    Args:
+        stragglers: any core straggler model with ``sample(num_groups, num_workers) -> (B, N) bool``.
+    """
+
+    def __init__(self, stragglers) -> None:
+        self.stragglers = stragglers
+
+    def plan(self, num_groups: int, num_workers: int) -> StepPlan:
+        mask = self.stragglers.sample(num_groups, num_workers)
+        return StepPlan(delays=None, required=mask, quorum=int(mask.any(0).sum()))
+
+
+class Injected:
+    """Mode (b): each worker sleeps a delay drawn by the coordinator from a latency model; decode on the fastest.
+
+    The delays are drawn on the coordinator (seeded) and sent with the work, so a run is reproducible up to the
+    scheduling noise of the machine.
+
+    Args:
+        latency: a core ``LatencyStragglers`` (``sample_delays(num_groups, num_workers) -> (B, N)`` seconds).
+        num_stragglers: S; the wait ends when the fastest ``N - S`` results arrived (or at the deadline).
+    """
+
+    def __init__(self, latency, *, num_stragglers: int) -> None:
+        self.latency = latency
+        self.num_stragglers = num_stragglers
+
+    def plan(self, num_groups: int, num_workers: int) -> StepPlan:
+        delays = self.latency.sample_delays(1, num_workers)[0].to(torch.float64)
+        return StepPlan(delays=delays, required=None, quorum=num_workers - self.num_stragglers)
+
+
+class Measured:
+    """Mode (c): no injected delay; the real completion order decides (fastest ``N - S``, or the deadline)."""
+
+    def __init__(self, *, num_stragglers: int) -> None:
+        self.num_stragglers = num_stragglers
+
+    def plan(self, num_groups: int, num_workers: int) -> StepPlan:
+        return StepPlan(delays=None, required=None, quorum=num_workers - self.num_stragglers)
+
+
+#: mode name -> class; see ``torchgcc.distributed.job`` for how each is built from the command line.
+ARRIVAL_MODES: dict[str, Callable[..., object]] = {
+    "simulated": Simulated,
+    "injected": Injected,
+    "measured": Measured,
+}

@@ -1,0 +1,227 @@
+"""The job every rank runs under ``torchrun ... -m torchgcc.distributed``: options, the coordinator loop, reports.
+
+Rank 0 prints one JSON line per step and scheme, then a summary line; worker ranks serve until shutdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from typing import Sequence
+
+import torch
+from tqdm import tqdm
+
+from torchgcc.coded_module import CodedModule
+from torchgcc.distributed.arrival import Injected, Measured, Simulated
+from torchgcc.distributed.coordinator import Coordinator, TooFewWorkersError
+from torchgcc.distributed.faults import FaultPlan
+from torchgcc.distributed.placement import PLACEMENTS
+from torchgcc.distributed.schemes import CodedScheme, make_scheme
+from torchgcc.distributed.tasks import TASKS, make_task
+from torchgcc.distributed.transport import connect
+from torchgcc.distributed.worker import serve
+from torchgcc.metrics import argmax_agreement, mse
+from torchgcc.stragglers import LATENCY_MODELS, BernoulliStragglers, FixedStragglers, LatencyStragglers
+
+__all__ = ["add_job_arguments", "run_job", "summarize"]
+
+#: exit status when too few workers remain to decode (lost ranks, or a step timed out).
+EXIT_TOO_FEW_WORKERS = 3
+
+
+def _key_value(text: str) -> tuple[str, float]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.replace("-", "_"), float(value)
+
+
+def add_job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of a distributed run (shared with ``torchgcc bench-latency``)."""
+    code = parser.add_argument_group("code")
+    code.add_argument("--code", default="gcc",
+                      help="comma-separated schemes run on the same batches and delays: 'uncoded' or registered "
+                           "code names (gcc, natural, bacc, lcc)")
+    code.add_argument("--code-param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                      help="keyword argument of make_code, e.g. lambda_dec=1e-6 (repeatable)")
+    code.add_argument("--num-workers", "-N", type=int, default=8, help="N coded workers (spread over ranks 1..P-1)")
+    code.add_argument("--num-inputs", "-K", type=int, default=4, help="K inputs per group")
+    code.add_argument("--num-stragglers", "-S", type=int, default=2, help="S: decode once N - S results arrived")
+    code.add_argument("--placement", choices=sorted(PLACEMENTS), default="round_robin",
+                      help="how the N workers are spread over the worker ranks")
+
+    run = parser.add_argument_group("run")
+    run.add_argument("--steps", type=int, default=10)
+    run.add_argument("--task", choices=sorted(TASKS), default="mlp", help="the built-in tiny model and data")
+    run.add_argument("--batch-size", "-M", type=int, default=64, help="samples per step")
+    run.add_argument("--seed", type=int, default=0, help="seeds the model, the data and the straggler models")
+    run.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                     help="where workers run the model (cuda: cuda:LOCAL_RANK, one GPU per rank)")
+    run.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    run.add_argument("--check", action="store_true",
+                     help="also run the single-process CodedModule with the same mask and report the difference")
+    run.add_argument("--save", metavar="PATH", help="torch.save every step's inputs, mask, delays and outputs")
+
+    mode = parser.add_argument_group("mask mode")
+    mode.add_argument("--mode", choices=("simulated", "injected", "measured"), default="simulated",
+                      help="simulated: the straggler model's mask; injected: workers sleep latency-model delays; "
+                           "measured: real completion order")
+    mode.add_argument("--stragglers", choices=("fixed", "bernoulli", "latency"), default="fixed",
+                      help="straggler model of the simulated mode")
+    mode.add_argument("--straggler-placement", choices=("random", "contiguous", "worst"), default="random",
+                      help="where FixedStragglers puts the S stragglers")
+    mode.add_argument("--straggle-prob", type=float, default=0.1, help="p of BernoulliStragglers")
+    mode.add_argument("--latency", choices=sorted(LATENCY_MODELS), default="shifted_exponential",
+                      help="latency model of the injected mode (and of --stragglers latency)")
+    mode.add_argument("--latency-param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                      help="latency model parameter in seconds, e.g. shift=0.01 scale=0.05 (repeatable)")
+    mode.add_argument("--deadline", type=float, default=1.0,
+                      help="seconds after which a step decodes from what arrived (if enough); <= 0: no deadline")
+    mode.add_argument("--step-timeout", type=float, default=30.0,
+                      help="seconds a step may wait for the decoder's minimum number of results before failing")
+    mode.add_argument("--heartbeat-timeout", type=float, default=2.0,
+                      help="seconds of silence after which a worker rank is declared lost")
+
+    faults = parser.add_argument_group("fault injection")
+    faults.add_argument("--kill-rank", type=int, help="worker rank that exits abruptly (os._exit) ...")
+    faults.add_argument("--kill-step", type=int, default=0, help="... when it receives this step")
+    faults.add_argument("--kill-exit-code", type=int, default=0,
+                        help="exit status of the killed rank (non-zero makes torchrun stop the whole job)")
+    faults.add_argument("--hang-rank", type=int, help="worker rank that blocks forever ...")
+    faults.add_argument("--hang-step", type=int, default=0, help="... from this step on")
+    faults.add_argument("--slow-worker", type=int, action="append", default=[],
+                        help="coded worker index delayed by --slow-delay at every step (repeatable)")
+    faults.add_argument("--slow-delay", type=float, default=5.0, help="seconds of the --slow-worker delay")
+    return parser
+
+
+def _fault_plan(args: argparse.Namespace) -> FaultPlan:
+    return FaultPlan(
+        kill_rank=args.kill_rank,
+        kill_step=args.kill_step,
+        kill_exit_code=args.kill_exit_code,
+        hang_rank=args.hang_rank,
+        hang_step=args.hang_step,
+        slow_workers=tuple(args.slow_worker),
+        slow_delay_s=args.slow_delay,
+    )
+
+
+def _arrival_mode(args: argparse.Namespace) -> Simulated | Injected | Measured:
+    latency_params = dict(args.latency_param)
+    if args.mode == "measured":
+        return Measured(num_stragglers=args.num_stragglers)
+    latency = LatencyStragglers(args.latency, num_stragglers=args.num_stragglers, seed=args.seed, **latency_params)
+    if args.mode == "injected":
+        return Injected(latency, num_stragglers=args.num_stragglers)
+    stragglers = {
+        "fixed": lambda: FixedStragglers(args.num_stragglers, args.straggler_placement, seed=args.seed),
+        "bernoulli": lambda: BernoulliStragglers(args.straggle_prob, min_arrived=2, seed=args.seed),
+        "latency": lambda: latency,
+    }[args.stragglers]()
+    return Simulated(stragglers)
+
+
+def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
+    """Per scheme: steps, median and p99 step latency, mean MSE and mean argmax agreement (RelAcc)."""
+    summary = {}
+    for name in dict.fromkeys(r["code"] for r in records):
+        rows = [r for r in records if r["code"] == name]
+        latency = torch.tensor([r["latency_s"] for r in rows], dtype=torch.float64)
+        summary[name] = {
+            "steps": len(rows),
+            "median_latency_s": float(latency.quantile(0.5)),
+            "p99_latency_s": float(latency.quantile(0.99)),
+            "mean_mse": sum(r["mse"] for r in rows) / len(rows),
+            "mean_agreement": sum(r["agreement"] for r in rows) / len(rows),
+        }
+    return summary
+
+
+def _emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def run_job(args: argparse.Namespace) -> int:
+    """Run on every rank: rank 0 coordinates and returns the exit status, the others serve the coded workers."""
+    torch.set_num_threads(args.threads)
+    faults = _fault_plan(args)
+    task = make_task(args.task, seed=args.seed, batch_size=args.batch_size)
+    channel = connect()
+    if channel.rank != 0:
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % max(torch.cuda.device_count(), 1)}"
+        serve(task.model, channel, device=device if args.device == "cuda" else "cpu", faults=faults)
+        return 0
+
+    code_params = dict(args.code_param)
+    schemes = [
+        make_scheme(name.strip(), num_inputs=args.num_inputs, num_workers=args.num_workers, **code_params)
+        for name in args.code.split(",")
+    ]
+    if args.mode == "simulated" and any(not isinstance(s, CodedScheme) for s in schemes):
+        raise SystemExit("the uncoded scheme waits for every worker: use --mode injected or measured")
+    mode = _arrival_mode(args)
+    num_groups = math.ceil(args.batch_size / args.num_inputs)
+    deadline = args.deadline if args.deadline > 0 else None
+    records: list[dict] = []
+    saved: list[dict] = []
+    status = 0
+    started = time.monotonic()
+    with Coordinator(
+        channel,
+        num_workers=args.num_workers,
+        placement=args.placement,
+        faults=faults,
+        heartbeat_timeout_s=args.heartbeat_timeout,
+        step_timeout_s=args.step_timeout,
+    ) as coordinator:
+        _emit({"event": "start", "world_size": channel.world_size, "placement": coordinator.assignment})
+        try:
+            for step in tqdm(range(args.steps), desc="steps", disable=not sys.stderr.isatty()):
+                x = task.batch(step)
+                with torch.no_grad():
+                    reference = task.model(x)
+                plan = mode.plan(num_groups, args.num_workers)
+                for scheme in schemes:
+                    result = coordinator.step(scheme, x, plan, step=step, deadline_s=deadline)
+                    record = {
+                        "step": step,
+                        "code": scheme.name,
+                        "latency_s": result.latency_s,
+                        "arrived": result.arrived,
+                        "mse": float(mse(result.output, reference)),
+                        "agreement": float(argmax_agreement(result.output, reference)),
+                        "lost_workers": result.lost_workers,
+                    }
+                    if args.check and isinstance(scheme, CodedScheme):
+                        with torch.no_grad():
+                            single = CodedModule(task.model, scheme.code)(x, mask=result.mask)
+                        record["max_abs_diff_single_process"] = float((single - result.output).abs().max())
+                    records.append(record)
+                    _emit(record)
+                    if args.save:
+                        saved.append({"step": step, "code": scheme.name, "x": x, "mask": result.mask,
+                                      "delays": result.delays, "output": result.output})
+        except TooFewWorkersError as error:
+            print(f"[torchgcc] error: {error}", file=sys.stderr, flush=True)
+            _emit({"event": "error", "error": str(error)})
+            status = EXIT_TOO_FEW_WORKERS
+        lost = coordinator.lost_workers
+    if args.save:
+        torch.save({"args": vars(args), "steps": saved}, args.save)
+    _emit({"event": "summary", "status": status, "steps": args.steps, "wall_s": time.monotonic() - started,
+           "lost_workers": lost, "codes": summarize(records)})
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="torchrun --standalone --nproc-per-node P -m torchgcc.distributed",
+        description="Coded inference across torchrun ranks: rank 0 coordinates, ranks 1..P-1 host the N workers.",
+    )
+    return run_job(add_job_arguments(parser).parse_args(argv))
