@@ -270,3 +270,11 @@ def test_default_gcc_beats_bacc_on_a_tanh_mlp(stragglers):
     assert errors["gcc"] <= errors["bacc"]
     if stragglers == 10:
         assert errors["gcc"] <= errors["bacc"] / 3
+
+
+def test_default_lambdas_follow_the_documented_rule():
+    code = torchgcc.GCC(num_inputs=4, num_workers=41)
+    assert code.lambda_enc == 0.0
+    assert code.decoder.lam == pytest.approx((0.2 * 2 / 40) ** 4, rel=1e-12)
+    natural = torchgcc.make_code("natural", num_inputs=4, num_workers=41)
+    assert natural.lambda_enc == 0.0 and natural.lambda_dec == 0.0
