@@ -85,18 +85,18 @@ class GCVSplineDecoder(Decoder):
         return out
 
     def matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        candidates = self.decode_matrix(mask)  # (B, L, K + N, N)
+        candidates, inverse = self.unique_matrices(mask)  # (U, L, K + N, N): one mask's candidates at a time
         k = self.num_inputs
-        clean = torch.where(mask.unsqueeze(-1), flat, torch.zeros((), dtype=flat.dtype, device=flat.device))
-        clean = clean.to(torch.float64).unsqueeze(1)
-        hat = candidates[:, :, k:, :]
-        residual = (clean - hat @ clean).pow(2).sum(dim=(-2, -1))  # straggler rows of hat and clean are zero
-        n = mask.sum(dim=1, keepdim=True).to(torch.float64)
-        trace = hat.diagonal(dim1=-2, dim2=-1).sum(-1)
-        scores = (residual / n) / (1 - trace / n) ** 2
-        best = scores.argmin(dim=1)
+        clean = flat.to(torch.float64)  # only survivors' rows are read
+        best = torch.empty(len(mask), dtype=torch.long, device=mask.device)
+        for u, candidate in enumerate(candidates):
+            groups = (inverse == u).nonzero().squeeze(1)
+            survivors = mask[groups[0]].nonzero().squeeze(1)
+            hat = candidate[:, k + survivors][:, :, survivors]  # (L, n, n)
+            scores = gcv_scores(hat.unsqueeze(1), clean[groups][:, survivors].unsqueeze(0))  # (L, G)
+            best[groups] = scores.argmin(dim=0)
         self.last_lambda = self.grid[best]
-        return candidates[torch.arange(len(best)), best, :k, :]
+        return candidates[inverse, best, :k, :]
 
 
 class GCC(Code):

@@ -155,6 +155,14 @@ class Decoder(_Float64Buffers):
 
     def decode_matrix(self, mask: torch.Tensor) -> torch.Tensor:
         """``(B, K, N)`` float64 decode matrices for a ``(B, N)`` bool mask, from the cache where possible."""
+        matrices, inverse = self.unique_matrices(mask)
+        return matrices[inverse]
+
+    def unique_matrices(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Matrices of the distinct rows of ``mask`` ``(U, ...)`` and each group's row index ``(B,)``.
+
+        Matrices come from the cache where possible; the missing ones are built by :meth:`solve` in one call.
+        """
         unique, inverse = torch.unique(mask, dim=0, return_inverse=True)
         keys = [(str(unique.device), row.tobytes()) for row in np.packbits(unique.cpu().numpy(), axis=1)]
         missing = [i for i, key in enumerate(keys) if key not in self._cache]
@@ -170,7 +178,7 @@ class Decoder(_Float64Buffers):
                 self._cache.move_to_end(key)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
-        return torch.stack(rows)[inverse]
+        return torch.stack(rows), inverse
 
     def solve(self, masks: torch.Tensor) -> torch.Tensor:
         """``(U, K, N)`` float64 decode matrices for ``U`` masks, solving masks with equal survivor counts together."""
