@@ -64,25 +64,12 @@ class GCVSplineDecoder(Decoder):
         self.last_lambda: torch.Tensor | None = None
 
     def fit_matrix(self, knots: torch.Tensor) -> torch.Tensor:
-        """``(G, L, K + n, n)``: for every grid value, the decode rows (at alpha) stacked on the hat matrix (at knots)."""
-        points = torch.cat([self.alpha.expand(knots.shape[0], -1), knots], dim=-1)
-        return smoothing_spline_matrix(knots.unsqueeze(1), points.unsqueeze(1), self.grid)
+        """``(G, L, K + N, n)``: for every grid value, the spline's rows at alpha and then at every worker point.
 
-    def solve(self, masks: torch.Tensor) -> torch.Tensor:
-        counts = masks.sum(dim=1)
-        k, n_workers, n_grid = self.num_inputs, self.num_workers, len(self.grid)
-        out = self.beta.new_zeros((masks.shape[0], n_grid, k + n_workers, n_workers))
-        for count in counts.unique().tolist():
-            rows = (counts == count).nonzero().squeeze(1)
-            survivors = masks[rows].nonzero()[:, 1].view(len(rows), count)
-            fitted = self.fit_matrix(self.beta[survivors])  # (G, L, K + n, n)
-            # Decode rows keep their place; hat rows are stored at the survivors' own rows K + survivor.
-            target_rows = torch.cat([torch.arange(k).expand(len(rows), -1), k + survivors], dim=-1)
-            full = out.new_zeros((len(rows), n_grid, k + n_workers, count))
-            full[torch.arange(len(rows))[:, None], :, target_rows] = fitted.transpose(1, 2)
-            columns = survivors[:, None, None, :].expand(-1, n_grid, k + n_workers, -1)
-            out[rows] = out.new_zeros((len(rows), n_grid, k + n_workers, n_workers)).scatter(-1, columns, full)
-        return out
+        The rows at the surviving workers form the hat matrix that GCV scores.
+        """
+        points = torch.cat([self.alpha, self.beta])
+        return smoothing_spline_matrix(knots.unsqueeze(1), points, self.grid)
 
     def matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         candidates, inverse = self.unique_matrices(mask)  # (U, L, K + N, N): one mask's candidates at a time

@@ -122,7 +122,10 @@ class Decoder(_Float64Buffers):
         return super()._apply(fn, recurse)
 
     def fit_matrix(self, knots: torch.Tensor) -> torch.Tensor:
-        """``(G, K, n)`` float64 decode matrices for ``G`` patterns of ``n`` surviving points ``(G, n)`` (ascending)."""
+        """``(G, K, n)`` float64 decode matrices for ``G`` patterns of ``n`` surviving points ``(G, n)`` (ascending).
+
+        Data-adaptive decoders may return more leading dimensions, ``(G, ..., n)``.
+        """
         raise NotImplementedError
 
     def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -181,15 +184,19 @@ class Decoder(_Float64Buffers):
         return torch.stack(rows), inverse
 
     def solve(self, masks: torch.Tensor) -> torch.Tensor:
-        """``(U, K, N)`` float64 decode matrices for ``U`` masks, solving masks with equal survivor counts together."""
+        """Matrices for ``U`` masks, ``(U, ..., N)`` (zero in straggler columns); masks with equal survivor counts
+        are solved together in one :meth:`fit_matrix` call."""
         counts = masks.sum(dim=1)
-        out = self.beta.new_zeros((masks.shape[0], self.num_inputs, self.num_workers))
+        out = None
         for count in counts.unique().tolist():
             rows = (counts == count).nonzero().squeeze(1)
             survivors = masks[rows].nonzero()[:, 1].view(len(rows), count)  # sorted ascending per row
-            fitted = self.fit_matrix(self.beta[survivors])
-            columns = survivors.unsqueeze(1).expand(-1, self.num_inputs, -1)
-            out[rows] = out.new_zeros((len(rows), self.num_inputs, self.num_workers)).scatter(-1, columns, fitted)
+            fitted = self.fit_matrix(self.beta[survivors])  # (G, ..., count)
+            columns = survivors.view((len(rows),) + (1,) * (fitted.ndim - 2) + (count,)).expand(fitted.shape)
+            block = fitted.new_zeros(fitted.shape[:-1] + (self.num_workers,)).scatter(-1, columns, fitted)
+            if out is None:
+                out = block.new_zeros((len(masks),) + block.shape[1:])
+            out[rows] = block
         return out
 
     def _check(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
