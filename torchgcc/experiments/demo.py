@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from torchgcc.experiments.options import add_common_arguments, gcc_options
+from torchgcc.experiments.options import add_common_arguments, apply_threads, gcc_options
 from torchgcc.experiments.plots import plot_straggler_sweep
 from torchgcc.experiments.report import publish
 from torchgcc.experiments.straggler_sweep import StragglerSweep, run_straggler_sweep
@@ -53,11 +53,13 @@ def summarise(records: list[dict], console: Console) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo with the parsed command-line ``args``."""
+    apply_threads(args)
     console = Console()
     sweep = replace(QUICK if args.quick else DEMO, seed=args.seed, gcc=gcc_options(args))
     records, config = run_straggler_sweep(sweep, progress=args.progress)
+    origin = "loaded from" if config["model_from_cache"] else "trained and cached in"
     console.print(f"{sweep.model} on {sweep.data}: test accuracy {100 * config['test_accuracy']:.1f}% "
-                  f"({'loaded from' if config['model_from_cache'] else 'trained and cached in'} {config['model_cache']})")
+                  f"({origin} {config['model_cache']})")
     title = (f"Coded inference, {sweep.model} on {sweep.data}, K={sweep.num_inputs}, N={sweep.num_workers}, "
              f"{sweep.placement} stragglers, {sweep.repeats} repeats")
     out = Path(args.out)

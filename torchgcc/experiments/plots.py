@@ -128,7 +128,8 @@ def plot_rates(records: Sequence[Record], path: str | Path, *, num_stragglers: i
     left.set(title=f"(a) worst-case S = {num_stragglers}")
 
     xs, ys, ci = _series(worst, x="N", y="mse", scheme="gcc")
-    _log_errorbar(right, xs, ys, ci, "o-", "k", f"worst case S = {num_stragglers} (slope {slopes.get('gcc', np.nan):.2f})")
+    _log_errorbar(right, xs, ys, ci, "o-", "k",
+                  f"worst case S = {num_stragglers} (slope {slopes.get('gcc', np.nan):.2f})")
     bernoulli = [r for r in records if r.get("p") is not None]
     for index, p in enumerate(sorted({r["p"] for r in bernoulli})):
         xs, ys, ci = _series(bernoulli, x="N", y="mse", scheme="gcc", p=p)

@@ -49,7 +49,8 @@ def pivot(
     metrics = ["mse"] + (["relacc"] if any("relacc" in r for r in records) else [])
     index = {(r[setting], series(r)): r for r in records if setting in r}
     values = sorted({key[0] for key in index})
-    header = [setting] + [f"{name} {'RelAcc %' if metric == 'relacc' else 'MSE'}" for metric in metrics for name in names]
+    units = {"mse": "MSE", "relacc": "RelAcc %"}
+    header = [setting] + [f"{name} {units[metric]}" for metric in metrics for name in names]
     rows = [[f"{value:g}"] + [_cell(index.get((value, name)), metric) for metric in metrics for name in names]
             for value in values]
     return header, rows

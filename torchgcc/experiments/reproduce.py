@@ -16,7 +16,7 @@ from rich.console import Console
 from torchgcc.experiments.data import list_datasets
 from torchgcc.experiments.demo import summarise
 from torchgcc.experiments.models import list_models
-from torchgcc.experiments.options import add_common_arguments, gcc_options
+from torchgcc.experiments.options import add_common_arguments, apply_threads, gcc_options
 from torchgcc.experiments.plots import plot_polynomial, plot_rates, plot_straggler_sweep
 from torchgcc.experiments.polynomial import PolynomialExperiment, run_polynomial
 from torchgcc.experiments.rates import RatesExperiment, fit_slopes, run_rates
@@ -37,6 +37,7 @@ RATES_QUICK = replace(RATES, workers=(16, 32, 64, 128), probabilities=(0.1,), sa
 
 
 def _stragglers(args: argparse.Namespace) -> int:
+    apply_threads(args)
     console = Console()
     sweep = replace(STRAGGLERS_QUICK if args.quick else STRAGGLERS, model=args.model, data=args.data,
                     data_dir=args.data_dir, download=args.download, seed=args.seed, gcc=gcc_options(args))
@@ -52,6 +53,7 @@ def _stragglers(args: argparse.Namespace) -> int:
 
 
 def _polynomial(args: argparse.Namespace) -> int:
+    apply_threads(args)
     console = Console()
     experiment = replace(POLYNOMIAL_QUICK if args.quick else POLYNOMIAL, seed=args.seed, gcc=gcc_options(args))
     records, config = run_polynomial(experiment, progress=args.progress)
@@ -64,6 +66,7 @@ def _polynomial(args: argparse.Namespace) -> int:
 
 
 def _rates(args: argparse.Namespace) -> int:
+    apply_threads(args)
     console = Console()
     experiment = replace(RATES_QUICK if args.quick else RATES, seed=args.seed, gcc=gcc_options(args))
     records, config = run_rates(experiment, progress=args.progress)
