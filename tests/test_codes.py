@@ -278,3 +278,14 @@ def test_default_lambdas_follow_the_documented_rule():
     assert code.decoder.lam == pytest.approx((0.2 * 2 / 40) ** 4, rel=1e-12)
     natural = torchgcc.make_code("natural", num_inputs=4, num_workers=41)
     assert natural.lambda_enc == 0.0 and natural.lambda_dec == 0.0
+
+
+@pytest.mark.parametrize("cache_size", [0, 3])
+def test_cache_is_bounded_and_results_do_not_depend_on_it(cache_size):
+    masks = random_masks(6, N, 2, seed=12)
+    y = torch.randn(6, N, 2, dtype=torch.float64)
+    small = build("gcc", cache_size=cache_size)
+    expected = build("gcc").decoder(y, masks)
+    for _ in range(2):
+        torch.testing.assert_close(small.decoder(y, masks), expected)
+        assert len(small.decoder._cache) <= cache_size

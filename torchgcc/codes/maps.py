@@ -169,19 +169,19 @@ class Decoder(_Float64Buffers):
         unique, inverse = torch.unique(mask, dim=0, return_inverse=True)
         keys = [(str(unique.device), row.tobytes()) for row in np.packbits(unique.cpu().numpy(), axis=1)]
         missing = [i for i, key in enumerate(keys) if key not in self._cache]
-        fresh = dict(zip(missing, self.solve(unique[missing]))) if missing else {}
-        rows = []
-        for i, key in enumerate(keys):
-            if i in fresh:
-                rows.append(fresh[i])
-                if self.cache_size:
-                    self._cache[key] = fresh[i]
-            else:
-                rows.append(self._cache[key])
-                self._cache.move_to_end(key)
+        solved = self.solve(unique[missing]) if missing else None
+        for i, matrix in zip(missing, solved if solved is not None else ()):
+            self._cache[keys[i]] = matrix
+        if len(missing) == len(keys):
+            matrices = solved
+        else:
+            fresh = dict(zip(missing, solved if solved is not None else ()))
+            matrices = torch.stack([fresh[i] if i in fresh else self._cache[key] for i, key in enumerate(keys)])
+        for key in keys:
+            self._cache.move_to_end(key)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
-        return torch.stack(rows), inverse
+        return matrices, inverse
 
     def solve(self, masks: torch.Tensor) -> torch.Tensor:
         """Matrices for ``U`` masks, ``(U, ..., N)`` (zero in straggler columns); masks with equal survivor counts

@@ -67,20 +67,18 @@ def smoothing_spline_matrix(knots: torch.Tensor, points: torch.Tensor, lam: Lam 
     h_at = h.gather(-1, idx)
     a = (t_left + h_at - points) / h_at  # weight of g[idx]
     b = (points - t_left) / h_at  # weight of g[idx + 1]
+    # The row of D for a point x is d = v + Q M^{-1} (c - mu Q^T v), M = R + mu Q^T Q, where v holds the weights of
+    # the knot values (a, b) and c those of the interior second derivatives. v, c and Q^T v are sparse (at most four
+    # entries near idx), so the right-hand side is scattered directly; only the solve's output is dense.
+    if n == 2:
+        return _scatter_pair(knots.new_zeros(batch + (points.shape[-1], n)), idx, a, b)
+    m = n - 2
     # Cubic terms vanish outside the knots, where the natural spline is the chord line plus the end slope term.
     outside = (a < 0) | (b < 0)
-    c_a = torch.where(outside, -a, a**3 - a) * h_at**2 / 6
-    c_b = torch.where(outside, -b, b**3 - b) * h_at**2 / 6
+    c_a = torch.where(outside, -a, a**3 - a) * h_at**2 / 6  # weight of gamma at knot idx
+    c_b = torch.where(outside, -b, b**3 - b) * h_at**2 / 6  # weight of gamma at knot idx + 1
 
-    shape = batch + (points.shape[-1], n)
-    col = idx.unsqueeze(-1)
-    values = knots.new_zeros(shape).scatter(-1, col, a.unsqueeze(-1)).scatter(-1, col + 1, b.unsqueeze(-1))
-    if n == 2:
-        return values
-    curvature = knots.new_zeros(shape).scatter(-1, col, c_a.unsqueeze(-1)).scatter(-1, col + 1, c_b.unsqueeze(-1))
-    curvature = curvature[..., 1:-1]
-
-    # Bands of Q (column j holds rows j, j + 1, j + 2) and of R + mu Q^T Q.
+    # Column j of Q (interior knot j + 1) holds q_lo[j], q_mid[j], q_hi[j] in rows j, j + 1, j + 2.
     inv_h = 1.0 / h
     q_lo, q_mid, q_hi = inv_h[..., :-1], -(inv_h[..., :-1] + inv_h[..., 1:]), inv_h[..., 1:]
     mu_ = mu.unsqueeze(-1)
@@ -88,14 +86,37 @@ def smoothing_spline_matrix(knots: torch.Tensor, points: torch.Tensor, lam: Lam 
     off1 = h[..., 1:-1] / 6 + mu_ * (q_mid[..., :-1] * q_lo[..., 1:] + q_hi[..., :-1] * q_mid[..., 1:])
     off2 = mu_ * (q_hi[..., :-2] * q_lo[..., 2:])
 
-    # Row of D for point x: d = a_x + Q M^{-1} (c_x - mu Q^T a_x), M = R + mu Q^T Q.
-    qt_values = values[..., :-2] * q_lo.unsqueeze(-2) + values[..., 1:-1] * q_mid.unsqueeze(-2) + values[..., 2:] * q_hi.unsqueeze(-2)
-    rhs = (curvature - mu_.unsqueeze(-1) * qt_values).transpose(-1, -2)
-    z = pentadiagonal_solve(pentadiagonal_ldl(diag, off1, off2), rhs).transpose(-1, -2)  # (..., P, n - 2)
-    zero = z.new_zeros(z.shape[:-1] + (2,))
-    correction = (
-        torch.cat([z * q_lo.unsqueeze(-2), zero], dim=-1)
-        + torch.cat([zero[..., :1], z * q_mid.unsqueeze(-2), zero[..., :1]], dim=-1)
-        + torch.cat([zero, z * q_hi.unsqueeze(-2)], dim=-1)
-    )
-    return values + correction
+    # Right-hand side entries at interior columns j = idx - 2 .. idx + 1, written into a copy padded by two
+    # columns on each side so that out-of-range entries fall into the padding.
+    pad = torch.nn.functional.pad
+    lo, mid, hi = (pad(band, (2, 2)) for band in (q_lo, q_mid, q_hi))
+
+    def at(band: torch.Tensor, shift: int) -> torch.Tensor:  # band[idx + shift] of the padded band
+        return band.gather(-1, idx + 2 + shift)
+
+    entries = torch.stack(
+        [
+            -mu_ * at(hi, -2) * a,
+            c_a - mu_ * (at(mid, -1) * a + at(hi, -1) * b),
+            c_b - mu_ * (at(lo, 0) * a + at(mid, 0) * b),
+            -mu_ * at(lo, 1) * b,
+        ],
+        dim=-2,
+    )  # (..., 4, P)
+    columns = idx.unsqueeze(-2) + torch.arange(4, device=idx.device).unsqueeze(-1)  # padded column index
+    rhs = knots.new_zeros(batch + (m + 4, points.shape[-1])).scatter(-2, columns, entries)[..., 2 : m + 2, :]
+    z = pentadiagonal_solve(pentadiagonal_ldl(diag, off1, off2), rhs)  # (..., m, P)
+
+    # Q z: row r gets q_lo[r] z[r] + q_mid[r - 1] z[r - 1] + q_hi[r - 2] z[r - 2].
+    rows = (
+        pad(q_lo.unsqueeze(-1) * z, (0, 0, 0, 2))
+        + pad(q_mid.unsqueeze(-1) * z, (0, 0, 1, 1))
+        + pad(q_hi.unsqueeze(-1) * z, (0, 0, 2, 0))
+    )  # (..., n, P)
+    return _scatter_pair(rows.transpose(-1, -2), idx, a, b)
+
+
+def _scatter_pair(matrix: torch.Tensor, idx: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Add ``a`` at column ``idx`` and ``b`` at column ``idx + 1`` of every row of ``matrix`` ``(..., P, n)``."""
+    col = idx.unsqueeze(-1)
+    return matrix.scatter_add(-1, col, a.unsqueeze(-1)).scatter_add(-1, col + 1, b.unsqueeze(-1))
