@@ -16,7 +16,7 @@ from rich.console import Console
 
 from torchgcc.experiments.options import add_common_arguments, apply_threads, gcc_options
 from torchgcc.experiments.plots import plot_straggler_sweep
-from torchgcc.experiments.report import publish
+from torchgcc.experiments.report import lambda_label, publish
 from torchgcc.experiments.straggler_sweep import StragglerSweep, run_straggler_sweep
 
 __all__ = ["DEMO", "QUICK", "register", "run"]
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"{sweep.model} on {sweep.data}: test accuracy {100 * config['test_accuracy']:.1f}% "
                   f"({origin} {config['model_cache']})")
     title = (f"Coded inference, {sweep.model} on {sweep.data}, K={sweep.num_inputs}, N={sweep.num_workers}, "
-             f"{sweep.placement} stragglers, {sweep.repeats} repeats")
+             f"{sweep.placement} stragglers, {sweep.repeats} repeats\n{lambda_label(config)}")
     out = Path(args.out)
     publish(out, config=config, records=records, setting="S", title=title, console=console)
     plot_straggler_sweep(records, out / "stragglers.png", title=title)

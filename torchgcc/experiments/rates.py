@@ -75,11 +75,11 @@ def run_rates(experiment: RatesExperiment, *, progress: bool = True) -> tuple[li
                          generator=torch.Generator().manual_seed(experiment.seed + 1))
     reference = model_outputs(f, inputs)
     records: list[dict[str, Any]] = []
-    gcc_lambdas: dict[str, Any] = {}
+    lambda_dec: dict[int, Any] = {}
     for num_workers in tqdm(experiment.workers, desc="workers N", disable=not progress, leave=False):
         size = dict(num_inputs=experiment.num_inputs, num_workers=num_workers)
         gcc = torchgcc.make_code("gcc", **size, **dict(experiment.gcc))
-        gcc_lambdas = {"gcc_lambda_enc": gcc.lambda_enc, "gcc_lambda_dec": gcc.lambda_dec}
+        lambda_enc, lambda_dec[num_workers] = gcc.lambda_enc, gcc.lambda_dec
         worst = [({"S": experiment.num_stragglers},
                   FixedStragglers(num_stragglers=experiment.num_stragglers, placement="worst", seed=experiment.seed))]
         records += evaluate_sweep(f, inputs, codes={"gcc": gcc, "bacc": torchgcc.make_code("bacc", **size)},
@@ -94,7 +94,8 @@ def run_rates(experiment: RatesExperiment, *, progress: bool = True) -> tuple[li
         **asdict(experiment),
         "function": f"f(x) = tanh(x W1 + b1) W2, fixed random, {experiment.dim} -> 16 -> 4, float64",
         "placement": "worst",
-        **gcc_lambdas,
+        "gcc_lambda_enc": lambda_enc,
+        "gcc_lambda_dec_by_N": lambda_dec,
         "torch": torch.__version__,
         "torchgcc": torchgcc.__version__,
     }

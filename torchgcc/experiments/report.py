@@ -17,7 +17,7 @@ from rich.table import Table
 from torchgcc.experiments.plots import SCHEME_LABELS
 from torchgcc.experiments.results import write_results
 
-__all__ = ["markdown_table", "pivot", "publish", "rich_table", "scheme_series"]
+__all__ = ["lambda_label", "markdown_table", "pivot", "publish", "rich_table", "scheme_series"]
 
 Record = Mapping[str, Any]
 
@@ -26,6 +26,13 @@ def scheme_series(record: Record) -> str:
     """Series label of a record: its scheme's name, with ``p`` when the record has one."""
     label = SCHEME_LABELS.get(record["scheme"], record["scheme"])
     return f"{label} p={record['p']:g}" if record.get("p") is not None else label
+
+
+def lambda_label(config: Mapping[str, Any]) -> str:
+    """``"GCC lambda_enc=..., lambda_dec=..."`` from a config with ``gcc_lambda_enc`` / ``gcc_lambda_dec``."""
+    values = [config["gcc_lambda_enc"], config["gcc_lambda_dec"]]
+    enc, dec = (value if isinstance(value, str) else f"{value:.2g}" for value in values)
+    return f"GCC lambda_enc={enc}, lambda_dec={dec}"
 
 
 def _cell(record: Record | None, metric: str) -> str:

@@ -20,7 +20,7 @@ from torchgcc.experiments.options import add_common_arguments, apply_threads, gc
 from torchgcc.experiments.plots import plot_polynomial, plot_rates, plot_straggler_sweep
 from torchgcc.experiments.polynomial import PolynomialExperiment, run_polynomial
 from torchgcc.experiments.rates import RatesExperiment, fit_slopes, run_rates
-from torchgcc.experiments.report import publish
+from torchgcc.experiments.report import lambda_label, publish
 from torchgcc.experiments.straggler_sweep import StragglerSweep, run_straggler_sweep
 
 __all__ = ["EXPERIMENTS", "register"]
@@ -44,7 +44,7 @@ def _stragglers(args: argparse.Namespace) -> int:
     records, config = run_straggler_sweep(sweep, progress=args.progress)
     console.print(f"{sweep.model} on {sweep.data}: test accuracy {100 * config['test_accuracy']:.1f}%")
     title = (f"Fig. 2 analogue: {sweep.model} on {sweep.data}, K={sweep.num_inputs}, N={sweep.num_workers}, "
-             f"{sweep.placement} stragglers, {sweep.repeats} repeats")
+             f"{sweep.placement} stragglers, {sweep.repeats} repeats\n{lambda_label(config)}")
     out = Path(args.out)
     publish(out, config=config, records=records, setting="S", title=title, console=console)
     plot_straggler_sweep(records, out / "stragglers.png", title=title)
@@ -58,7 +58,8 @@ def _polynomial(args: argparse.Namespace) -> int:
     experiment = replace(POLYNOMIAL_QUICK if args.quick else POLYNOMIAL, seed=args.seed, gcc=gcc_options(args))
     records, config = run_polynomial(experiment, progress=args.progress)
     title = (f"Fig. 3 analogue: quadratic f, K={experiment.num_inputs}, N={experiment.num_workers}, "
-             f"LCC threshold {config['lcc_threshold']} results (S <= {config['threshold_stragglers']})")
+             f"LCC threshold {config['lcc_threshold']} results (S <= {config['threshold_stragglers']})\n"
+             f"{lambda_label(config)}")
     out = Path(args.out)
     publish(out, config=config, records=records, setting="S", title=title, console=console)
     plot_polynomial(records, out / "polynomial.png", threshold_stragglers=config["threshold_stragglers"], title=title)
@@ -72,7 +73,8 @@ def _rates(args: argparse.Namespace) -> int:
     records, config = run_rates(experiment, progress=args.progress)
     slopes = fit_slopes(records)
     title = (f"Fig. 4 analogue: smooth f, K={experiment.num_inputs}, worst-case S={experiment.num_stragglers} "
-             f"and Bernoulli(p) stragglers")
+             f"and Bernoulli(p) stragglers\n"
+             f"GCC lambdas: {gcc_options(args) or 'library defaults (lambda_dec depends on N)'}")
     out = Path(args.out)
     publish(out, config=config, records=records, setting="N", title=title, console=console, slopes=slopes)
     plot_rates(records, out / "rates.png", num_stragglers=experiment.num_stragglers, slopes=slopes, title=title)
