@@ -66,11 +66,12 @@ def test_reproduce_stragglers_quick(tmp_path, monkeypatch, model):
     fast = training.TrainConfig(epochs=1)  # the full training is not what is under test here
     monkeypatch.setattr(training, "default_train_config", lambda name: fast)
     results = run("reproduce", "stragglers", "--quick", "--model", model, "--seed", "1", "--lambda-dec", "1e-6",
-                  "--out", str(tmp_path))
+                  "--stragglers", "0,5", "--out", str(tmp_path))
     assert (tmp_path / "stragglers.png").stat().st_size > 0
     check_records(results, schemes={"gcc", "natural", "bacc"}, classification=True)
     config = results["config"]
-    assert config["model"] == model and config["seed"] == 1
+    assert config["model"] == model and config["seed"] == 1 and config["stragglers"] == [0, 5]
+    assert sorted({r["S"] for r in results["records"]}) == [0, 5]
     assert config["gcc"] == {"lambda_dec": 1e-6} and config["gcc_lambda_dec"] == 1e-6
 
 
@@ -110,3 +111,9 @@ def test_bad_arguments_exit_with_usage(argv):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(argv)
     assert exit_info.value.code == 2
+
+
+def test_stragglers_sweep_is_validated_before_any_work(tmp_path):
+    with pytest.raises(SystemExit, match="must lie in"):
+        cli.main(["reproduce", "stragglers", "--stragglers", "0,31", "--out", str(tmp_path)])
+    assert not any(tmp_path.iterdir())

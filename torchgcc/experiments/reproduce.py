@@ -41,6 +41,10 @@ def _stragglers(args: argparse.Namespace) -> int:
     console = Console()
     sweep = replace(STRAGGLERS_QUICK if args.quick else STRAGGLERS, model=args.model, data=args.data,
                     data_dir=args.data_dir, download=args.download, seed=args.seed, gcc=gcc_options(args))
+    if args.stragglers is not None:
+        if max(args.stragglers) >= sweep.num_workers - 1 or min(args.stragglers) < 0:
+            raise SystemExit(f"--stragglers must lie in [0, {sweep.num_workers - 2}] (GCC needs 2 results)")
+        sweep = replace(sweep, stragglers=args.stragglers)
     records, config = run_straggler_sweep(sweep, progress=args.progress)
     console.print(f"{sweep.model} on {sweep.data}: test accuracy {100 * config['test_accuracy']:.1f}%")
     title = (f"Fig. 2 analogue: {sweep.model} on {sweep.data}, K={sweep.num_inputs}, N={sweep.num_workers}, "
@@ -88,6 +92,16 @@ def _stragglers_arguments(parser: argparse.ArgumentParser) -> None:
                         help="dataset (default digits, offline; the others need --data-dir or --download)")
     parser.add_argument("--data-dir", default=None, help="torchvision dataset folder for mnist/cifar10/cifar100")
     parser.add_argument("--download", action="store_true", help="let torchvision download the dataset")
+    parser.add_argument("--stragglers", type=_int_list, default=None, metavar="S1,S2,...",
+                        help=f"values of S to sweep (default {','.join(map(str, STRAGGLERS.stragglers))}; "
+                             f"--quick: {','.join(map(str, STRAGGLERS_QUICK.stragglers))})")
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(item) for item in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 #: ``name -> (help, extra-arguments hook or None, runner)``.
