@@ -165,7 +165,7 @@ def print_report(report: dict[str, Any]) -> None:
     forward = report["stages"]["forward"]["median_ms"]
     table = Table(title=f"{s['model']} {s['code']}: K={s['num_inputs']} N={s['num_workers']} S={s['num_stragglers']} "
                         f"groups={s['groups']} {s['device']} {s['dtype']}")
-    for column in ("stage", "median ms", "mean ms", "std ms", "per group ms", "% of forward"):
+    for column in ("stage", "median ms", "mean ms", "std ms", "per group ms", "% of fwd"):
         table.add_column(column, justify="left" if column == "stage" else "right", no_wrap=True)
     for name, summary in report["stages"].items():
         table.add_row(name, f"{summary['median_ms']:.4g}", f"{summary['mean_ms']:.4g}", f"{summary['std_ms']:.2g}",

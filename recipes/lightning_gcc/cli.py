@@ -8,7 +8,9 @@ with its DataModule and default config file.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from unittest import mock
 from typing import Any
 
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
@@ -88,13 +90,15 @@ def run(
 
     ``args`` (a list of strings) replaces ``sys.argv[1:]``, for calls from Python and tests.
     """
-    return CodedCLI(
-        CodedClassifier,
-        datamodule_class,
-        trainer_class=CodedTrainer,
-        parser_kwargs={
-            subcommand: {"default_config_files": [str(CONFIG_DIR / config)] if config else []}
-            for subcommand in CodedCLI.subcommands()
-        },
-        args=args,
-    )
+    argv = sys.argv if args is None else sys.argv[:1]  # LightningCLI warns when it sees both
+    with mock.patch.object(sys, "argv", argv):
+        return CodedCLI(
+            CodedClassifier,
+            datamodule_class,
+            trainer_class=CodedTrainer,
+            parser_kwargs={
+                subcommand: {"default_config_files": [str(CONFIG_DIR / config)] if config else []}
+                for subcommand in CodedCLI.subcommands()
+            },
+            args=args,
+        )

@@ -138,7 +138,7 @@ class CodedEvaluation(Callback):
                     per_group = torch.tensor(_gather(self._groups[name, s, metric]))
                     record[metric] = sum(_gather(self._totals[name, s, metric])) / (len(plain) * self.repeats)
                     record[f"{metric}_ci"] = mean_ci(per_group)[1]
-                    pl_module.log(f"coded/{name}/S{s}/{metric}", record[metric], rank_zero_only=True)
+                    pl_module.log(f"coded/{name}/S{s}/{metric}", record[metric], sync_dist=True)  # equal on all ranks
                 record["groups"] = len(per_group)
                 record["plain_acc"] = plain_acc
                 self.records.append(record)

@@ -1,0 +1,97 @@
+"""``torchgcc profile`` and the timers behind it (CPU here; the CUDA path runs where a GPU exists)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from torchgcc import cli, timing
+from torchgcc.profiling import STAGES, ProfileSettings, profile_coded_inference
+
+TINY = dict(model="test_resnet", num_inputs=4, num_workers=8, num_stragglers=2, groups=3, image_size=16,
+            num_classes=5, warmup=0, repeats=2)
+
+
+@pytest.fixture(autouse=True)
+def profile_only(monkeypatch):
+    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("torchgcc.profiling",))
+
+
+class FakeClock:
+    """``time.perf_counter`` stand-in that only moves when told to."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_timer_counts_fn_only_and_drops_warmup(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(timing.time, "perf_counter", clock)
+    calls = []
+
+    def setup():
+        clock.now += 100.0  # must not be counted
+        calls.append("setup")
+
+    def fn():
+        clock.now += 0.25 if len(calls) > 4 else 7.0  # the two warm-up runs are slow
+        calls.append("fn")
+
+    times = timing.make_timer("cpu").measure(fn, warmup=2, repeats=3, setup=setup)
+    assert times == [0.25, 0.25, 0.25]
+    assert calls == ["setup", "fn"] * 5
+    summary = timing.summarize(times)
+    assert summary["median_ms"] == summary["mean_ms"] == 250.0 and summary["std_ms"] == 0.0
+
+
+def test_timer_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="no timer"):
+        timing.make_timer("meta")
+    with pytest.raises(ValueError, match="repeats"):
+        timing.make_timer("cpu").measure(lambda: None, repeats=0)
+
+
+def test_profile_report_on_cpu(tmp_path):
+    trace = tmp_path / "trace.json"
+    report = profile_coded_inference(ProfileSettings(**TINY), trace=trace)
+    assert report["shapes"] == {"images": [3, 4, 3, 16, 16], "coded": [3, 8, 3, 16, 16], "results": [3, 8, 5]}
+    assert set(report["stages"]) == set(STAGES)
+    for name, summary in report["stages"].items():
+        assert len(summary["times_ms"]) == 2 and all(t > 0 for t in summary["times_ms"])
+        assert report["per_group_ms"][name] == pytest.approx(summary["median_ms"] / 3)
+    ratio = report["stages"]["decode"]["median_ms"] / report["stages"]["forward"]["median_ms"]
+    assert report["decode_over_forward"] == pytest.approx(ratio)
+    assert report["settings"]["num_stragglers"] == 2
+    events = {event.get("name") for event in json.loads(trace.read_text())["traceEvents"]}
+    assert {f"torchgcc/{name}" for name in STAGES} <= events
+
+
+def test_profile_default_stragglers_and_bad_dtype():
+    assert ProfileSettings(num_workers=32).stragglers == 4
+    with pytest.raises(ValueError, match="dtype"):
+        profile_coded_inference(ProfileSettings(**{**TINY, "dtype": "int8"}))
+
+
+def test_profile_command_writes_json(tmp_path, capsys):
+    output = tmp_path / "profile.json"
+    argv = ["profile", "--model", "test_resnet", "--num-inputs", "4", "--num-workers", "8", "--image-size", "16",
+            "--num-classes", "5", "--warmup", "0", "--repeats", "1", "--dtype", "bfloat16", "--output", str(output)]
+    assert cli.main(argv) == 0
+    report = json.loads(output.read_text())
+    assert report["settings"]["dtype"] == "bfloat16" and report["settings"]["num_stragglers"] == 1
+    assert math.isfinite(report["decode_over_forward"]) and report["decode_over_forward"] > 0
+    assert "decode / forward" in capsys.readouterr().out
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_profile_on_cuda(tmp_path):
+    report = profile_coded_inference(ProfileSettings(**{**TINY, "device": "cuda"}), trace=tmp_path / "trace.json")
+    assert report["environment"]["device_name"] == torch.cuda.get_device_name()
+    assert all(summary["median_ms"] > 0 for summary in report["stages"].values())
