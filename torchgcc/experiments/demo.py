@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``demo`` subcommand."""
     parser = subparsers.add_parser(
         "demo",
-        help="coded inference of a digits classifier with GCC vs BACC as workers straggle (offline, minutes)",
+        help="coded inference of a digits classifier with GCC vs BACC as workers straggle (offline, seconds)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -14,10 +14,10 @@ import math
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import torch
-from torch import nn
 from tqdm.auto import tqdm
 
 from torchgcc import metrics
+from torchgcc.codes import Code
 from torchgcc.coded_module import group_samples, ungroup_samples
 
 __all__ = ["StragglerModel", "evaluate_coded", "evaluate_sweep", "mean_ci", "model_outputs"]
@@ -51,7 +51,7 @@ def model_outputs(model: Callable[[torch.Tensor], torch.Tensor], inputs: torch.T
 @torch.no_grad()
 def evaluate_coded(
     model: Callable[[torch.Tensor], torch.Tensor],
-    code: nn.Module,
+    code: Code,
     inputs: torch.Tensor,
     masks: torch.Tensor,
     *,
@@ -64,7 +64,7 @@ def evaluate_coded(
     ``B = ceil(M / K)`` groups per repeat, ``R`` repeats. This is :class:`torchgcc.CodedModule`'s pipeline
     (group, encode, run the model on the ``B * N`` coded inputs, decode, ungroup) with the workers' results computed
     once and decoded under every mask, since they do not depend on the mask. ``reference`` ``(M, *out)`` defaults to
-    the uncoded outputs. Returns ``mse``, ``mse_ci`` and, when ``classification``, ``relacc``, ``relacc_ci``
+    the uncoded outputs; ``model`` should be in eval mode. Returns ``mse``, ``mse_ci`` and, when ``classification``, ``relacc``, ``relacc_ci``
     (RelAcc = argmax agreement with the uncoded model), plus ``groups`` (the number of CI units, ``R * B``).
     """
     num_inputs = code.alpha.numel()
@@ -95,7 +95,7 @@ def evaluate_sweep(
     model: Callable[[torch.Tensor], torch.Tensor],
     inputs: torch.Tensor,
     *,
-    codes: Mapping[str, nn.Module],
+    codes: Mapping[str, Code],
     settings: Sequence[tuple[Mapping[str, Any], StragglerModel]],
     repeats: int,
     reference: torch.Tensor | None = None,
