@@ -55,6 +55,25 @@ def test_digits_split_is_standardised_disjoint_and_seeded():
     assert not torch.equal(load_dataset("digits", seed=4).test_y, split.test_y)
 
 
+def _write_idx(path: Path, array: np.ndarray) -> None:
+    """An MNIST idx file (big-endian header: magic 0x08 = uint8 with the number of dimensions, then the sizes)."""
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
+    path.write_bytes(header + array.astype(np.uint8).tobytes())
+
+
+def test_mnist_reads_a_torchvision_folder_without_download(tmp_path):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for prefix, count in (("train", 12), ("t10k", 5)):
+        _write_idx(raw / f"{prefix}-images-idx3-ubyte", rng.integers(0, 256, (count, 28, 28)))
+        _write_idx(raw / f"{prefix}-labels-idx1-ubyte", np.arange(count) % 10)
+    split = load_dataset("mnist", data_dir=tmp_path)
+    assert split.train_x.shape == (12, 1, 28, 28) and split.test_x.shape == (5, 1, 28, 28)
+    assert split.test_y.tolist() == [0, 1, 2, 3, 4] and split.num_classes == 10 and split.image_size == 28
+    assert abs(split.train_x.mean().item()) < 1e-5 and abs(split.train_x.std().item() - 1) < 1e-3
+
+
 def test_cache_dir_precedence(monkeypatch, tmp_path):
     monkeypatch.delenv("TORCHGCC_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
