@@ -2,8 +2,8 @@
 
 f is a 2-layer tanh MLP (20 -> 64 -> 10, float64, seed 0), inputs are Gaussian, K = 10, N = 40, S random stragglers
 (seeded per S), and worker results optionally carry Gaussian noise of standard deviation sigma. For each bandwidth
-ratio r the decoder uses lambda_dec = (r * 2 / (N - 1))^4 (r = 0: interpolation; r = 0.2: the default); BACC is the
-baseline. Prints a table and writes JSON:
+ratio r the decoder uses lambda_dec = (r * 2 / (n - 1))^4 for a fit to n = N - S results (r = 0: interpolation;
+r = 0.2: the default); BACC is the baseline. Prints a table and writes JSON:
 
     python benchmarks/lambda_rule.py --out benchmarks/results/lambda_rule.json
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 import torchgcc
-from torchgcc.codes.gcc import default_lambda_dec
+from torchgcc.codes.gcc import spacing_lambda
 from torchgcc.stragglers import FixedStragglers
 
 
@@ -43,7 +43,7 @@ def main() -> None:
             for s in args.stragglers:
                 mask = FixedStragglers(s, seed=s).sample(args.groups, N)
                 codes = {"bacc": torchgcc.BACC(K, N)}
-                codes.update({f"r={r:g}": torchgcc.GCC(K, N, lambda_dec=default_lambda_dec(N, r)) for r in args.ratios})
+                codes.update({f"r={r:g}": torchgcc.GCC(K, N, lambda_dec=spacing_lambda(N - s, r)) for r in args.ratios})
                 for name, code in codes.items():
                     y = model(code.encoder(x))
                     y = y + sigma * torch.randn(y.shape, generator=noise, dtype=y.dtype)

@@ -274,8 +274,11 @@ def test_default_gcc_beats_bacc_on_a_tanh_mlp(stragglers):
 
 def test_default_lambdas_follow_the_documented_rule():
     code = torchgcc.GCC(num_inputs=4, num_workers=41)
-    assert code.lambda_enc == 0.0
-    assert code.decoder.lam == pytest.approx((0.2 * 2 / 40) ** 4, rel=1e-12)
+    assert code.lambda_enc == 0.0 and code.lambda_dec == "spacing"
+    mask = random_masks(2, 41, 10, seed=13)  # 31 results: lambda = (0.2 * 2 / 30)^4
+    knots = code.beta[mask[0]]
+    expected = smoothing_spline_matrix(knots, code.alpha, (0.2 * 2 / 30) ** 4)
+    torch.testing.assert_close(code.decoder.decode_matrix(mask)[0][:, mask[0]], expected, rtol=0, atol=1e-14)
     natural = torchgcc.make_code("natural", num_inputs=4, num_workers=41)
     assert natural.lambda_enc == 0.0 and natural.lambda_dec == 0.0
 

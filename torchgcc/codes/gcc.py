@@ -11,41 +11,51 @@ from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.functional import gcv_scores, smoothing_spline_matrix
 from torchgcc.points import PointSpec
 
-__all__ = ["GCC", "SplineDecoder", "GCVSplineDecoder", "default_lambda_dec", "BANDWIDTH_RATIO", "GCV_GRID"]
+__all__ = ["GCC", "SplineDecoder", "GCVSplineDecoder", "spacing_lambda", "BANDWIDTH_RATIO", "GCV_GRID", "LAMBDA_RULES"]
 
-#: The default decoder smooths at this fraction of the mean worker spacing (see :func:`default_lambda_dec`).
+#: The default decoder smooths at this fraction of the mean spacing of the points it fits (see :func:`spacing_lambda`).
 BANDWIDTH_RATIO = 0.2
 
+#: Named decoder smoothing rules accepted by ``GCC(lambda_dec=...)`` besides explicit numbers.
+LAMBDA_RULES = ("spacing", "gcv")
 
-def default_lambda_dec(num_workers: int, bandwidth_ratio: float = BANDWIDTH_RATIO) -> float:
-    """The default decoder smoothing, ``lambda_dec = (r * h)^4`` with ``h = 2 / (N - 1)``, ``r = 0.2``.
+
+def spacing_lambda(num_points: int, bandwidth_ratio: float = BANDWIDTH_RATIO) -> float:
+    """The default decoder smoothing for a fit to ``n = num_points`` results: ``lambda = (r * 2 / (n - 1))^4``.
 
     A smoothing spline with parameter ``lambda`` averages data over a length scale of about ``lambda^(1/4)`` (its
-    equivalent kernel). The default puts that scale at a fifth of the mean spacing between worker points, so:
+    equivalent kernel). The rule puts that scale at ``r = 0.2`` of the mean spacing ``2 / (n - 1)`` of the
+    surviving worker points, so the decoder smooths more when stragglers leave fewer, sparser results, and:
 
-    - its bias, ``O(lambda) = O(h^4)``, shrinks faster than the ``O((S / N)^3)`` straggler error and keeps GCC's
+    - its bias, ``O(lambda) = O(h^4)``, shrinks faster than the ``O((S / N)^3)`` straggler error, which keeps GCC's
       convergence rate in N (a fixed lambda would put a floor under the error);
-    - on noiseless results it costs little against interpolation (on a tanh MLP, K = 10, N = 40: +4% MSE at
-      S = 10, +1% at S = 20, still about a quarter of BACC's), and on results with noise (low precision,
-      stochastic models) it averages some of the noise away (-10% MSE at noise 1e-2 on the same MLP).
-
-    Use ``lambda_dec="gcv"`` when results are noisy by an unknown amount, and ``lambda_dec=0`` for interpolation.
+    - on exact results it costs little against interpolation, and on noisy results (low precision, stochastic
+      models) or rough networks with many stragglers it averages some error away. ``benchmarks/lambda_rule.py``
+      and the README give the measurements.
     """
-    return (bandwidth_ratio * 2.0 / max(num_workers - 1, 1)) ** 4
+    return (bandwidth_ratio * 2.0 / max(num_points - 1, 1)) ** 4
+
 
 #: Candidate decoder smoothing parameters searched by ``lambda_dec="gcv"`` (mean-normalised convention).
 GCV_GRID = torch.logspace(-10, 1, 23, dtype=torch.float64)
 
 
 class SplineDecoder(Decoder):
-    """The cubic smoothing spline through the surviving ``(beta_n, y_n)`` with parameter ``lam``, at ``alpha``."""
+    """The cubic smoothing spline through the surviving ``(beta_n, y_n)`` with parameter ``lam``, at ``alpha``.
 
-    def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, lam: float, **kwargs) -> None:
+    ``lam=None`` applies :func:`spacing_lambda` to the number of results fitted.
+    """
+
+    def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, lam: Optional[float], **kwargs) -> None:
         super().__init__(alpha, beta, **kwargs)
         self.lam = lam
 
+    def lam_for(self, num_points: int) -> float:
+        """The smoothing parameter used for a fit to ``num_points`` results."""
+        return spacing_lambda(num_points) if self.lam is None else self.lam
+
     def fit_matrix(self, knots: torch.Tensor) -> torch.Tensor:
-        return smoothing_spline_matrix(knots, self.alpha, self.lam)
+        return smoothing_spline_matrix(knots, self.alpha, self.lam_for(knots.shape[-1]))
 
 
 class GCVSplineDecoder(Decoder):
@@ -96,8 +106,8 @@ class GCC(Code):
     group by generalized cross-validation. Needs at least two arrived results.
 
     Defaults: ``lambda_enc = 0``, so the encoder passes exactly through the inputs and ``f(u_e(alpha_k)) = f(x_k)``
-    (encoder smoothing adds a bias that does not shrink with N); ``lambda_dec = None`` selects
-    :func:`default_lambda_dec`, a light smoothing at a fifth of the worker spacing.
+    (encoder smoothing adds a bias that does not shrink with N); ``lambda_dec = "spacing"`` applies
+    :func:`spacing_lambda` to each straggler pattern: a light smoothing at a fifth of the surviving points' spacing.
     """
 
     def __init__(
@@ -106,7 +116,7 @@ class GCC(Code):
         num_workers: int,
         *,
         lambda_enc: float = 0.0,
-        lambda_dec: Optional[Union[float, str]] = None,
+        lambda_dec: Union[float, str] = "spacing",
         alpha: PointSpec = "chebyshev1",
         beta: PointSpec = "chebyshev2",
         nonfinite: str = "error",
@@ -114,12 +124,10 @@ class GCC(Code):
     ) -> None:
         super().__init__(num_inputs, num_workers, alpha=alpha, beta=beta)
         _check_lambda("lambda_enc", lambda_enc)
-        if lambda_dec is None:
-            lambda_dec = default_lambda_dec(num_workers)
-        elif lambda_dec != "gcv":
+        if lambda_dec not in LAMBDA_RULES:
             _check_lambda("lambda_dec", lambda_dec)
         self.lambda_enc = float(lambda_enc)
-        self.lambda_dec = lambda_dec if lambda_dec == "gcv" else float(lambda_dec)
+        self.lambda_dec = lambda_dec if lambda_dec in LAMBDA_RULES else float(lambda_dec)
         alpha_, beta_ = self._points
         if num_inputs >= 2:
             self.encoder = Encoder(smoothing_spline_matrix(alpha_, beta_, self.lambda_enc))
@@ -129,7 +137,8 @@ class GCC(Code):
         if self.lambda_dec == "gcv":
             self.decoder = GCVSplineDecoder(alpha_, beta_, **options)
         else:
-            self.decoder = SplineDecoder(alpha_, beta_, lam=self.lambda_dec, **options)
+            lam = None if self.lambda_dec == "spacing" else self.lambda_dec
+            self.decoder = SplineDecoder(alpha_, beta_, lam=lam, **options)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, lambda_enc={self.lambda_enc:g}, lambda_dec={self.lambda_dec}"
@@ -137,4 +146,4 @@ class GCC(Code):
 
 def _check_lambda(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < float("inf")):
-        raise ValueError(f"{name} must be a finite number >= 0 (or 'gcv' for lambda_dec), got {value!r}")
+        raise ValueError(f"{name} must be a finite number >= 0 (or one of {LAMBDA_RULES} for lambda_dec), got {value!r}")
