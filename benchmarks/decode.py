@@ -40,18 +40,22 @@ def timed(fn: Callable[[], object], repeats: int) -> float:
     return min(times)
 
 
-def scipy_decode(beta: np.ndarray, alpha: np.ndarray, y: np.ndarray, mask: np.ndarray, lam: float) -> np.ndarray:
+def scipy_decode(
+    beta: np.ndarray, alpha: np.ndarray, y: np.ndarray, mask: np.ndarray, lam: Callable[[int], float]
+) -> np.ndarray:
     """The per-group loop a user would write with scipy: fit each group's survivors, evaluate at alpha.
 
-    Beyond the outermost survivor the natural spline continues linearly (scipy would extend the end cubic).
+    ``lam(n)`` is the smoothing parameter for ``n`` results. Beyond the outermost survivor the natural spline continues
+    linearly (scipy would extend the end cubic).
     """
     out = np.empty((y.shape[0], len(alpha), y.shape[2]), dtype=y.dtype)
     for b in range(y.shape[0]):
         knots, data = beta[mask[b]], y[b, mask[b]]
-        if lam == 0:
+        n = len(knots)
+        if lam(n) == 0:
             spline = CubicSpline(knots, data, bc_type="natural")
         else:
-            spline = make_smoothing_spline(knots, data, lam=len(knots) * lam)
+            spline = make_smoothing_spline(knots, data, lam=n * lam(n))
         inside = np.clip(alpha, knots[0], knots[-1])
         out[b] = spline(inside) + spline.derivative()(inside) * (alpha - inside)[:, None]
     return out
@@ -90,7 +94,7 @@ def main() -> None:
     t_cold = timed(cold, args.repeats)
     t_construct = timed(construct, args.repeats)
     t_warm = timed(lambda: code.decoder(y, mask), args.repeats)
-    lam = code.decoder.lam
+    lam = code.decoder.lam_for
     y_np, mask_np = y.numpy(), mask.numpy()
     beta, alpha = code.beta.numpy(), code.alpha.numpy()
     t_scipy = timed(lambda: scipy_decode(beta, alpha, y_np, mask_np, lam), max(1, args.repeats // 3))
