@@ -1,11 +1,16 @@
-"""Real multi-process jobs (gloo-free: the store transport) launched with a hard time limit.
+"""Real multi-process jobs launched with a hard time limit.
 
-Each launch starts 3 processes (coordinator + 2 worker ranks), the most these CI machines afford; every scenario
-that can share a launch does. A bug that hangs a process ends in ``TimeoutError`` from the launcher, which kills the
-whole process group, never in a stuck CI job.
+Each launch starts 3 processes (coordinator + 2 worker ranks); every scenario that can share a launch does. A bug
+that hangs a process ends in a timeout that kills the whole process group, never in a stuck CI job.
 """
 
 from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -13,6 +18,7 @@ import torch
 from torchgcc import CodedModule, make_code
 from torchgcc.distributed.launch import launch
 from torchgcc.distributed.tasks import mlp_task
+from torchgcc.stragglers import FixedStragglers
 
 pytestmark = pytest.mark.distributed
 
@@ -40,8 +46,6 @@ def test_simulated_mode_matches_single_process_and_survives_a_hung_rank(tmp_path
     assert [s["step"] for s in steps] == [0, 1, 2, 3]
     saved = torch.load(path, weights_only=False)
     # the drawn masks are the seeded FixedStragglers masks, minus the hung rank's workers from step 2 on
-    from torchgcc.stragglers import FixedStragglers
-
     drawn = FixedStragglers(1, seed=5)
     for s, record in zip(saved["steps"], steps):
         expected = drawn.sample(4, 6)
@@ -82,3 +86,27 @@ def test_injected_latency_returns_early_and_survives_a_killed_rank(tmp_path):
         mine = [s for s in saved["steps"] if s["code"] == code]
         for s, single in zip(mine, _single_process_outputs({"steps": mine}, code)):
             torch.testing.assert_close(s["output"], single, rtol=0, atol=1e-6)
+
+
+def test_torchrun_entry_point_and_its_teardown_when_a_rank_fails():
+    """Under torchrun (agent-hosted store) the job runs; a rank exiting non-zero makes torchrun stop the job, and
+    the coordinator says why in its last JSON lines instead of hanging."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+               "-m", "torchgcc.distributed", *COMMON, "-S", "1", "--steps", "200",  # >= 10 s of steps:
+               "--mode", "injected", "--latency-param", "shift=0.05", "--latency-param", "scale=0.001",  # far more
+               # than torchrun needs to notice the failure and stop the job
+               "--kill-rank", "1", "--kill-step", "2", "--kill-exit-code", "1"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        stdout, stderr = process.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
+    records = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    assert process.returncode != 0, stdout
+    assert [r["step"] for r in records if "step" in r][:2] == [0, 1], stderr
+    assert all(len(r["arrived"]) >= 5 for r in records if "step" in r)  # N - S = 5
+    errors = [r for r in records if r.get("event") == "error"]
+    assert errors and "terminated by the launcher" in errors[0]["error"], stderr
+    assert records[-1]["event"] == "summary" and records[-1]["status"] == 143

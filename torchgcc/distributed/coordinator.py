@@ -209,12 +209,16 @@ class Coordinator:
         self._unread = keep
 
     def close(self, *, grace_s: float = 3.0) -> None:
-        """Ask every worker rank to exit and give them ``grace_s`` to do so (hung ranks end via their watchdog)."""
+        """Ask every worker rank to exit and wait up to ``grace_s`` until each acknowledged or was declared lost.
+
+        Hung ranks acknowledge from their heartbeat thread and then end themselves (see ``Heartbeat``).
+        """
         self.channel.request_shutdown()
         start = time.monotonic()
-        while self.channel.count("exited") < len(self.assignment) - len(self.monitor.lost):
+        while self.channel.count("exited") + len(self.monitor.lost) < len(self.assignment):
             if time.monotonic() - start > grace_s:
                 break
+            self.monitor.poll()  # a rank that died late is still declared lost (and reported) here
             time.sleep(0.01)
 
     def __enter__(self) -> "Coordinator":

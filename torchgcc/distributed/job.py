@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import time
 from typing import Sequence
@@ -21,9 +22,9 @@ from torchgcc.distributed.arrival import Injected, Measured, Simulated
 from torchgcc.distributed.coordinator import Coordinator, TooFewWorkersError
 from torchgcc.distributed.faults import FaultPlan
 from torchgcc.distributed.placement import PLACEMENTS
-from torchgcc.distributed.schemes import CodedScheme, make_scheme
-from torchgcc.distributed.tasks import TASKS, make_task
-from torchgcc.distributed.transport import connect
+from torchgcc.distributed.schemes import CodedScheme, UncodedScheme, make_scheme
+from torchgcc.distributed.tasks import TASKS, Task, make_task
+from torchgcc.distributed.transport import Channel, connect
 from torchgcc.distributed.worker import serve
 from torchgcc.metrics import argmax_agreement, mse
 from torchgcc.stragglers import LATENCY_MODELS, BernoulliStragglers, FixedStragglers, LatencyStragglers
@@ -32,6 +33,16 @@ __all__ = ["add_job_arguments", "run_job", "summarize"]
 
 #: exit status when too few workers remain to decode (lost ranks, or a step timed out).
 EXIT_TOO_FEW_WORKERS = 3
+#: exit status when the launcher terminated the coordinator (torchrun does so when another rank exits non-zero).
+EXIT_TERMINATED = 143
+
+
+class Terminated(RuntimeError):
+    """The coordinator received SIGTERM."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated("terminated by the launcher (SIGTERM); torchrun does this when another rank exits non-zero")
 
 
 def _key_value(text: str) -> tuple[str, float]:
@@ -112,7 +123,7 @@ def _fault_plan(args: argparse.Namespace) -> FaultPlan:
     )
 
 
-def _arrival_mode(args: argparse.Namespace) -> Simulated | Injected | Measured:
+def _arrival_mode(args: argparse.Namespace, *, min_arrived: int) -> Simulated | Injected | Measured:
     latency_params = dict(args.latency_param)
     if args.mode == "measured":
         return Measured(num_stragglers=args.num_stragglers)
@@ -121,14 +132,14 @@ def _arrival_mode(args: argparse.Namespace) -> Simulated | Injected | Measured:
         return Injected(latency, num_stragglers=args.num_stragglers)
     stragglers = {
         "fixed": lambda: FixedStragglers(args.num_stragglers, args.straggler_placement, seed=args.seed),
-        "bernoulli": lambda: BernoulliStragglers(args.straggle_prob, min_arrived=2, seed=args.seed),
+        "bernoulli": lambda: BernoulliStragglers(args.straggle_prob, min_arrived=min_arrived, seed=args.seed),
         "latency": lambda: latency,
     }[args.stragglers]()
     return Simulated(stragglers)
 
 
 def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
-    """Per scheme: steps, median and p99 step latency, mean MSE and mean argmax agreement (RelAcc)."""
+    """Per scheme: steps, median and p99 step latency, mean and median MSE, mean argmax agreement (RelAcc)."""
     summary = {}
     for name in dict.fromkeys(r["code"] for r in records):
         rows = [r for r in records if r["code"] == name]
@@ -138,6 +149,7 @@ def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
             "median_latency_s": float(latency.quantile(0.5)),
             "p99_latency_s": float(latency.quantile(0.99)),
             "mean_mse": sum(r["mse"] for r in rows) / len(rows),
+            "median_mse": float(torch.tensor([r["mse"] for r in rows], dtype=torch.float64).quantile(0.5)),
             "mean_agreement": sum(r["agreement"] for r in rows) / len(rows),
         }
     return summary
@@ -151,21 +163,41 @@ def run_job(args: argparse.Namespace) -> int:
     """Run on every rank: rank 0 coordinates and returns the exit status, the others serve the coded workers."""
     torch.set_num_threads(args.threads)
     faults = _fault_plan(args)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda, but CUDA is not available on this machine")
     task = make_task(args.task, seed=args.seed, batch_size=args.batch_size)
-    channel = connect()
-    if channel.rank != 0:
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % max(torch.cuda.device_count(), 1)}"
-        serve(task.model, channel, device=device if args.device == "cuda" else "cpu", faults=faults)
-        return 0
-
-    code_params = dict(args.code_param)
+    # built on every rank before joining, so a bad option stops every rank, not just the coordinator
     schemes = [
-        make_scheme(name.strip(), num_inputs=args.num_inputs, num_workers=args.num_workers, **code_params)
+        make_scheme(name.strip(), num_inputs=args.num_inputs, num_workers=args.num_workers, **dict(args.code_param))
         for name in args.code.split(",")
     ]
     if args.mode == "simulated" and any(not isinstance(s, CodedScheme) for s in schemes):
         raise SystemExit("the uncoded scheme waits for every worker: use --mode injected or measured")
-    mode = _arrival_mode(args)
+    mode = _arrival_mode(args, min_arrived=max(scheme.min_arrived for scheme in schemes))
+    channel = connect()
+    if channel.rank != 0:
+        device = "cpu"
+        if args.device == "cuda":
+            device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"
+        serve(task.model, channel, device=device, faults=faults)
+        return 0
+
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _coordinate(args, channel, task, schemes, mode, faults)
+    finally:
+        channel.request_shutdown()  # idempotent; also frees the workers when the coordinator fails early
+
+
+def _coordinate(
+    args: argparse.Namespace,
+    channel: Channel,
+    task: Task,
+    schemes: list[CodedScheme | UncodedScheme],
+    mode: Simulated | Injected | Measured,
+    faults: FaultPlan,
+) -> int:
+    """Rank 0's loop: every step, every scheme, one JSON line; then the summary. Returns the exit status."""
     num_groups = math.ceil(args.batch_size / args.num_inputs)
     deadline = args.deadline if args.deadline > 0 else None
     records: list[dict] = []
@@ -207,11 +239,11 @@ def run_job(args: argparse.Namespace) -> int:
                     if args.save:
                         saved.append({"step": step, "code": scheme.name, "x": x, "mask": result.mask,
                                       "delays": result.delays, "output": result.output})
-        except TooFewWorkersError as error:
+        except (TooFewWorkersError, Terminated) as error:
             print(f"[torchgcc] error: {error}", file=sys.stderr, flush=True)
             _emit({"event": "error", "error": str(error)})
-            status = EXIT_TOO_FEW_WORKERS
-        lost = coordinator.lost_workers
+            status = EXIT_TOO_FEW_WORKERS if isinstance(error, TooFewWorkersError) else EXIT_TERMINATED
+    lost = coordinator.lost_workers  # after close(), which also catches ranks that died near the end
     if args.save:
         torch.save({"args": vars(args), "steps": saved}, args.save)
     _emit({"event": "summary", "status": status, "steps": args.steps, "wall_s": time.monotonic() - started,
