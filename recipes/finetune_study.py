@@ -5,7 +5,8 @@
    random stragglers every step (configs/finetune.yaml), and plainly (the control: is it the coding or just more
    training?);
 3. ``coded_eval`` all three on the test set with the same seeded masks;
-4. write ``finetune_study.json`` (settings, the three records per (code, S), checkpoints) and print a table.
+4. write ``finetune_study.json`` (settings, the three records per (code, S), checkpoints), plot RelAcc and decoded
+   accuracy against S for the three models (``finetune_study.png``) and print a table.
 
     python recipes/finetune_study.py --backbone torchgcc:vit --output torchgcc-results/finetune_study
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 from pathlib import Path
 
 from lightning_gcc import DigitsData, run
@@ -37,7 +39,8 @@ def main() -> None:
     parser.add_argument("--output", default="torchgcc-results/finetune_study")
     args = parser.parse_args()
     out = Path(args.output)
-    common = [f"--model.backbone={args.backbone}", f"--seed_everything={args.seed}", "--trainer.enable_progress_bar=false"]
+    common = [f"--model.backbone={args.backbone}", f"--seed_everything={args.seed}",
+              "--trainer.enable_progress_bar=false"]
     coded = [f"--model.coded.num_inputs={args.num_inputs}", f"--model.coded.num_workers={args.num_workers}",
              f"--model.coded.num_stragglers={args.num_stragglers}"]
 
@@ -46,7 +49,8 @@ def main() -> None:
         return cli.trainer.checkpoint_callback.last_model_path
 
     base = fit("base", [f"--trainer.max_epochs={args.base_epochs}", f"--model.lr={args.base_lr}"])
-    tuned = [f"--trainer.max_epochs={args.finetune_epochs}", f"--model.lr={args.finetune_lr}", f"--model.init_from={base}"]
+    tuned = [f"--trainer.max_epochs={args.finetune_epochs}", f"--model.lr={args.finetune_lr}",
+             f"--model.init_from={base}"]
     checkpoints = {
         "base": base,
         "coded_finetune": fit("coded_finetune", [f"--config={CONFIG_DIR / 'finetune.yaml'}", *tuned, *coded]),
@@ -61,11 +65,47 @@ def main() -> None:
             f"--output_dir={out / name / 'coded_eval'}", f"--trainer.default_root_dir={out / name}",
         ])
         results[name] = json.loads((out / name / "coded_eval" / "results.json").read_text())
-    summary = {"settings": vars(args), "checkpoints": checkpoints,
+    summary = {"settings": vars(args), "torchgcc_version": _source_version(), "checkpoints": checkpoints,
+               "codes": results["base"]["config"]["code_repr"],
                "plain_acc": {name: result["plain_acc"] for name, result in results.items()},
                "records": {name: result["records"] for name, result in results.items()}}
     (out / "finetune_study.json").write_text(json.dumps(summary, indent=2) + "\n")
+    plot_study(summary, out / "finetune_study.png")
     print_table(summary)
+
+
+def _source_version() -> str:
+    """``git describe`` of the torchgcc checkout (``-dirty`` when it has local changes), or "unknown"."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def plot_study(summary: dict, path: Path) -> None:
+    """RelAcc and decoded accuracy against S, one line per model and code, with 95% CIs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), constrained_layout=True)
+    for color, (name, records) in zip(("C7", "C3", "C0"), summary["records"].items()):
+        for style, scheme in zip(("-", ":"), dict.fromkeys(r["scheme"] for r in records)):
+            rows = [r for r in records if r["scheme"] == scheme]
+            for ax, metric in zip(axes, ("relacc", "acc")):
+                ax.errorbar([r["S"] for r in rows], [r[metric] for r in rows], yerr=[r[f"{metric}_ci"] for r in rows],
+                            color=color, ls=style, marker="o", ms=3, capsize=2, label=f"{name} ({scheme})")
+    s = summary["settings"]
+    axes[0].set(xlabel="stragglers S", ylabel="RelAcc", title="agreement with each model's uncoded outputs")
+    axes[1].set(xlabel="stragglers S", ylabel="accuracy", title="accuracy of the decoded outputs")
+    axes[1].legend(fontsize=7)
+    fig.suptitle(f"digits, {s['backbone']}, K={s['num_inputs']}, N={s['num_workers']}, fine-tuned with "
+                 f"S={s['num_stragglers']} random stragglers (seed {s['seed']})")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def print_table(summary: dict) -> None:

@@ -1,8 +1,16 @@
 """ImageNet (ImageFolder layout under --data.root) with a timm ResNet-18 (random init).
 
-    python recipes/imagenet.py fit                                 # train with configs/imagenet.yaml (--data.synthetic true: offline)
-    python recipes/imagenet.py coded_eval --ckpt_path CKPT              # sweep codes x stragglers, write results.json
-    python recipes/imagenet.py fit --config recipes/configs/finetune.yaml --model.init_from CKPT   # coded fine-tuning
+Train (configs/imagenet.yaml; add `--data.synthetic true` to run offline on random images of the same shape)::
+
+    python recipes/imagenet.py fit
+
+Sweep codes x stragglers on the test set of a checkpoint and write results.json and a plot::
+
+    python recipes/imagenet.py coded_eval --ckpt_path CKPT
+
+Fine-tune through the code with random stragglers every step::
+
+    python recipes/imagenet.py fit --config recipes/configs/finetune.yaml --model.init_from CKPT
 
 See recipes/README.md.
 """

@@ -1,8 +1,16 @@
 """MNIST with the LeNet5 of torchgcc.experiments.models.
 
-    python recipes/mnist.py fit                                 # train with configs/mnist.yaml (--data.synthetic true: offline)
-    python recipes/mnist.py coded_eval --ckpt_path CKPT              # sweep codes x stragglers, write results.json
-    python recipes/mnist.py fit --config recipes/configs/finetune.yaml --model.init_from CKPT   # coded fine-tuning
+Train (configs/mnist.yaml; add `--data.synthetic true` to run offline on random images of the same shape)::
+
+    python recipes/mnist.py fit
+
+Sweep codes x stragglers on the test set of a checkpoint and write results.json and a plot::
+
+    python recipes/mnist.py coded_eval --ckpt_path CKPT
+
+Fine-tune through the code with random stragglers every step::
+
+    python recipes/mnist.py fit --config recipes/configs/finetune.yaml --model.init_from CKPT
 
 See recipes/README.md.
 """

@@ -112,7 +112,8 @@ def profile_coded_inference(settings: ProfileSettings, *, trace: str | Path | No
         summaries = {}
         for name in STAGES:
             fn, setup = stages[name]
-            summaries[name] = summarize(timer.measure(fn, warmup=settings.warmup, repeats=settings.repeats, setup=setup))
+            times = timer.measure(fn, warmup=settings.warmup, repeats=settings.repeats, setup=setup)
+            summaries[name] = summarize(times)
         if trace is not None:
             _export_trace(stages, device, Path(trace))
 

@@ -19,17 +19,17 @@ import torch.distributed as dist
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 import torchgcc
-from torchgcc import metrics
 from torchgcc.coded_module import group_samples, ungroup_samples
 from torchgcc.experiments.evaluate import mean_ci
 from torchgcc.experiments.results import write_results
 from torchgcc.stragglers import FixedStragglers
 
-#: Per-group statistics kept for every (code, S): name -> metric(decoded, reference, labels).
-GROUP_METRICS = {
-    "mse": lambda decoded, reference, labels: metrics.mse(decoded, reference),
-    "relacc": lambda decoded, reference, labels: metrics.argmax_agreement(decoded, reference),
-    "acc": lambda decoded, reference, labels: (decoded.argmax(-1) == labels).double().mean(),
+#: Per-sample statistics ``(M,)`` kept for every (code, S): name -> fn(decoded, reference, labels). Their means
+#: are :func:`torchgcc.metrics.mse`, :func:`torchgcc.metrics.argmax_agreement` and the decoded accuracy.
+SAMPLE_METRICS = {
+    "mse": lambda decoded, reference, labels: (decoded - reference).double().pow(2).flatten(1).mean(1),
+    "relacc": lambda decoded, reference, labels: (decoded.argmax(-1) == reference.argmax(-1)).double(),
+    "acc": lambda decoded, reference, labels: (decoded.argmax(-1) == labels).double(),
 }
 
 
@@ -74,8 +74,9 @@ class CodedEvaluation(Callback):
         unknown = set(code_kwargs or {}) - set(codes)
         if unknown:
             raise ValueError(f"code_kwargs names codes that are not swept: {sorted(unknown)}")
+        kwargs = code_kwargs or {}
         self.codes = {
-            name: torchgcc.make_code(name, num_inputs=num_inputs, num_workers=num_workers, **(code_kwargs or {}).get(name, {}))
+            name: torchgcc.make_code(name, num_inputs=num_inputs, num_workers=num_workers, **kwargs.get(name, {}))
             for name in codes
         }
         self.num_inputs, self.num_workers = num_inputs, num_workers
@@ -86,12 +87,15 @@ class CodedEvaluation(Callback):
         self.config = {
             "codes": list(codes), "K": num_inputs, "N": num_workers, "stragglers": self.stragglers,
             "repeats": repeats, "placement": placement, "code_kwargs": code_kwargs or {}, "seed": seed,
+            "code_repr": {name: f"{type(code).__name__}({code.extra_repr()})" for name, code in self.codes.items()},
         }
         self.records: list[dict[str, Any]] = []
 
     def on_test_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         seed = self.seed + trainer.global_rank
-        self._masks = {s: FixedStragglers(num_stragglers=s, placement=self.placement, seed=seed) for s in self.stragglers}
+        self._masks = {
+            s: FixedStragglers(num_stragglers=s, placement=self.placement, seed=seed) for s in self.stragglers
+        }
         self._groups: dict[tuple[str, int, str], list[float]] = defaultdict(list)
         self._totals: dict[tuple[str, int, str], list[float]] = defaultdict(list)
         self._plain_correct: list[float] = []
@@ -119,12 +123,17 @@ class CodedEvaluation(Callback):
                     decoded = ungroup_samples(code.decoder(results, mask), len(x))  # (M, classes)
                     self._accumulate(name, s, decoded, reference, labels)
 
-    def _accumulate(self, name: str, s: int, decoded: torch.Tensor, reference: torch.Tensor, labels: torch.Tensor) -> None:
-        for chunk in zip(decoded.split(self.num_inputs), reference.split(self.num_inputs), labels.split(self.num_inputs)):
-            for metric, fn in GROUP_METRICS.items():
-                value = float(fn(*chunk))
-                self._groups[name, s, metric].append(value)
-                self._totals[name, s, metric].append(value * len(chunk[0]))  # sample-weighted, for the point value
+    def _accumulate(
+        self, name: str, s: int, decoded: torch.Tensor, reference: torch.Tensor, labels: torch.Tensor
+    ) -> None:
+        """Group means and sums of one decode: ``decoded`` and ``reference`` ``(M, classes)``, ``labels`` ``(M,)``."""
+        group = torch.arange(len(labels), device=labels.device) // self.num_inputs
+        sizes = torch.bincount(group).double()
+        for metric, fn in SAMPLE_METRICS.items():
+            values = fn(decoded, reference, labels)
+            sums = torch.zeros(len(sizes), dtype=torch.float64, device=values.device).index_add_(0, group, values)
+            self._groups[name, s, metric] += (sums / sizes).tolist()
+            self._totals[name, s, metric].append(values.sum().item())
 
     def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         plain = _gather(self._plain_correct)
@@ -134,7 +143,7 @@ class CodedEvaluation(Callback):
             for s in self.stragglers:
                 record: dict[str, Any] = {"scheme": name, "N": self.num_workers, "K": self.num_inputs, "S": s,
                                           "placement": self.placement, "repeats": self.repeats}
-                for metric in GROUP_METRICS:
+                for metric in SAMPLE_METRICS:
                     per_group = torch.tensor(_gather(self._groups[name, s, metric]))
                     record[metric] = sum(_gather(self._totals[name, s, metric])) / (len(plain) * self.repeats)
                     record[f"{metric}_ci"] = mean_ci(per_group)[1]
@@ -161,10 +170,12 @@ def plot_sweep(records: Sequence[dict[str, Any]], path: str | Path) -> None:
             rows = [r for r in records if r["scheme"] == scheme]
             ax.errorbar([r["S"] for r in rows], [r[metric] for r in rows], yerr=[r[f"{metric}_ci"] for r in rows],
                         marker="o", capsize=3, label=scheme)
+        if metric == "acc":
+            ax.axhline(records[0]["plain_acc"], color="0.5", ls="--", label="uncoded")
         ax.set(xlabel="stragglers S", title=title)
+        ax.legend(fontsize=8)
         if metric == "mse":
             ax.set_yscale("log")
-    axes[0].legend()
     rows = records[0]
     fig.suptitle(f"coded evaluation, K={rows['K']}, N={rows['N']}, {rows['placement']} stragglers")
     fig.savefig(path, dpi=120)

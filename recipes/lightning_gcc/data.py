@@ -93,8 +93,10 @@ class ImageClassificationData(LightningDataModule):
 
     def hold_out(self, train: Dataset, evaluation: Dataset) -> tuple[Subset, Subset]:
         """Split one dataset read with train and eval transforms into disjoint train / val subsets."""
-        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.hparams.seed)).tolist()
         val_size = self.hparams.val_size
+        if not 0 < val_size < len(train):
+            raise ValueError(f"val_size must be between 1 and {len(train) - 1} for this dataset, got {val_size}")
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.hparams.seed)).tolist()
         return Subset(train, order[val_size:]), Subset(evaluation, order[:val_size])
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
@@ -113,6 +115,9 @@ class ImageClassificationData(LightningDataModule):
         return self._loader("val", shuffle=False)
 
     def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
 
 
@@ -205,7 +210,8 @@ class ImageNetData(ImageClassificationData):
         from torchvision.datasets import ImageFolder
 
         val = ImageFolder(self.root / "val", transform=self.transforms(train=False))
-        return {"train": ImageFolder(self.root / "train", transform=self.transforms(train=True)), "val": val, "test": val}
+        train = ImageFolder(self.root / "train", transform=self.transforms(train=True))
+        return {"train": train, "val": val, "test": val}
 
 
 class DigitsData(ImageClassificationData):

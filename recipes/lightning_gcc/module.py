@@ -164,6 +164,9 @@ class CodedClassifier(LightningModule):
         self.log("test/loss", F.cross_entropy(logits, y), sync_dist=True)
         self.log("test/acc", self.test_acc)
 
+    def predict_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self(batch[0])
+
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
         epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
