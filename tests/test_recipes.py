@@ -141,3 +141,56 @@ def test_backbone_errors():
     with pytest.raises(ValueError, match="3-channel"):
         build_backbone("torchvision:resnet18", num_classes=10, in_chans=1, image_size=28)
     assert build_backbone("torchvision:resnet18", num_classes=7, in_chans=3, image_size=32).fc.out_features == 7
+
+
+class FakeCIFAR10(torch.utils.data.Dataset):
+    """Stands in for torchvision.datasets.CIFAR10: PIL images whose pixels encode (split, index)."""
+
+    def __init__(self, root, train, transform=None, download=False):
+        self.train, self.transform = train, transform
+
+    def __len__(self):
+        return 50 if self.train else 20
+
+    def __getitem__(self, index):
+        from PIL import Image
+
+        value = index + (100 if self.train else 0)
+        image = Image.new("RGB", (32, 32), color=(value, 0, 0))
+        return self.transform(image), index % 10
+
+
+def test_torchvision_data_holds_out_a_disjoint_validation_split(monkeypatch):
+    import torchvision
+
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", FakeCIFAR10)
+    data = CIFAR10Data(val_size=10, num_workers=0)
+    data.setup("fit")
+    train, val, test = data.splits["train"], data.splits["val"], data.splits["test"]
+    assert (len(train), len(val), len(test)) == (40, 10, 20)
+    assert set(train.indices).isdisjoint(val.indices) and len(set(train.indices) | set(val.indices)) == 50
+    x, _ = val[0]
+    assert x.shape == (3, 32, 32) and x.dtype == torch.float32
+    # evaluation images are not augmented: the red channel is constant after normalisation
+    assert torch.allclose(x[0], x[0, 0, 0].expand(32, 32))
+    with pytest.raises(ValueError, match="val_size"):
+        CIFAR10Data(val_size=50).hold_out(train.dataset, train.dataset)
+
+
+def test_imagenet_reads_an_image_folder(tmp_path):
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for label, colour in enumerate(("red", "blue")):
+            folder = tmp_path / "imagenet" / split / f"n0{label}"
+            folder.mkdir(parents=True)
+            for i in range(2):
+                Image.new("RGB", (48, 40), color=colour).save(folder / f"{i}.png")
+    cli = run(ImageNetData, "imagenet.yaml", args=[
+        "fit", "--trainer.fast_dev_run=true", "--data.num_workers=0", "--data.batch_size=4", "--data.image_size=32",
+        f"--data.root={tmp_path / 'imagenet'}", f"--trainer.default_root_dir={tmp_path}",
+        "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
+    ])
+    assert cli.trainer.state.finished
+    x, y = next(iter(cli.datamodule.val_dataloader()))
+    assert x.shape == (4, 3, 32, 32) and sorted(y.tolist()) == [0, 0, 1, 1]
