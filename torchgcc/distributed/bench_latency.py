@@ -108,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
     from torchgcc.distributed.job import summarize
 
     console = Console()
+    if not console.is_terminal:  # logs and pipes: do not squeeze the table into 80 columns
+        console = Console(width=120)
     latency_params = args.latency_param if args.latency_param is not None else ["shift=0.011", "scale=0.1"]
     settings = {
         "nproc": args.nproc, "codes": args.codes, "N": args.num_workers, "K": args.num_inputs,

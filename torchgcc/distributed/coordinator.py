@@ -121,65 +121,10 @@ class Coordinator:
         self._round += 1
         self.channel.set_latest_round(round_)
         self._drop_unread(before=round_ - 1)
-
-        payloads = scheme.encode(x)  # (N, b, *in)
-        delays = None if plan.delays is None and not self.extra_delays.any() else self.extra_delays.clone()
-        if plan.delays is not None:
-            delays += plan.delays
-        for rank, workers in self.assignment.items():
-            if rank not in self.monitor.lost:
-                self.channel.post_work(
-                    rank,
-                    round_,
-                    {
-                        "step": step,
-                        "workers": workers,
-                        "inputs": payloads[workers],
-                        "delays": None if delays is None else delays[workers],
-                    },
-                )
-
-        results: dict[int, torch.Tensor] = {}
-        pending = {w for w in range(self.num_workers) if self.rank_of[w] not in self.monitor.lost}
-        required = None if plan.required is None else set(plan.required.any(0).nonzero().flatten().tolist())
+        delays = self._post_work(round_, step, scheme.encode(x), plan.delays)
         deadline = float("inf") if deadline_s is None else start + deadline_s
-        while True:
-            for worker in sorted(pending):
-                if self.channel.has_result(round_, worker):
-                    results[worker] = self.channel.take_result(round_, worker)
-                    pending.discard(worker)
-            newly_lost = self.monitor.poll()
-            if newly_lost:
-                gone = {w for rank in newly_lost for w in self.assignment[rank]}
-                pending -= gone
-                print(
-                    f"[torchgcc] step {step}: lost rank(s) {sorted(newly_lost)} hosting workers {sorted(gone)}; "
-                    "they are permanent stragglers from now on",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            live = self.num_workers - len(self.lost_workers)
-            if live < scheme.min_arrived:
-                raise TooFewWorkersError(
-                    f"step {step}: only {live} of {self.num_workers} workers remain (lost: {self.lost_workers}); "
-                    f"{scheme.name} needs at least {scheme.min_arrived}"
-                )
-            enough = len(results) >= scheme.min_arrived
-            if required is not None:
-                rule_met = not (required & pending)
-            else:
-                rule_met = len(results) >= min(plan.quorum, live)
-            now = time.monotonic()
-            if enough and (rule_met or now >= deadline or not pending):
-                break
-            if now - start > self.step_timeout_s or not pending:
-                raise TooFewWorkersError(
-                    f"step {step}: {len(results)} results after {now - start:.1f} s, {scheme.name} needs "
-                    f"{scheme.min_arrived} (pending workers {sorted(pending)}, lost {self.lost_workers})"
-                )
-            time.sleep(self.poll_s)
+        results = self._collect(round_, step, scheme, plan, start=start, deadline=deadline)
 
-        self._unread.extend((round_, worker) for worker in pending)
         arrived = torch.zeros(self.num_workers, dtype=torch.bool)
         arrived[list(results)] = True
         num_groups = scheme.num_groups(x.shape[0])
@@ -197,6 +142,79 @@ class Coordinator:
             delays=delays,
             lost_workers=self.lost_workers,
         )
+
+    def _post_work(
+        self, round_: int, step: int, payloads: torch.Tensor, plan_delays: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """Post each live rank its workers' payloads ``(N, b, *in)`` and delays; returns the ``(N,)`` delays."""
+        delays = None if plan_delays is None and not self.extra_delays.any() else self.extra_delays.clone()
+        if plan_delays is not None:
+            delays += plan_delays
+        for rank, workers in self.assignment.items():
+            if rank not in self.monitor.lost:
+                work = {
+                    "step": step,
+                    "workers": workers,
+                    "inputs": payloads[workers],
+                    "delays": None if delays is None else delays[workers],
+                }
+                self.channel.post_work(rank, round_, work)
+        return delays
+
+    def _collect(
+        self,
+        round_: int,
+        step: int,
+        scheme: CodedScheme | UncodedScheme,
+        plan: StepPlan,
+        *,
+        start: float,
+        deadline: float,
+    ) -> dict[int, torch.Tensor]:
+        """Poll for the results of ``round_`` until the step's rule is met; returns ``{worker: (b, *out)}``."""
+        results: dict[int, torch.Tensor] = {}
+        pending = {w for w in range(self.num_workers) if self.rank_of[w] not in self.monitor.lost}
+        required = None if plan.required is None else set(plan.required.any(0).nonzero().flatten().tolist())
+        while True:
+            for worker in sorted(pending):
+                if self.channel.has_result(round_, worker):
+                    results[worker] = self.channel.take_result(round_, worker)
+                    pending.discard(worker)
+            pending -= self._report_lost(step)
+            live = self.num_workers - len(self.lost_workers)
+            if live < scheme.min_arrived:
+                raise TooFewWorkersError(
+                    f"step {step}: only {live} of {self.num_workers} workers remain (lost: {self.lost_workers}); "
+                    f"{scheme.name} needs at least {scheme.min_arrived}"
+                )
+            if required is None:
+                usable, rule_met = len(results), len(results) >= min(plan.quorum, live)
+            else:
+                usable, rule_met = len(required & results.keys()), not (required & pending)
+            now = time.monotonic()
+            if usable >= scheme.min_arrived and (rule_met or now >= deadline or not pending):
+                break
+            if now - start > self.step_timeout_s or not pending:
+                raise TooFewWorkersError(
+                    f"step {step}: {usable} usable results after {now - start:.1f} s, {scheme.name} needs "
+                    f"{scheme.min_arrived} (pending workers {sorted(pending)}, lost {self.lost_workers})"
+                )
+            time.sleep(self.poll_s)
+        self._unread.extend((round_, worker) for worker in pending)
+        return results
+
+    def _report_lost(self, step: int) -> set[int]:
+        """Workers of ranks declared lost by this poll (reported on stderr)."""
+        newly_lost = self.monitor.poll()
+        gone = {w for rank in newly_lost for w in self.assignment[rank]}
+        if gone:
+            print(
+                f"[torchgcc] step {step}: lost rank(s) {sorted(newly_lost)} hosting workers {sorted(gone)}; "
+                "they are permanent stragglers from now on",
+                file=sys.stderr,
+                flush=True,
+            )
+        return gone
 
     def _drop_unread(self, *, before: int) -> None:
         """Delete results of rounds older than ``before`` that arrived too late to be read."""
