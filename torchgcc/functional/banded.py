@@ -48,12 +48,12 @@ def pentadiagonal_ldl(diag: torch.Tensor, off1: torch.Tensor, off2: torch.Tensor
     for i in range(m):
         di = a0[i]
         if i >= 1:
-            di = di - e[i - 1] * e[i - 1] * d[i - 1]
+            di = torch.addcmul(di, e[i - 1] * e[i - 1], d[i - 1], value=-1)
         if i >= 2:
-            di = di - f[i - 2] * f[i - 2] * d[i - 2]
+            di = torch.addcmul(di, f[i - 2] * f[i - 2], d[i - 2], value=-1)
         d.append(di)
         if i + 1 < m:
-            ei = a1[i] - f[i - 1] * e[i - 1] * d[i - 1] if i >= 1 else a1[i]
+            ei = torch.addcmul(a1[i], f[i - 1] * e[i - 1], d[i - 1], value=-1) if i >= 1 else a1[i]
             e.append(ei / di)
         if i + 2 < m:
             f.append(a2[i] / di)
@@ -65,7 +65,7 @@ def pentadiagonal_solve(factors: PentadiagonalLDL, rhs: torch.Tensor) -> torch.T
     m = factors.d.shape[-1]
     if rhs.shape[-2] != m:
         raise ValueError(f"right-hand side has {rhs.shape[-2]} rows, the matrix has {m}")
-    d = factors.d.unsqueeze(-1).unbind(-2)
+    inv_d = factors.d.reciprocal().unsqueeze(-1).unbind(-2)
     e = factors.e.unsqueeze(-1).unbind(-2)
     f = factors.f.unsqueeze(-1).unbind(-2)
     b = rhs.unbind(-2)
@@ -73,17 +73,17 @@ def pentadiagonal_solve(factors: PentadiagonalLDL, rhs: torch.Tensor) -> torch.T
     for i in range(m):  # L z = b
         zi = b[i]
         if i >= 1:
-            zi = zi - e[i - 1] * z[i - 1]
+            zi = torch.addcmul(zi, e[i - 1], z[i - 1], value=-1)
         if i >= 2:
-            zi = zi - f[i - 2] * z[i - 2]
+            zi = torch.addcmul(zi, f[i - 2], z[i - 2], value=-1)
         z.append(zi)
     x: list[torch.Tensor] = [rhs[..., 0, :]] * m
     for i in reversed(range(m)):  # D L^T x = z
-        xi = z[i] / d[i]
+        xi = z[i] * inv_d[i]
         if i + 1 < m:
-            xi = xi - e[i] * x[i + 1]
+            xi = torch.addcmul(xi, e[i], x[i + 1], value=-1)
         if i + 2 < m:
-            xi = xi - f[i] * x[i + 2]
+            xi = torch.addcmul(xi, f[i], x[i + 2], value=-1)
         x[i] = xi
     return torch.stack(x, dim=-2) if m else rhs.clone()
 

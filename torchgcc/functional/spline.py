@@ -71,7 +71,7 @@ def smoothing_spline_matrix(knots: torch.Tensor, points: torch.Tensor, lam: Lam 
     # the knot values (a, b) and c those of the interior second derivatives. v, c and Q^T v are sparse (at most four
     # entries near idx), so the right-hand side is scattered directly; only the solve's output is dense.
     if n == 2:
-        return _scatter_pair(knots.new_zeros(batch + (points.shape[-1], n)), idx, a, b)
+        return _add_pair_(knots.new_zeros(batch + (n, points.shape[-1])), idx, a, b).transpose(-1, -2)
     m = n - 2
     # Cubic terms vanish outside the knots, where the natural spline is the chord line plus the end slope term.
     outside = (a < 0) | (b < 0)
@@ -107,16 +107,15 @@ def smoothing_spline_matrix(knots: torch.Tensor, points: torch.Tensor, lam: Lam 
     rhs = knots.new_zeros(batch + (m + 4, points.shape[-1])).scatter(-2, columns, entries)[..., 2 : m + 2, :]
     z = pentadiagonal_solve(pentadiagonal_ldl(diag, off1, off2), rhs)  # (..., m, P)
 
-    # Q z: row r gets q_lo[r] z[r] + q_mid[r - 1] z[r - 1] + q_hi[r - 2] z[r - 2].
-    rows = (
-        pad(q_lo.unsqueeze(-1) * z, (0, 0, 0, 2))
-        + pad(q_mid.unsqueeze(-1) * z, (0, 0, 1, 1))
-        + pad(q_hi.unsqueeze(-1) * z, (0, 0, 2, 0))
-    )  # (..., n, P)
-    return _scatter_pair(rows.transpose(-1, -2), idx, a, b)
+    # D^T = Q z + (a, b) scattered at rows idx, idx + 1: row r of Q z is q_lo[r] z[r] + q_mid[r-1] z[r-1] + q_hi[r-2] z[r-2].
+    rows = z.new_zeros(batch + (n, points.shape[-1]))
+    rows[..., :m, :].addcmul_(q_lo.unsqueeze(-1), z)
+    rows[..., 1 : m + 1, :].addcmul_(q_mid.unsqueeze(-1), z)
+    rows[..., 2:, :].addcmul_(q_hi.unsqueeze(-1), z)
+    return _add_pair_(rows, idx, a, b).transpose(-1, -2)
 
 
-def _scatter_pair(matrix: torch.Tensor, idx: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Add ``a`` at column ``idx`` and ``b`` at column ``idx + 1`` of every row of ``matrix`` ``(..., P, n)``."""
-    col = idx.unsqueeze(-1)
-    return matrix.scatter_add(-1, col, a.unsqueeze(-1)).scatter_add(-1, col + 1, b.unsqueeze(-1))
+def _add_pair_(matrix: torch.Tensor, idx: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Add ``a`` at row ``idx`` and ``b`` at row ``idx + 1`` of every column of ``matrix`` ``(..., n, P)``, in place."""
+    row = idx.unsqueeze(-2)
+    return matrix.scatter_add_(-2, row, a.unsqueeze(-2)).scatter_add_(-2, row + 1, b.unsqueeze(-2))
