@@ -19,6 +19,7 @@ from typing import Callable, Optional
 import torch
 
 from torchgcc.points import PointSpec, resolve_points
+from torchgcc.registry import Registry
 
 __all__ = [
     "StragglerModel",
@@ -207,19 +208,15 @@ class Bimodal(LatencyModel):
 
 
 #: Latency models by name.
-LATENCY_MODELS: dict[str, Callable[..., LatencyModel]] = {
-    "shifted_exponential": ShiftedExponential,
-    "pareto": Pareto,
-    "bimodal": Bimodal,
-}
+LATENCY_MODELS: Registry[Callable[..., LatencyModel]] = Registry("latency model")
+LATENCY_MODELS.register("shifted_exponential", ShiftedExponential)
+LATENCY_MODELS.register("pareto", Pareto)
+LATENCY_MODELS.register("bimodal", Bimodal)
 
 
 def make_latency_model(name: str, **params: float) -> LatencyModel:
     """Build a latency model registered in :data:`LATENCY_MODELS`."""
-    try:
-        return LATENCY_MODELS[name](**params)
-    except KeyError:
-        raise ValueError(f"unknown latency model {name!r}; choose one of {sorted(LATENCY_MODELS)}") from None
+    return LATENCY_MODELS[name](**params)
 
 
 class LatencyStragglers(StragglerModel):

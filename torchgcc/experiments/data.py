@@ -18,6 +18,8 @@ from typing import Callable
 import torch
 from torch.utils.data import TensorDataset
 
+from torchgcc.registry import Registry
+
 __all__ = ["DATASETS", "DataSplit", "list_datasets", "load_dataset", "register_dataset"]
 
 
@@ -56,24 +58,15 @@ class DataSplit:
 DatasetLoader = Callable[..., DataSplit]
 
 #: Registered loaders: ``name -> loader(*, data_dir, download, seed) -> DataSplit``.
-DATASETS: dict[str, DatasetLoader] = {}
+DATASETS: Registry[DatasetLoader] = Registry("dataset")
 
-
-def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:
-    """Decorator that adds a loader to :data:`DATASETS` under ``name``."""
-
-    def decorator(loader: DatasetLoader) -> DatasetLoader:
-        if name in DATASETS:
-            raise ValueError(f"dataset {name!r} is already registered")
-        DATASETS[name] = loader
-        return loader
-
-    return decorator
+#: Decorator that adds a loader to :data:`DATASETS` under a name.
+register_dataset = DATASETS.register
 
 
 def list_datasets() -> list[str]:
     """Names accepted by :func:`load_dataset`."""
-    return sorted(DATASETS)
+    return DATASETS.names()
 
 
 def load_dataset(
@@ -84,8 +77,6 @@ def load_dataset(
     ``seed`` fixes the train/test split of datasets that do not ship one (digits). ``data_dir`` and ``download``
     are passed to torchvision for the others.
     """
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose one of {list_datasets()}")
     return DATASETS[name](data_dir=data_dir, download=download, seed=seed)
 
 

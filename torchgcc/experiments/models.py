@@ -16,29 +16,22 @@ from typing import Callable
 import torch
 from torch import nn
 
+from torchgcc.registry import Registry
+
 __all__ = ["LeNet5", "MODELS", "build_model", "list_models", "register_model", "small_vit"]
 
 ModelBuilder = Callable[..., nn.Module]
 
 #: Registered model builders: ``name -> builder(*, in_channels, image_size, num_classes) -> nn.Module``.
-MODELS: dict[str, ModelBuilder] = {}
+MODELS: Registry[ModelBuilder] = Registry("model")
 
-
-def register_model(name: str) -> Callable[[ModelBuilder], ModelBuilder]:
-    """Decorator that adds a builder to :data:`MODELS` under ``name``."""
-
-    def decorator(builder: ModelBuilder) -> ModelBuilder:
-        if name in MODELS:
-            raise ValueError(f"model {name!r} is already registered")
-        MODELS[name] = builder
-        return builder
-
-    return decorator
+#: Decorator that adds a builder to :data:`MODELS` under a name.
+register_model = MODELS.register
 
 
 def list_models() -> list[str]:
     """Names accepted by :func:`build_model`."""
-    return sorted(MODELS)
+    return MODELS.names()
 
 
 def build_model(name: str, *, in_channels: int, image_size: int, num_classes: int) -> nn.Module:
@@ -46,8 +39,6 @@ def build_model(name: str, *, in_channels: int, image_size: int, num_classes: in
 
     Returns an ``nn.Module`` mapping ``(M, in_channels, image_size, image_size)`` to logits ``(M, num_classes)``.
     """
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; choose one of {list_models()}")
     return MODELS[name](in_channels=in_channels, image_size=image_size, num_classes=num_classes)
 
 

@@ -1,0 +1,24 @@
+import pytest
+
+from torchgcc.codes import CODES, list_codes
+from torchgcc.registry import Registry
+
+
+def test_register_lookup_and_errors():
+    registry = Registry[int]("shape")
+    assert registry.register("square", 4) == 4
+
+    @registry.register("triangle")
+    def three() -> int:
+        return 3
+
+    assert registry["square"] == 4 and registry["triangle"] is three
+    assert registry.names() == ["square", "triangle"] and list(registry) == registry.names() and "square" in registry
+    with pytest.raises(ValueError, match="a shape named 'square' is already registered"):
+        registry.register("square", 5)
+    with pytest.raises(ValueError, match=r"unknown shape 'circle'; registered: \['square', 'triangle'\]"):
+        registry["circle"]
+
+
+def test_the_codes_registry_lists_every_code():
+    assert list_codes() == ["bacc", "gcc", "lcc", "natural"] == CODES.names()
