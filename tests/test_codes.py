@@ -292,3 +292,11 @@ def test_cache_is_bounded_and_results_do_not_depend_on_it(cache_size):
     for _ in range(2):
         torch.testing.assert_close(small.decoder(y, masks), expected)
         assert len(small.decoder._cache) <= cache_size
+
+
+def test_overflowing_but_finite_results_are_decoded_not_rejected():
+    code = build("gcc")
+    mask = random_masks(2, N, 2, seed=14)
+    y = torch.full((2, N, 4), 1e38, dtype=torch.float32)  # finite; the decoder's finiteness probe (a sum) overflows
+    y[~mask] = float("nan")
+    torch.testing.assert_close(code.decoder(y, mask), torch.full((2, K, 4), 1e38), rtol=1e-5, atol=0)

@@ -137,8 +137,9 @@ class Decoder(_Float64Buffers):
         matrices = self.matrices(flat, mask).to(y.dtype)
         out = matrices @ flat
         # A NaN or Inf anywhere in a worker's column (straggler or not) reaches every row of the product, since
-        # 0 * NaN and 0 * Inf are NaN: checking the first estimate of each group is enough and 16x cheaper.
-        if not torch.isfinite(out[:, 0]).all():
+        # 0 * NaN and 0 * Inf are NaN, and it survives a sum: checking the sum of the first estimates is enough.
+        # (A finite sum that overflows only sends the call down the careful path below.)
+        if not torch.isfinite(out[:, 0].sum()):
             # Either a straggler slot holds NaN/Inf (0 * NaN is NaN) or an arrived result is non-finite.
             bad = mask & ~torch.isfinite(flat).all(dim=-1)
             if bad.any():
@@ -161,18 +162,24 @@ class Decoder(_Float64Buffers):
     def decode_matrix(self, mask: torch.Tensor) -> torch.Tensor:
         """``(B, K, N)`` float64 decode matrices for a ``(B, N)`` bool mask, from the cache where possible."""
         matrices, inverse = self.unique_matrices(mask)
-        return matrices[inverse]
+        return matrices if len(matrices) == len(mask) else matrices[inverse]
 
     def unique_matrices(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Matrices of the distinct rows of ``mask`` ``(U, ...)`` and each group's row index ``(B,)``.
+        """Matrices of the distinct rows of ``mask`` ``(U, ...)``, in order of first appearance, and each group's
+        row index ``(B,)``.
 
         Matrices come from the cache where possible; the missing ones are built by :meth:`solve` in one call.
         """
         # Deduplicate on packed bytes in numpy: cheaper than torch.unique(dim=0), and the bytes are the cache keys.
+        # Distinct rows are kept in order of first appearance, so a batch of distinct masks needs no reordering.
         packed = np.packbits(mask.cpu().numpy(), axis=1)
         _, first, inverse = np.unique(packed.view(f"V{packed.shape[1]}").ravel(), return_index=True, return_inverse=True)
+        order = np.argsort(first)
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        first = first[order]
         unique = mask[torch.from_numpy(first).to(mask.device)]
-        inverse = torch.from_numpy(inverse.reshape(-1)).to(mask.device)
+        inverse = torch.from_numpy(rank[inverse.reshape(-1)]).to(mask.device)
         keys = [(str(mask.device), packed[i].tobytes()) for i in first]
         cached = [i for i, key in enumerate(keys) if key in self._cache]
         missing = [i for i, key in enumerate(keys) if key not in self._cache]
