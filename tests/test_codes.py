@@ -7,6 +7,7 @@ import torch
 import torchgcc
 from conftest import random_masks, requires_cuda
 from references import berrut_reference, natural_spline_reference
+from torchgcc.codes.gcc import spacing_lambda
 from torchgcc.functional import smoothing_spline_matrix
 
 K, N = 4, 12
@@ -178,17 +179,20 @@ def test_cuda_matches_cpu(code):
 
 
 @pytest.mark.parametrize("num_workers", [8, 64, 512])
-@pytest.mark.parametrize("lam", [0.0, 1e-7])
+@pytest.mark.parametrize("lam", [0.0, 1e-7, "spacing"])
 def test_gcc_matrices_match_scipy(num_workers, lam):
     k = 16 if num_workers >= 16 else 5  # scipy's smoothing spline needs 5 points
-    code = torchgcc.GCC(num_inputs=k, num_workers=num_workers, lambda_enc=lam, lambda_dec=lam)
+    lambda_enc = 0.0 if lam == "spacing" else lam
+    code = torchgcc.GCC(num_inputs=k, num_workers=num_workers, lambda_enc=lambda_enc, lambda_dec=lam)
     alpha, beta = code.alpha.numpy(), code.beta.numpy()
-    np.testing.assert_allclose(code.encoder.matrix.numpy(), natural_spline_reference(alpha, beta, lam), atol=1e-8)
+    np.testing.assert_allclose(code.encoder.matrix.numpy(), natural_spline_reference(alpha, beta, lambda_enc), atol=1e-8)
     for stragglers in sorted({0, 1, num_workers // 4, num_workers - 5}):
         mask = random_masks(2, num_workers, stragglers, seed=stragglers)
         full = code.decoder.decode_matrix(mask)
         for row, arrived in zip(full, mask):
-            expected = natural_spline_reference(beta[arrived.numpy()], alpha, lam)
+            n = int(arrived.sum())
+            lam_n = spacing_lambda(n) if lam == "spacing" else lam
+            expected = natural_spline_reference(beta[arrived.numpy()], alpha, lam_n)
             np.testing.assert_allclose(row[:, arrived].numpy(), expected, atol=1e-8)
             assert not row[:, ~arrived].any()
 
