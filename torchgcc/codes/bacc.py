@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.functional import berrut_matrix
-from torchgcc.points import PointSpec
 
 __all__ = ["BACC", "BerrutDecoder"]
 
@@ -22,20 +23,11 @@ class BerrutDecoder(Decoder):
 class BACC(Code):
     """Berrut encoder through ``(alpha_k, x_k)`` evaluated at ``beta``; Berrut decoder on the survivors.
 
-    Decodes from any number of arrived results (at least one).
+    Decodes from any number of arrived results (at least one). ``options`` are those of :class:`Code`.
     """
 
-    def __init__(
-        self,
-        num_inputs: int,
-        num_workers: int,
-        *,
-        alpha: PointSpec = "chebyshev1",
-        beta: PointSpec = "chebyshev2",
-        nonfinite: str = "error",
-        cache_size: int = 4096,
-    ) -> None:
-        super().__init__(num_inputs, num_workers, alpha=alpha, beta=beta)
-        alpha_, beta_ = self._points
-        self.encoder = Encoder(berrut_matrix(alpha_, beta_))
-        self.decoder = BerrutDecoder(alpha_, beta_, min_arrived=1, nonfinite=nonfinite, cache_size=cache_size)
+    def __init__(self, num_inputs: int, num_workers: int, **options: Any) -> None:
+        super().__init__(num_inputs, num_workers, **options)
+        alpha, beta = self._points
+        self.encoder = Encoder(berrut_matrix(alpha, beta))
+        self.decoder = BerrutDecoder(alpha, beta, min_arrived=1, **self._decoder_options)

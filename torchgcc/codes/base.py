@@ -16,7 +16,16 @@ class Code(nn.Module):
 
     Subclasses build ``self.encoder`` (:class:`Encoder`, ``(B, K, *feat) -> (B, N, *feat)``) and ``self.decoder``
     (:class:`Decoder`, ``(B, N, *out), mask (B, N) -> (B, K, *out)``) from the regression points ``alpha`` ``(K,)``
-    and worker points ``beta`` ``(N,)``, both float64 on [-1, 1] and ascending.
+    and worker points ``beta`` ``(N,)``, both float64 on [-1, 1] and ascending, and pass their remaining keyword
+    arguments (the options below) to this constructor.
+
+    Args:
+        num_inputs: K, the inputs coded together.
+        num_workers: N >= K, the workers.
+        alpha: regression points, a rule of :data:`torchgcc.points.POINT_RULES` or K increasing values.
+        beta: worker points, likewise with N values.
+        nonfinite: the decoder's handling of a NaN/Inf result from a worker that arrived (see :class:`Decoder`).
+        cache_size: how many per-mask decode matrices the decoder keeps.
     """
 
     encoder: Encoder
@@ -29,6 +38,8 @@ class Code(nn.Module):
         *,
         alpha: PointSpec = "chebyshev1",
         beta: PointSpec = "chebyshev2",
+        nonfinite: str = "error",
+        cache_size: int = 4096,
     ) -> None:
         super().__init__()
         for name, value in (("num_inputs", num_inputs), ("num_workers", num_workers)):
@@ -39,6 +50,7 @@ class Code(nn.Module):
         self.num_inputs = num_inputs
         self.num_workers = num_workers
         self._points = (resolve_points(alpha, num_inputs, name="alpha"), resolve_points(beta, num_workers, name="beta"))
+        self._decoder_options = {"nonfinite": nonfinite, "cache_size": cache_size}
 
     @property
     def alpha(self) -> torch.Tensor:

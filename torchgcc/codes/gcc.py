@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 
 from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.functional import gcv_scores, smoothing_spline_matrix
-from torchgcc.points import PointSpec
 
 __all__ = ["GCC", "SplineDecoder", "GCVSplineDecoder", "spacing_lambda", "BANDWIDTH_RATIO", "GCV_GRID", "LAMBDA_RULES"]
 
@@ -108,6 +107,7 @@ class GCC(Code):
     Defaults: ``lambda_enc = 0``, so the encoder passes exactly through the inputs and ``f(u_e(alpha_k)) = f(x_k)``
     (encoder smoothing adds a bias that does not shrink with N); ``lambda_dec = "spacing"`` applies
     :func:`spacing_lambda` to each straggler pattern: a light smoothing at a fifth of the surviving points' spacing.
+    ``options`` are those of :class:`Code` (points, non-finite policy, cache size).
     """
 
     def __init__(
@@ -117,28 +117,24 @@ class GCC(Code):
         *,
         lambda_enc: float = 0.0,
         lambda_dec: Union[float, str] = "spacing",
-        alpha: PointSpec = "chebyshev1",
-        beta: PointSpec = "chebyshev2",
-        nonfinite: str = "error",
-        cache_size: int = 4096,
+        **options: Any,
     ) -> None:
-        super().__init__(num_inputs, num_workers, alpha=alpha, beta=beta)
+        super().__init__(num_inputs, num_workers, **options)
         _check_lambda("lambda_enc", lambda_enc)
         if lambda_dec not in LAMBDA_RULES:
             _check_lambda("lambda_dec", lambda_dec)
         self.lambda_enc = float(lambda_enc)
         self.lambda_dec = lambda_dec if lambda_dec in LAMBDA_RULES else float(lambda_dec)
-        alpha_, beta_ = self._points
+        alpha, beta = self._points
         if num_inputs >= 2:
-            self.encoder = Encoder(smoothing_spline_matrix(alpha_, beta_, self.lambda_enc))
+            self.encoder = Encoder(smoothing_spline_matrix(alpha, beta, self.lambda_enc))
         else:  # one input: the spline through one point is the constant
             self.encoder = Encoder(torch.ones(num_workers, 1, dtype=torch.float64))
-        options = dict(min_arrived=2, nonfinite=nonfinite, cache_size=cache_size)
         if self.lambda_dec == "gcv":
-            self.decoder = GCVSplineDecoder(alpha_, beta_, **options)
+            self.decoder = GCVSplineDecoder(alpha, beta, min_arrived=2, **self._decoder_options)
         else:
             lam = None if self.lambda_dec == "spacing" else self.lambda_dec
-            self.decoder = SplineDecoder(alpha_, beta_, lam=lam, **options)
+            self.decoder = SplineDecoder(alpha, beta, lam=lam, min_arrived=2, **self._decoder_options)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, lambda_enc={self.lambda_enc:g}, lambda_dec={self.lambda_dec}"

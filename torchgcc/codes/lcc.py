@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.functional import lagrange_matrix
-from torchgcc.points import PointSpec
 
 __all__ = ["LCC", "LagrangeDecoder", "BELOW_THRESHOLD_POLICIES"]
 
@@ -35,7 +36,7 @@ class LCC(Code):
     For ``f`` a polynomial of degree ``degree``, ``f(u_e(t))`` has degree ``(K - 1) * degree``, so the decoder is
     exact once ``threshold = (K - 1) * degree + 1`` results arrived. With fewer the decoder raises ``ValueError``
     (``below_threshold="error"``, the default) or interpolates the survivors (``"interpolate"``, inexact and
-    typically unstable: this is how LCC fails beyond its threshold).
+    typically unstable: this is how LCC fails beyond its threshold). ``options`` are those of :class:`Code`.
     """
 
     def __init__(
@@ -45,12 +46,9 @@ class LCC(Code):
         *,
         degree: int,
         below_threshold: str = "error",
-        alpha: PointSpec = "chebyshev1",
-        beta: PointSpec = "chebyshev2",
-        nonfinite: str = "error",
-        cache_size: int = 4096,
+        **options: Any,
     ) -> None:
-        super().__init__(num_inputs, num_workers, alpha=alpha, beta=beta)
+        super().__init__(num_inputs, num_workers, **options)
         if not isinstance(degree, int) or isinstance(degree, bool) or degree < 1:
             raise ValueError(f"degree must be a positive integer, got {degree!r}")
         if below_threshold not in BELOW_THRESHOLD_POLICIES:
@@ -61,15 +59,14 @@ class LCC(Code):
             raise ValueError(
                 f"LCC with K={num_inputs} and degree {degree} needs at least {self.threshold} workers, got N={num_workers}"
             )
-        alpha_, beta_ = self._points
-        self.encoder = Encoder(lagrange_matrix(alpha_, beta_))
+        alpha, beta = self._points
+        self.encoder = Encoder(lagrange_matrix(alpha, beta))
         self.decoder = LagrangeDecoder(
-            alpha_,
-            beta_,
+            alpha,
+            beta,
             degree=self.threshold - 1,
             min_arrived=self.threshold if below_threshold == "error" else 1,
-            nonfinite=nonfinite,
-            cache_size=cache_size,
+            **self._decoder_options,
         )
 
     def extra_repr(self) -> str:
