@@ -29,11 +29,16 @@ import torchgcc
 from torchgcc.stragglers import FixedStragglers
 
 
-def timed(fn: Callable[[], object], repeats: int) -> float:
-    """Best wall time of ``fn`` over ``repeats`` runs after one warm-up (the least disturbed by other load)."""
+def timed(fn: Callable[[], object], repeats: int, setup: Callable[[], object] = lambda: None) -> float:
+    """Best wall time of ``fn`` over ``repeats`` runs after one warm-up (the least disturbed by other load).
+
+    ``setup`` runs, untimed, before every run (e.g. emptying the decoder's cache).
+    """
+    setup()
     fn()
     times = []
     for _ in range(repeats):
+        setup()
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
@@ -82,34 +87,25 @@ def main() -> None:
     y = torch.randn(B, N, d)  # float32 results
     matrices = code.decoder.decode_matrix(mask).float()
 
-    def cold() -> torch.Tensor:
-        code.decoder.clear_cache()
-        return code.decoder(y, mask)
-
-    def construct() -> torch.Tensor:
-        code.decoder.clear_cache()
-        return code.decoder.decode_matrix(mask)
-
+    clear = code.decoder.clear_cache
     t_bmm = timed(lambda: torch.bmm(matrices, y), args.repeats)
-    t_cold = timed(cold, args.repeats)
-    t_construct = timed(construct, args.repeats)
+    t_cold = timed(lambda: code.decoder(y, mask), args.repeats, setup=clear)
+    t_construct = timed(lambda: code.decoder.decode_matrix(mask), args.repeats, setup=clear)
     t_warm = timed(lambda: code.decoder(y, mask), args.repeats)
     lam = code.decoder.lam_for
     y_np, mask_np = y.numpy(), mask.numpy()
     beta, alpha = code.beta.numpy(), code.alpha.numpy()
     t_scipy = timed(lambda: scipy_decode(beta, alpha, y_np, mask_np, lam), max(1, args.repeats // 3))
-    agree = np.abs(scipy_decode(beta, alpha, y_np, mask_np, lam) - cold().numpy()).max()
+    clear()
+    agree = np.abs(scipy_decode(beta, alpha, y_np, mask_np, lam) - code.decoder(y, mask).numpy()).max()
 
     scaling = []
     for n in args.scaling_workers:
         big = torchgcc.GCC(num_inputs=K, num_workers=n)
         big_mask = FixedStragglers(n // 4, seed=args.seed).sample(args.scaling_groups, n)
 
-        def build() -> torch.Tensor:
-            big.decoder.clear_cache()
-            return big.decoder.decode_matrix(big_mask)
-
-        scaling.append({"N": n, "seconds": timed(build, max(1, args.repeats // 2))})
+        seconds = timed(lambda: big.decoder.decode_matrix(big_mask), max(1, args.repeats // 2), setup=big.decoder.clear_cache)
+        scaling.append({"N": n, "seconds": seconds})
     slope = float(np.polyfit(np.log([s["N"] for s in scaling]), np.log([s["seconds"] for s in scaling]), 1)[0])
 
     result = {

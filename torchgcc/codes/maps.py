@@ -180,7 +180,9 @@ class Decoder(_Float64Buffers):
         first = first[order]
         unique = mask[torch.from_numpy(first).to(mask.device)]
         inverse = torch.from_numpy(rank[inverse.reshape(-1)]).to(mask.device)
-        keys = [(str(mask.device), packed[i].tobytes()) for i in first]
+        width, device = packed.shape[1], str(mask.device)
+        rows = packed[first].tobytes()
+        keys = [(device, rows[i * width : (i + 1) * width]) for i in range(len(first))]
         cached = [i for i, key in enumerate(keys) if key in self._cache]
         missing = [i for i, key in enumerate(keys) if key not in self._cache]
         for i in cached:
