@@ -17,9 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -27,22 +26,17 @@ from scipy.interpolate import CubicSpline, make_smoothing_spline
 
 import torchgcc
 from torchgcc.stragglers import FixedStragglers
+from torchgcc.timing import make_timer
+
+CPU_TIMER = make_timer("cpu")
 
 
-def timed(fn: Callable[[], object], repeats: int, setup: Callable[[], object] = lambda: None) -> float:
+def timed(fn: Callable[[], object], repeats: int, setup: Optional[Callable[[], object]] = None) -> float:
     """Best wall time of ``fn`` over ``repeats`` runs after one warm-up (the least disturbed by other load).
 
     ``setup`` runs, untimed, before every run (e.g. emptying the decoder's cache).
     """
-    setup()
-    fn()
-    times = []
-    for _ in range(repeats):
-        setup()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(CPU_TIMER.measure(fn, warmup=1, repeats=repeats, setup=setup))
 
 
 def scipy_decode(

@@ -19,7 +19,7 @@ from torchgcc.experiments.plots import plot_straggler_sweep
 from torchgcc.experiments.report import lambda_label, publish
 from torchgcc.experiments.straggler_sweep import StragglerSweep, run_straggler_sweep
 
-__all__ = ["DEMO", "QUICK", "register", "run"]
+__all__ = ["DEMO", "QUICK", "register", "run", "run_and_publish"]
 
 #: The published demo: LeNet5 on digits, K = 8 inputs per group on N = 32 workers, S = 0..16, 20 repeats.
 DEMO = StragglerSweep(model="lenet5", data="digits", num_inputs=8, num_workers=32,
@@ -54,15 +54,19 @@ def summarise(records: list[dict], console: Console) -> bool:
 def run(args: argparse.Namespace) -> int:
     """Run the demo with the parsed command-line ``args``."""
     apply_threads(args)
-    console = Console()
     sweep = replace(QUICK if args.quick else DEMO, seed=args.seed, gcc=gcc_options(args))
-    records, config = run_straggler_sweep(sweep, progress=args.progress)
+    return run_and_publish(sweep, out=Path(args.out), progress=args.progress, heading="Coded inference")
+
+
+def run_and_publish(sweep: StragglerSweep, *, out: Path, progress: bool, heading: str) -> int:
+    """Run ``sweep``, print its table and verdict, and write results, table and ``stragglers.png`` to ``out``."""
+    console = Console()
+    records, config = run_straggler_sweep(sweep, progress=progress)
     origin = "loaded from" if config["model_from_cache"] else "trained and cached in"
     console.print(f"{sweep.model} on {sweep.data}: test accuracy {100 * config['test_accuracy']:.1f}% "
                   f"({origin} {config['model_cache']})")
-    title = (f"Coded inference, {sweep.model} on {sweep.data}, K={sweep.num_inputs}, N={sweep.num_workers}, "
+    title = (f"{heading}, {sweep.model} on {sweep.data}, K={sweep.num_inputs}, N={sweep.num_workers}, "
              f"{sweep.placement} stragglers, {sweep.repeats} repeats\n{lambda_label(config)}")
-    out = Path(args.out)
     publish(out, config=config, records=records, setting="S", title=title, console=console)
     plot_straggler_sweep(records, out / "stragglers.png", title=title)
     summarise(records, console)

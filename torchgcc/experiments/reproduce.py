@@ -14,20 +14,18 @@ from typing import Callable
 from rich.console import Console
 
 from torchgcc.experiments.data import list_datasets
-from torchgcc.experiments.demo import summarise
+from torchgcc.experiments.demo import DEMO, QUICK, run_and_publish
 from torchgcc.experiments.models import list_models
 from torchgcc.experiments.options import add_common_arguments, apply_threads, gcc_options
-from torchgcc.experiments.plots import plot_polynomial, plot_rates, plot_straggler_sweep
+from torchgcc.experiments.plots import plot_polynomial, plot_rates
 from torchgcc.experiments.polynomial import PolynomialExperiment, run_polynomial
 from torchgcc.experiments.rates import RatesExperiment, fit_slopes, run_rates
 from torchgcc.experiments.report import lambda_label, publish
-from torchgcc.experiments.straggler_sweep import StragglerSweep, run_straggler_sweep
 
 __all__ = ["EXPERIMENTS", "register"]
 
-#: Fig. 2: (K, N) = (8, 32), S = 0..16, 20 repeats; --quick: S in {0, 8, 16}, 4 repeats.
-STRAGGLERS = StragglerSweep(num_inputs=8, num_workers=32, stragglers=tuple(range(0, 17, 2)), repeats=20)
-STRAGGLERS_QUICK = replace(STRAGGLERS, stragglers=(0, 8, 16), repeats=4)
+#: Fig. 2: the demo's settings, (K, N) = (8, 32), S = 0..16, 20 repeats; --quick: S in {0, 8, 16}, 4 repeats.
+STRAGGLERS, STRAGGLERS_QUICK = DEMO, QUICK
 #: Fig. 3: (K, N) = (8, 32), so LCC's threshold is 15 results (S <= 17); S = 0..30.
 POLYNOMIAL = PolynomialExperiment(num_inputs=8, num_workers=32, repeats=10)
 POLYNOMIAL_QUICK = PolynomialExperiment(num_inputs=4, num_workers=16, samples=128, repeats=3)
@@ -38,22 +36,13 @@ RATES_QUICK = replace(RATES, workers=(16, 32, 64, 128), probabilities=(0.1,), sa
 
 def _stragglers(args: argparse.Namespace) -> int:
     apply_threads(args)
-    console = Console()
     sweep = replace(STRAGGLERS_QUICK if args.quick else STRAGGLERS, model=args.model, data=args.data,
                     data_dir=args.data_dir, download=args.download, seed=args.seed, gcc=gcc_options(args))
     if args.stragglers is not None:
         if max(args.stragglers) >= sweep.num_workers - 1 or min(args.stragglers) < 0:
             raise SystemExit(f"--stragglers must lie in [0, {sweep.num_workers - 2}] (GCC needs 2 results)")
         sweep = replace(sweep, stragglers=args.stragglers)
-    records, config = run_straggler_sweep(sweep, progress=args.progress)
-    console.print(f"{sweep.model} on {sweep.data}: test accuracy {100 * config['test_accuracy']:.1f}%")
-    title = (f"Fig. 2 analogue: {sweep.model} on {sweep.data}, K={sweep.num_inputs}, N={sweep.num_workers}, "
-             f"{sweep.placement} stragglers, {sweep.repeats} repeats\n{lambda_label(config)}")
-    out = Path(args.out)
-    publish(out, config=config, records=records, setting="S", title=title, console=console)
-    plot_straggler_sweep(records, out / "stragglers.png", title=title)
-    summarise(records, console)
-    return 0
+    return run_and_publish(sweep, out=Path(args.out), progress=args.progress, heading="Fig. 2 analogue")
 
 
 def _polynomial(args: argparse.Namespace) -> int:

@@ -9,7 +9,6 @@ group straggle. Every scheme decodes the same masks. The records give MSE agains
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Mapping
 
 import torch
