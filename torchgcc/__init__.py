@@ -1,32 +1,41 @@
-"""torchgcc: General Coded Computing for PyTorch."""
+"""torchgcc: General Coded Computing for PyTorch.
+
+The public names are imported on first use (PEP 562), so ``import torchgcc`` and ``torchgcc --help`` stay fast and
+``torchgcc.__version__`` needs no torch import.
+"""
 
 import importlib
 from typing import Any
 
-from torchgcc import functional, points, stragglers
-from torchgcc.coded_module import CodedModule
-from torchgcc.codes import BACC, GCC, LCC, Code, list_codes, make_code, register_code
-
 __version__ = "0.1.0"
 
-__all__ = [
-    "BACC",
-    "CodedModule",
-    "Code",
-    "GCC",
-    "LCC",
-    "functional",
-    "list_codes",
-    "make_code",
-    "metrics",
-    "points",
-    "register_code",
-    "stragglers",
-]
+#: Public name -> the module that defines it (``None``: the name is a submodule of torchgcc).
+_EXPORTS: dict[str, str | None] = {
+    "BACC": "torchgcc.codes",
+    "CodedModule": "torchgcc.coded_module",
+    "Code": "torchgcc.codes",
+    "GCC": "torchgcc.codes",
+    "LCC": "torchgcc.codes",
+    "functional": None,
+    "list_codes": "torchgcc.codes",
+    "make_code": "torchgcc.codes",
+    "metrics": None,
+    "points": None,
+    "register_code": "torchgcc.codes",
+    "stragglers": None,
+}
+
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    # torchgcc.metrics pulls in torchmetrics (about 2 s); import it on first use only.
-    if name == "metrics":
-        return importlib.import_module("torchgcc.metrics")
-    raise AttributeError(f"module 'torchgcc' has no attribute {name!r}")
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'torchgcc' has no attribute {name!r}")
+    module = _EXPORTS[name]
+    value = importlib.import_module(f"torchgcc.{name}") if module is None else getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,73 +1,207 @@
-"""Accuracy of coded computation against the uncoded model.
+"""How close coded computation comes to the uncoded model.
 
-Functional forms take decoded outputs and the uncoded model's outputs (``reference``) of shape ``(M, *out)``; the
-:class:`RelativeAccuracy` metric accumulates them over batches (torchmetrics).
+Functions (torch only) take decoded outputs and the uncoded model's outputs (``reference``) of shape ``(M, *out)``:
+
+- :func:`mse`: mean squared error over every element,
+- :func:`argmax_agreement`: the fraction of samples whose decoded argmax equals the uncoded argmax (called RelAcc in
+  the GCC papers; records and logs call it ``agreement``),
+- :func:`accuracy`: top-1 accuracy of ``(M, C)`` logits against ``(M,)`` labels.
+
+:class:`CodedMetrics` accumulates them over batches and decodes (``update`` / ``compute``, as torchmetrics does) and
+adds 95% confidence intervals over GROUPS of K samples coded together: every group draws its own straggler mask,
+so groups are the independent units of coded inference. It is the one accumulator of the experiments, the recipes'
+coded evaluation and the distributed job. :class:`ArgmaxAgreement` is a ``torchmetrics.Metric`` for training loops
+(it needs the ``experiments`` extra and is imported on first use).
 """
 
 from __future__ import annotations
 
-import torch
-from torchmetrics import Metric
+import math
+from typing import Any
 
-__all__ = ["mse", "argmax_agreement", "accuracy", "relative_accuracy", "RelativeAccuracy"]
+import torch
+
+__all__ = ["CodedMetrics", "Z95", "accuracy", "argmax_agreement", "mean_ci", "mse"]
+
+#: Two-sided 95% normal quantile (the number of groups is in the tens or more).
+Z95 = 1.959963984540054
 
 
 def mse(decoded: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    """Mean squared error between decoded and uncoded outputs, over every element."""
+    """``mean((decoded - reference)^2)`` over every element, a float64 scalar tensor (differentiable)."""
     _check_same_shape(decoded, reference)
     return (decoded - reference).double().pow(2).mean()
 
 
 def argmax_agreement(decoded: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    """RelAcc: the fraction of samples whose decoded argmax equals the uncoded model's argmax; inputs ``(M, C)``."""
+    """The fraction of samples whose decoded argmax equals the uncoded argmax; inputs ``(M, C)``, float64 scalar."""
     _check_same_shape(decoded, reference)
     return (decoded.argmax(dim=-1) == reference.argmax(dim=-1)).double().mean()
 
 
 def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Top-1 accuracy of ``(M, C)`` logits against ``(M,)`` labels."""
+    """Top-1 accuracy of ``(M, C)`` logits against ``(M,)`` integer labels, a float64 scalar tensor."""
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} need labels of shape {tuple(logits.shape[:-1])}, "
+                         f"got {tuple(labels.shape)}")
     return (logits.argmax(dim=-1) == labels).double().mean()
 
 
-def relative_accuracy(decoded: torch.Tensor, reference: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Accuracy of the decoded outputs divided by the uncoded model's accuracy, both against ``labels``."""
-    _check_same_shape(decoded, reference)
-    return accuracy(decoded, labels) / accuracy(reference, labels)
+def mean_ci(values: torch.Tensor) -> tuple[float, float]:
+    """Mean of ``values`` ``(n,)`` and the half-width ``Z95 * std / sqrt(n)`` of its 95% normal confidence interval
+    (NaN when n < 2)."""
+    values = values.double().flatten()
+    mean = values.mean().item()
+    if values.numel() < 2:
+        return mean, math.nan
+    return mean, Z95 * values.std().item() / math.sqrt(values.numel())
 
 
-class RelativeAccuracy(Metric):
-    """Accumulates argmax agreement with the uncoded model and, given labels, both accuracies.
+class CodedMetrics:
+    """MSE, argmax agreement and (given labels) accuracy of decoded outputs, with 95% CIs over groups.
 
-    ``compute()`` returns ``{"relacc": agreement, "accuracy": ..., "reference_accuracy": ..., "relative_accuracy": ...}``
-    (the label-based entries only when labels were given).
+    ``update(decoded, reference, labels=None)`` takes one decode of ``M`` samples, ``(M, *out)`` each, whose
+    consecutive runs of ``group_size`` (= K) samples were coded together (the last run may be shorter): the layout of
+    :func:`torchgcc.coded_module.ungroup_samples`. Every call adds ``ceil(M / K)`` groups; call it once per straggler
+    mask (repeat). ``compute()`` returns floats:
+
+    ================================  ===============================================================================
+    ``mse``, ``mse_ci``               squared error over all elements; half-width over per-group MSEs
+    ``agreement``, ``agreement_ci``   argmax agreement with ``reference`` (``classification=True`` only)
+    ``accuracy``, ``accuracy_ci``     top-1 accuracy of ``decoded`` against ``labels`` (when every update had labels)
+    ``reference_accuracy``            top-1 accuracy of ``reference`` against ``labels`` (same condition)
+    ``groups``, ``samples``           the number of CI units and of samples accumulated
+    ================================  ===============================================================================
+
+    Point values pool every sample (:func:`mse`, :func:`argmax_agreement`, :func:`accuracy` of the concatenated
+    updates); half-widths are ``Z95 * std(per-group values) / sqrt(groups)`` (:func:`mean_ci`). ``merge(other)`` adds
+    another accumulator's groups (e.g. gathered from other ranks); the state is a few float64 numbers per group.
+
+    >>> metrics = CodedMetrics(group_size=2)
+    >>> metrics.update(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]), torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]))
+    >>> result = metrics.compute()
+    >>> result["groups"], round(result["agreement"], 4), round(result["mse"], 4)
+    (2, 0.6667, 0.3333)
     """
 
-    full_state_update = False
+    _STATES = ("squared_error", "elements", "samples", "agree", "correct", "reference_correct")
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        for name in ("agree", "correct", "reference_correct", "total", "labelled"):
-            self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+    def __init__(self, group_size: int, *, classification: bool = True) -> None:
+        if not isinstance(group_size, int) or group_size < 1:
+            raise ValueError(f"group_size must be a positive int (K, the inputs per group), got {group_size!r}")
+        self.group_size, self.classification = group_size, classification
+        self.reset()
 
+    def reset(self) -> None:
+        """Forget every update."""
+        self._state: dict[str, list[torch.Tensor]] = {name: [] for name in self._STATES}
+        self._updates = self._labelled = 0
+
+    @torch.no_grad()
     def update(self, decoded: torch.Tensor, reference: torch.Tensor, labels: torch.Tensor | None = None) -> None:
+        """Add the groups of one decode (see the class docstring)."""
         _check_same_shape(decoded, reference)
-        predicted, expected = decoded.argmax(dim=-1), reference.argmax(dim=-1)
-        self.agree += (predicted == expected).sum()
-        self.total += predicted.numel()
-        if labels is not None:
-            self.correct += (predicted == labels).sum()
-            self.reference_correct += (expected == labels).sum()
-            self.labelled += labels.numel()
+        if decoded.dim() == 0 or len(decoded) == 0:
+            raise ValueError(f"decoded must be (M, *out) with M >= 1, got shape {tuple(decoded.shape)}")
+        if labels is not None and labels.shape != decoded.shape[:1]:
+            raise ValueError(f"labels must be ({len(decoded)},), got {tuple(labels.shape)}")
+        samples = len(decoded)
+        group = torch.arange(samples, device=decoded.device) // self.group_size
+        num_groups = int(group[-1]) + 1
 
-    def compute(self) -> dict[str, torch.Tensor]:
-        out = {"relacc": self.agree.double() / self.total}
-        if self.labelled:
-            out["accuracy"] = self.correct.double() / self.labelled
-            out["reference_accuracy"] = self.reference_correct.double() / self.labelled
-            out["relative_accuracy"] = self.correct.double() / self.reference_correct
+        def per_group(values: torch.Tensor) -> torch.Tensor:
+            sums = torch.zeros(num_groups, dtype=torch.float64, device=values.device)
+            return sums.index_add_(0, group, values.double()).cpu()
+
+        squared = (decoded - reference).double().pow(2).reshape(samples, -1).sum(dim=1)
+        self._state["squared_error"].append(per_group(squared))
+        self._state["elements"].append(per_group(torch.full_like(squared, decoded[0].numel())))
+        self._state["samples"].append(per_group(torch.ones_like(squared)))
+        if self.classification:
+            predicted = decoded.argmax(dim=-1)
+            self._state["agree"].append(per_group(predicted == reference.argmax(dim=-1)))
+            if labels is not None:
+                self._state["correct"].append(per_group(predicted == labels))
+                self._state["reference_correct"].append(per_group(reference.argmax(dim=-1) == labels))
+        self._updates += 1
+        self._labelled += labels is not None
+
+    def merge(self, other: "CodedMetrics") -> "CodedMetrics":
+        """Add ``other``'s groups to this accumulator (same ``group_size`` and ``classification``); returns self."""
+        if (other.group_size, other.classification) != (self.group_size, self.classification):
+            raise ValueError("merge needs accumulators with the same group_size and classification")
+        for name in self._STATES:
+            self._state[name] += other._state[name]
+        self._updates += other._updates
+        self._labelled += other._labelled
+        return self
+
+    def compute(self) -> dict[str, Any]:
+        """Point values and 95% half-widths (see the class docstring)."""
+        if not self._updates:
+            raise ValueError("CodedMetrics.compute() before any update()")
+        if self._labelled not in (0, self._updates):
+            raise ValueError(f"labels were given to {self._labelled} of {self._updates} updates: give them to all or none")
+        state = {name: torch.cat(values) if values else None for name, values in self._state.items()}
+        samples = state["samples"]
+        out: dict[str, Any] = {"groups": len(samples), "samples": int(samples.sum())}
+        out["mse"] = (state["squared_error"].sum() / state["elements"].sum()).item()
+        out["mse_ci"] = mean_ci(state["squared_error"] / state["elements"])[1]
+        ratios = {"agreement": "agree", "accuracy": "correct", "reference_accuracy": "reference_correct"}
+        for key, name in ratios.items():
+            if state[name] is not None:
+                out[key] = (state[name].sum() / samples.sum()).item()
+                if key != "reference_accuracy":
+                    out[f"{key}_ci"] = mean_ci(state[name] / samples)[1]
         return out
 
 
 def _check_same_shape(decoded: torch.Tensor, reference: torch.Tensor) -> None:
     if decoded.shape != reference.shape:
         raise ValueError(f"decoded {tuple(decoded.shape)} and reference {tuple(reference.shape)} shapes differ")
+
+
+def _argmax_agreement_metric() -> type:
+    """Build :class:`ArgmaxAgreement` (a ``torchmetrics.Metric``) on first use."""
+    from torchgcc.optional import require
+
+    metric_base = require("torchmetrics").Metric
+
+    class ArgmaxAgreement(metric_base):
+        """torchmetrics ``Metric``: argmax agreement of decoded with uncoded outputs over batches and, given labels,
+        both top-1 accuracies. ``compute()`` returns ``{"agreement"[, "accuracy", "reference_accuracy"]}``
+        (float64 scalar tensors; the accuracies when labels were given)."""
+
+        full_state_update = False
+
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            for name in ("agree", "correct", "reference_correct", "total", "labelled"):
+                self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+        def update(self, decoded: torch.Tensor, reference: torch.Tensor, labels: torch.Tensor | None = None) -> None:
+            _check_same_shape(decoded, reference)
+            predicted, expected = decoded.argmax(dim=-1), reference.argmax(dim=-1)
+            self.agree += (predicted == expected).sum()
+            self.total += predicted.numel()
+            if labels is not None:
+                self.correct += (predicted == labels).sum()
+                self.reference_correct += (expected == labels).sum()
+                self.labelled += labels.numel()
+
+        def compute(self) -> dict[str, torch.Tensor]:
+            out = {"agreement": self.agree.double() / self.total}
+            if self.labelled:
+                out["accuracy"] = self.correct.double() / self.labelled
+                out["reference_accuracy"] = self.reference_correct.double() / self.labelled
+            return out
+
+    ArgmaxAgreement.__module__ = __name__
+    return ArgmaxAgreement
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ArgmaxAgreement":
+        globals()[name] = _argmax_agreement_metric()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,6 +16,8 @@ from typing import Any
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
+from torchgcc.experiments.options import fresh_output_dir
+
 from .coded_eval import CodedEvaluation
 from .module import CodedClassifier
 
@@ -38,7 +40,7 @@ class CodedTrainer(Trainer):
         placement: str = "random",
         code_kwargs: dict[str, dict[str, Any]] | None = None,
         seed: int = 0,
-        output_dir: str | None = "torchgcc-results/coded_eval",
+        output_dir: str | None = "auto",
     ) -> list[dict[str, Any]]:
         """Coded evaluation: sweep codes and straggler counts on the test set, write results.json and a plot.
 
@@ -54,14 +56,21 @@ class CodedTrainer(Trainer):
             placement: straggler placement (random, contiguous, worst).
             code_kwargs: per code, extra keyword arguments (e.g. ``{gcc: {lambda_dec: 1e-6}}``).
             seed: straggler seed.
-            output_dir: folder for results.json, results.csv and coded_eval.png (``None``: write nothing).
+            output_dir: folder for results.json, results.csv and coded_eval.png; ``auto``: a fresh
+                ``torchgcc-results/coded_eval/<data>-<date>-<time>``; ``None``: write nothing.
 
         Returns:
-            One record per (code, S) with mse, relacc, acc and their 95% half-widths.
+            One record per (code, S) with mse, agreement, accuracy, their 95% half-widths and reference_accuracy.
         """
+        data_name = type(datamodule).__name__ if datamodule is not None else "data"
+        if output_dir == "auto":
+            output_dir = fresh_output_dir(f"coded_eval/{data_name}")
+        provenance = {"recipe": Path(sys.argv[0]).name, "data": data_name,
+                      "data_hparams": dict(getattr(datamodule, "hparams", {}) or {}),
+                      "backbone": getattr(model, "hparams", {}).get("backbone"), "ckpt_path": ckpt_path}
         callback = CodedEvaluation(
             codes=codes, num_inputs=num_inputs, num_workers=num_workers, stragglers=stragglers, repeats=repeats,
-            placement=placement, code_kwargs=code_kwargs, seed=seed, output_dir=output_dir,
+            placement=placement, code_kwargs=code_kwargs, seed=seed, output_dir=output_dir, provenance=provenance,
         )
         self.callbacks.append(callback)
         try:

@@ -2,17 +2,17 @@
 
 For every test batch and every code, the batch is grouped into groups of K, encoded into N coded inputs and the
 model runs ONCE on them; every straggler count S then draws its masks (shared by all codes, so the comparison is
-paired) and decodes. Per group we keep the MSE against the uncoded logits, the argmax agreement (RelAcc) and the
-accuracy of the decoded logits; at the end of the test epoch the records (point value over all samples, 95%
-half-width over groups as in :mod:`torchgcc.experiments.evaluate`) are logged as ``coded/<code>/S<S>/<metric>``
-and rank zero writes ``results.json`` / ``results.csv`` (schema of ``torchgcc reproduce``) and ``coded_eval.png``.
+paired) and decodes. A :class:`torchgcc.metrics.CodedMetrics` per (code, S) accumulates the MSE against the uncoded
+logits, the argmax agreement and the accuracy of the decoded logits with 95% half-widths over groups (the
+accumulator of :mod:`torchgcc.experiments.evaluate` too). At the end of the test epoch the records are logged as
+``coded/<code>/S<S>/<metric>`` and rank zero writes ``results.json`` / ``results.csv`` (schema of ``torchgcc
+reproduce``) and ``coded_eval.png`` (:func:`torchgcc.experiments.plots.plot_straggler_sweep`).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -20,26 +20,22 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 import torchgcc
 from torchgcc.coded_module import group_samples, ungroup_samples
-from torchgcc.experiments.evaluate import mean_ci
+from torchgcc.experiments.plots import plot_straggler_sweep
 from torchgcc.experiments.results import write_results
+from torchgcc.metrics import CodedMetrics
 from torchgcc.stragglers import FixedStragglers
 
-#: Per-sample statistics ``(M,)`` kept for every (code, S): name -> fn(decoded, reference, labels). Their means
-#: are :func:`torchgcc.metrics.mse`, :func:`torchgcc.metrics.argmax_agreement` and the decoded accuracy.
-SAMPLE_METRICS = {
-    "mse": lambda decoded, reference, labels: (decoded - reference).double().pow(2).flatten(1).mean(1),
-    "relacc": lambda decoded, reference, labels: (decoded.argmax(-1) == reference.argmax(-1)).double(),
-    "acc": lambda decoded, reference, labels: (decoded.argmax(-1) == labels).double(),
-}
+#: Metrics logged per (code, S), keys of :meth:`CodedMetrics.compute`.
+LOGGED_METRICS = ("mse", "agreement", "accuracy")
 
 
-def _gather(values: list[Any]) -> list[Any]:
-    """Concatenate a per-rank list over all ranks (identity without torch.distributed)."""
+def _gather(value: Any) -> list[Any]:
+    """``value`` of every rank, in rank order (``[value]`` without torch.distributed)."""
     if not (dist.is_available() and dist.is_initialized()):
-        return values
-    parts: list[list[Any]] = [[] for _ in range(dist.get_world_size())]
-    dist.all_gather_object(parts, values)
-    return [value for part in parts for value in part]
+        return [value]
+    parts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, value)
+    return parts
 
 
 class CodedEvaluation(Callback):
@@ -56,6 +52,7 @@ class CodedEvaluation(Callback):
         seed: straggler seed (rank r uses ``seed + r``).
         output_dir: where rank zero writes ``results.json``, ``results.csv`` and ``coded_eval.png``;
             ``None`` writes nothing.
+        provenance: extra entries for the ``config`` of ``results.json`` (recipe, data, checkpoint).
     """
 
     def __init__(
@@ -69,7 +66,8 @@ class CodedEvaluation(Callback):
         placement: str = "random",
         code_kwargs: dict[str, dict[str, Any]] | None = None,
         seed: int = 0,
-        output_dir: str | Path | None = "torchgcc-results/coded_eval",
+        output_dir: str | Path | None = None,
+        provenance: Mapping[str, Any] | None = None,
     ) -> None:
         unknown = set(code_kwargs or {}) - set(codes)
         if unknown:
@@ -85,6 +83,7 @@ class CodedEvaluation(Callback):
         self.stragglers, self.repeats, self.placement, self.seed = list(stragglers), repeats, placement, seed
         self.output_dir = None if output_dir is None else Path(output_dir)
         self.config = {
+            **(provenance or {}),
             "codes": list(codes), "K": num_inputs, "N": num_workers, "stragglers": self.stragglers,
             "repeats": repeats, "placement": placement, "code_kwargs": code_kwargs or {}, "seed": seed,
             "code_repr": {name: f"{type(code).__name__}({code.extra_repr()})" for name, code in self.codes.items()},
@@ -96,9 +95,7 @@ class CodedEvaluation(Callback):
         self._masks = {
             s: FixedStragglers(num_stragglers=s, placement=self.placement, seed=seed) for s in self.stragglers
         }
-        self._groups: dict[tuple[str, int, str], list[float]] = defaultdict(list)
-        self._totals: dict[tuple[str, int, str], list[float]] = defaultdict(list)
-        self._plain_correct: list[float] = []
+        self._metrics = {(name, s): CodedMetrics(self.num_inputs) for name in self.codes for s in self.stragglers}
         for code in self.codes.values():
             code.to(pl_module.device)
 
@@ -109,7 +106,6 @@ class CodedEvaluation(Callback):
     ) -> None:
         x, labels = batch
         reference = pl_module(x)
-        self._plain_correct += (reference.argmax(-1) == labels).double().tolist()
         groups = group_samples(x, self.num_inputs)  # (B, K, *in)
         masks = {  # (repeats, B, N), shared by all codes
             s: model.sample(self.repeats * len(groups), self.num_workers).view(self.repeats, len(groups), -1)
@@ -121,62 +117,22 @@ class CodedEvaluation(Callback):
             for s, repeated in masks.items():
                 for mask in repeated.to(x.device):
                     decoded = ungroup_samples(code.decoder(results, mask), len(x))  # (M, classes)
-                    self._accumulate(name, s, decoded, reference, labels)
-
-    def _accumulate(
-        self, name: str, s: int, decoded: torch.Tensor, reference: torch.Tensor, labels: torch.Tensor
-    ) -> None:
-        """Group means and sums of one decode: ``decoded`` and ``reference`` ``(M, classes)``, ``labels`` ``(M,)``."""
-        group = torch.arange(len(labels), device=labels.device) // self.num_inputs
-        sizes = torch.bincount(group).double()
-        for metric, fn in SAMPLE_METRICS.items():
-            values = fn(decoded, reference, labels)
-            sums = torch.zeros(len(sizes), dtype=torch.float64, device=values.device).index_add_(0, group, values)
-            self._groups[name, s, metric] += (sums / sizes).tolist()
-            self._totals[name, s, metric].append(values.sum().item())
+                    self._metrics[name, s].update(decoded, reference, labels)
 
     def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        plain = _gather(self._plain_correct)
-        plain_acc = sum(plain) / len(plain)
         self.records = []
-        for name in self.codes:
-            for s in self.stragglers:
-                record: dict[str, Any] = {"scheme": name, "N": self.num_workers, "K": self.num_inputs, "S": s,
-                                          "placement": self.placement, "repeats": self.repeats}
-                for metric in SAMPLE_METRICS:
-                    per_group = torch.tensor(_gather(self._groups[name, s, metric]))
-                    record[metric] = sum(_gather(self._totals[name, s, metric])) / (len(plain) * self.repeats)
-                    record[f"{metric}_ci"] = mean_ci(per_group)[1]
-                    pl_module.log(f"coded/{name}/S{s}/{metric}", record[metric], sync_dist=True)  # equal on all ranks
-                record["groups"] = len(per_group)
-                record["plain_acc"] = plain_acc
-                self.records.append(record)
+        for (name, s), metrics in self._metrics.items():
+            merged = CodedMetrics(self.num_inputs)
+            for part in _gather(metrics):
+                merged.merge(part)
+            record: dict[str, Any] = {"scheme": name, "N": self.num_workers, "K": self.num_inputs, "S": s,
+                                      "placement": self.placement, "repeats": self.repeats, **merged.compute()}
+            for metric in LOGGED_METRICS:
+                pl_module.log(f"coded/{name}/S{s}/{metric}", record[metric], sync_dist=True)  # equal on all ranks
+            self.records.append(record)
         if self.output_dir is not None and trainer.is_global_zero:
-            write_results(self.output_dir, config=self.config, records=self.records, plain_acc=plain_acc)
-            plot_sweep(self.records, self.output_dir / "coded_eval.png")
-
-
-def plot_sweep(records: Sequence[dict[str, Any]], path: str | Path) -> None:
-    """Plot MSE (log scale), RelAcc and decoded accuracy against S, one line per scheme, with 95% CIs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = (("mse", "MSE vs uncoded logits"), ("relacc", "RelAcc (argmax agreement)"), ("acc", "accuracy of decoded"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), constrained_layout=True)
-    for ax, (metric, title) in zip(axes, panels):
-        for scheme in dict.fromkeys(r["scheme"] for r in records):
-            rows = [r for r in records if r["scheme"] == scheme]
-            ax.errorbar([r["S"] for r in rows], [r[metric] for r in rows], yerr=[r[f"{metric}_ci"] for r in rows],
-                        marker="o", capsize=3, label=scheme)
-        if metric == "acc":
-            ax.axhline(records[0]["plain_acc"], color="0.5", ls="--", label="uncoded")
-        ax.set(xlabel="stragglers S", title=title)
-        ax.legend(fontsize=8)
-        if metric == "mse":
-            ax.set_yscale("log")
-    rows = records[0]
-    fig.suptitle(f"coded evaluation, K={rows['K']}, N={rows['N']}, {rows['placement']} stragglers")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+            paths = write_results(self.output_dir, config=self.config, records=self.records)
+            title = (f"coded evaluation, K={self.num_inputs}, N={self.num_workers}, {self.placement} stragglers, "
+                     f"{self.repeats} repeats")
+            plot = plot_straggler_sweep(self.records, self.output_dir / "coded_eval.png", title=title)
+            print(f"wrote {paths['json']}, {paths['csv']}, {plot}")

@@ -1,9 +1,8 @@
-"""Coded inference against the uncoded model: MSE and RelAcc with 95% confidence intervals.
+"""Coded inference against the uncoded model: MSE and argmax agreement with 95% confidence intervals.
 
-The unit of the confidence intervals is the GROUP of K inputs coded together: every group draws its own
-straggler mask, so groups (pooled over repeats) are independent samples of the coded-inference error. The point
-values are :func:`torchgcc.metrics.mse` and :func:`torchgcc.metrics.argmax_agreement` over all samples and
-repeats; the half-widths are ``1.96 * std(per-group values) / sqrt(number of groups)``.
+The statistics come from :class:`torchgcc.metrics.CodedMetrics`: the unit of the confidence intervals is the GROUP
+of K inputs coded together (every group draws its own straggler mask, so groups, pooled over repeats, are
+independent samples of the coded-inference error).
 
 Every scheme in a sweep decodes the SAME masks at a given setting, so the comparison between codes is paired.
 """
@@ -11,35 +10,17 @@ Every scheme in a sweep decodes the SAME masks at a given setting, so the compar
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
-from tqdm.auto import tqdm
 
-from torchgcc import metrics
 from torchgcc.codes import Code
 from torchgcc.coded_module import group_samples, ungroup_samples
+from torchgcc.metrics import CodedMetrics
+from torchgcc.optional import require
+from torchgcc.stragglers import StragglerModel
 
-__all__ = ["StragglerModel", "evaluate_coded", "evaluate_sweep", "mean_ci", "model_outputs"]
-
-#: Two-sided 95% normal quantile (the number of groups is in the tens or more).
-Z95 = 1.959963984540054
-
-
-class StragglerModel(Protocol):
-    """Anything with ``sample(num_groups, num_workers) -> (num_groups, num_workers)`` bool masks (True = arrived)."""
-
-    def sample(self, num_groups: int, num_workers: int) -> torch.Tensor: ...
-
-
-def mean_ci(values: torch.Tensor) -> tuple[float, float]:
-    """Mean of ``values`` ``(n,)`` and the half-width of its 95% normal confidence interval (NaN when n < 2)."""
-    values = values.double().flatten()
-    mean = values.mean().item()
-    if values.numel() < 2:
-        return mean, math.nan
-    return mean, Z95 * values.std().item() / math.sqrt(values.numel())
-
+__all__ = ["evaluate_coded", "evaluate_sweep", "model_outputs"]
 
 @torch.no_grad()
 def model_outputs(model: Callable[[torch.Tensor], torch.Tensor], inputs: torch.Tensor, *,
@@ -64,30 +45,24 @@ def evaluate_coded(
     ``B = ceil(M / K)`` groups per repeat, ``R`` repeats. This is :class:`torchgcc.CodedModule`'s pipeline
     (group, encode, run the model on the ``B * N`` coded inputs, decode, ungroup) with the workers' results computed
     once and decoded under every mask, since they do not depend on the mask. ``reference`` ``(M, *out)`` defaults to
-    the uncoded outputs; ``model`` should be in eval mode. Returns ``mse``, ``mse_ci`` and, when ``classification``, ``relacc``, ``relacc_ci``
-    (RelAcc = argmax agreement with the uncoded model), plus ``groups`` (the number of CI units, ``R * B``).
+    the uncoded outputs; ``model`` should be in eval mode. Returns :class:`~torchgcc.metrics.CodedMetrics`' ``mse``,
+    ``mse_ci`` and, when ``classification``, ``agreement``, ``agreement_ci`` (argmax agreement with the uncoded model),
+    plus ``groups`` (the number of CI units, ``R * B``).
     """
-    num_inputs = code.alpha.numel()
+    num_inputs, num_workers = code.num_inputs, code.num_workers
     num_groups = math.ceil(len(inputs) / num_inputs)
-    if masks.dim() != 3 or masks.shape[1:] != (num_groups, code.beta.numel()):
-        raise ValueError(f"masks must be (repeats, B, N) with B={num_groups}, N={code.beta.numel()}, "
+    if masks.dim() != 3 or masks.shape[1:] != (num_groups, num_workers):
+        raise ValueError(f"masks must be (repeats, B, N) with B={num_groups}, N={num_workers}, "
                          f"got shape {tuple(masks.shape)}")
     if reference is None:
         reference = model_outputs(model, inputs, batch_size=batch_size)
     coded = code.encoder(group_samples(inputs, num_inputs))  # (B, N, *in)
     results = model_outputs(model, coded.flatten(0, 1), batch_size=batch_size).unflatten(0, coded.shape[:2])
-    decoded = torch.stack([ungroup_samples(code.decoder(results, mask), len(inputs)) for mask in masks])
-
-    pairs = [(d, r) for repeat in decoded for d, r in zip(repeat.split(num_inputs), reference.split(num_inputs))]
-    flat_decoded, flat_reference = decoded.flatten(0, 1), reference.repeat((len(masks),) + (1,) * (reference.dim() - 1))
-    stats: dict[str, float] = {"groups": len(pairs)}
-    named = {"mse": metrics.mse}
-    if classification:
-        named["relacc"] = metrics.argmax_agreement
-    for name, metric in named.items():
-        per_group = torch.tensor([float(metric(d, r)) for d, r in pairs])
-        stats[name] = float(metric(flat_decoded, flat_reference))
-        stats[f"{name}_ci"] = mean_ci(per_group)[1]
+    metrics = CodedMetrics(num_inputs, classification=classification)
+    for mask in masks:
+        metrics.update(ungroup_samples(code.decoder(results, mask), len(inputs)), reference)
+    stats = metrics.compute()
+    del stats["samples"]
     return stats
 
 
@@ -107,9 +82,10 @@ def evaluate_sweep(
 
     ``codes`` maps scheme names to codes sharing ``(K, N)``; ``settings`` pairs a record label such as
     ``{"S": 3}`` or ``{"p": 0.1}`` with a straggler model. Returns one record per (setting, scheme):
-    ``{"scheme", "N", "K", **label, "repeats", "mse", "mse_ci", ["relacc", "relacc_ci"], "groups"}``.
+    ``{"scheme", "N", "K", **label, "repeats", "mse", "mse_ci", ["agreement", "agreement_ci"], "groups"}``.
     """
-    shapes = {(code.alpha.numel(), code.beta.numel()) for code in codes.values()}
+    tqdm = require("tqdm.auto").tqdm
+    shapes = {(code.num_inputs, code.num_workers) for code in codes.values()}
     if len(shapes) != 1:
         raise ValueError(f"all codes must share (K, N), got {sorted(shapes)}")
     (num_inputs, num_workers), = shapes

@@ -1,14 +1,49 @@
-"""Command-line options shared by the ``demo`` and ``reproduce`` subcommands."""
+"""Command-line options shared by the ``torchgcc`` subcommands (``demo``, ``reproduce``, ``profile``) and the recipes.
+
+Outputs go to a fresh folder ``./torchgcc-results/<name>/<date>-<time>`` unless ``--out`` names one, so no run
+overwrites another or a tracked file; CPU threads default to :func:`default_threads`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import time
 from pathlib import Path
 from typing import Any, Union
 
-import torch
+from torchgcc.cli import UsageError
 
-__all__ = ["add_common_arguments", "apply_threads", "gcc_options", "parse_lambda"]
+__all__ = ["RESULTS_ROOT", "add_common_arguments", "apply_threads", "default_threads",
+           "fresh_output_dir", "gcc_options", "output_dir", "parse_lambda"]
+
+#: Root of every default output folder (gitignored).
+RESULTS_ROOT = Path("torchgcc-results")
+
+
+def default_threads() -> int:
+    """Half the CPUs this process may use, at least 1 and at most 4: the models of the experiments are small, and
+    more threads than that only contend on a shared machine."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(4, cpus // 2))
+
+
+def fresh_output_dir(name: str) -> Path:
+    """``./torchgcc-results/<name>/<date>-<time>`` (with a ``-2``, ``-3``... suffix if it exists), not created."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    candidate, index = RESULTS_ROOT / name / stamp, 1
+    while candidate.exists():
+        index += 1
+        candidate = RESULTS_ROOT / name / f"{stamp}-{index}"
+    return candidate
+
+
+def output_dir(args: argparse.Namespace) -> Path:
+    """``--out`` if given, else a :func:`fresh_output_dir` for the subcommand (``args.out_name``)."""
+    return Path(args.out) if args.out is not None else fresh_output_dir(args.out_name)
 
 
 def parse_lambda(text: str) -> Union[float, str]:
@@ -32,30 +67,33 @@ def _non_negative(text: str) -> float:
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, *, name: str) -> None:
-    """``--quick``, ``--seed``, ``--out`` (default ``./torchgcc-results/<name>``), ``--threads``, ``--no-progress``
-    and the GCC smoothing parameters ``--lambda-enc`` / ``--lambda-dec`` (library defaults unless given)."""
+    """``--quick``, ``--seed``, ``--out`` (default: :func:`fresh_output_dir` of ``name``, see :func:`output_dir`),
+    ``--threads``, ``--no-progress`` and the GCC smoothing parameters ``--lambda-enc`` / ``--lambda-dec`` (library
+    defaults unless given)."""
     parser.add_argument("--quick", action="store_true",
                         help="small sizes, finishes in under 2 minutes on 2 CPU cores")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the data split, training and stragglers (default 0)")
-    parser.add_argument("--out", type=Path, default=Path("torchgcc-results") / name,
+    parser.add_argument("--out", type=Path, default=None,
                         help=f"output folder for results.json, results.csv, table.md and plots "
-                             f"(default ./torchgcc-results/{name})")
+                             f"(default: a fresh ./torchgcc-results/{name}/<date>-<time>)")
+    parser.set_defaults(out_name=name)
     parser.add_argument("--lambda-dec", type=parse_lambda, default=None, metavar="gcv|FLOAT",
                         help="GCC decoder smoothing: a number >= 0 or 'gcv' (generalized cross-validation per group); "
                              "default: the library default")
     parser.add_argument("--lambda-enc", type=_non_negative, default=None, metavar="FLOAT",
                         help="GCC encoder smoothing, a number >= 0; default: the library default")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default 1: the default models are tiny and one thread is fastest on a "
-                             "shared CPU; raise it for MNIST/CIFAR or the ViT)")
+    parser.add_argument("--threads", type=int, default=default_threads(),
+                        help="torch CPU threads (default: half the CPUs, at most 4; %(default)s here)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
 
 
 def apply_threads(args: argparse.Namespace) -> None:
     """Set torch's intra-op CPU threads to ``--threads``."""
+    import torch
+
     if args.threads < 1:
-        raise SystemExit(f"--threads must be at least 1, got {args.threads}")
+        raise UsageError(f"--threads must be at least 1, got {args.threads}")
     torch.set_num_threads(args.threads)
 
 

@@ -1,6 +1,8 @@
 """Figures of the experiments (matplotlib, Agg backend), drawn from result records.
 
 Each function takes the records of :mod:`torchgcc.experiments.results`, writes one PNG and returns its path.
+:func:`plot_straggler_sweep` is the one sweep plot of the demo, ``reproduce stragglers`` and the recipes'
+``coded_eval``.
 """
 
 from __future__ import annotations
@@ -8,13 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from torchgcc.optional import require
 
-__all__ = ["SCHEME_LABELS", "plot_polynomial", "plot_rates", "plot_straggler_sweep"]
+require("matplotlib").use("Agg")
+plt = require("matplotlib.pyplot")
+
+__all__ = ["SCHEME_LABELS", "SWEEP_PANELS", "plot_polynomial", "plot_rates", "plot_straggler_sweep"]
 
 Record = Mapping[str, Any]
 
@@ -36,7 +39,7 @@ def _schemes(records: Sequence[Record]) -> list[str]:
     return list(dict.fromkeys(r["scheme"] for r in records))
 
 
-def _draw(ax: plt.Axes, records: Sequence[Record], *, x: str, y: str, log: bool, **match: Any) -> None:
+def _draw(ax: Any, records: Sequence[Record], *, x: str, y: str, log: bool, **match: Any) -> None:
     """One line with a shaded 95% CI band per scheme."""
     for scheme in _schemes(records):
         xs, ys, ci = _series(records, x=x, y=y, scheme=scheme, **match)
@@ -51,7 +54,7 @@ def _draw(ax: plt.Axes, records: Sequence[Record], *, x: str, y: str, log: bool,
     ax.grid(True, which="both", alpha=0.3)
 
 
-def _save(fig: plt.Figure, path: str | Path) -> Path:
+def _save(fig: Any, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -60,16 +63,27 @@ def _save(fig: plt.Figure, path: str | Path) -> Path:
     return path
 
 
+#: Panels of :func:`plot_straggler_sweep`: record key -> (y label, log scale).
+SWEEP_PANELS: dict[str, tuple[str, bool]] = {
+    "mse": ("MSE vs uncoded outputs", True),
+    "agreement": ("argmax agreement with uncoded (RelAcc)", False),
+    "accuracy": ("top-1 accuracy of decoded outputs", False),
+}
+
+
 def plot_straggler_sweep(records: Sequence[Record], path: str | Path, *, title: str = "") -> Path:
-    """MSE (log scale) and RelAcc vs S, one line per scheme, with 95% CI bands."""
-    classification = any("relacc" in r for r in records)
-    fig, axes = plt.subplots(1, 2 if classification else 1, figsize=(10 if classification else 5.5, 4), squeeze=False)
-    _draw(axes[0, 0], records, x="S", y="mse", log=True)
-    axes[0, 0].set(xlabel="stragglers S", ylabel="MSE vs uncoded outputs")
-    if classification:
-        _draw(axes[0, 1], records, x="S", y="relacc", log=False)
-        axes[0, 1].set(xlabel="stragglers S", ylabel="RelAcc (argmax agreement)")
-    axes[0, 0].legend()
+    """One panel per metric the records carry (:data:`SWEEP_PANELS`: MSE on a log scale, argmax agreement,
+    accuracy) against S, one line per scheme, with 95% CI bands; the accuracy panel draws the uncoded model's
+    ``reference_accuracy`` dashed."""
+    panels = [key for key in SWEEP_PANELS if any(r.get(key) is not None for r in records)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, key in zip(axes[0], panels):
+        label, log = SWEEP_PANELS[key]
+        _draw(ax, records, x="S", y=key, log=log)
+        if key == "accuracy" and records[0].get("reference_accuracy") is not None:
+            ax.axhline(records[0]["reference_accuracy"], color="0.5", ls="--", label="uncoded")
+        ax.set(xlabel="stragglers S", ylabel=label)
+    axes[0, -1].legend()
     fig.suptitle(title)
     return _save(fig, path)
 
@@ -95,14 +109,14 @@ def plot_polynomial(records: Sequence[Record], path: str | Path, *, threshold_st
     return _save(fig, path)
 
 
-def _log_errorbar(ax: plt.Axes, xs: np.ndarray, ys: np.ndarray, ci: np.ndarray, fmt: str, colour: str | None,
+def _log_errorbar(ax: Any, xs: np.ndarray, ys: np.ndarray, ci: np.ndarray, fmt: str, colour: str | None,
                   label: str) -> None:
     """Error bars of a log-scale plot, the lower one clipped so that it stays above zero."""
     ci = np.nan_to_num(ci)
     ax.errorbar(xs, ys, yerr=[np.minimum(ci, 0.9 * ys), ci], fmt=fmt, ms=3, color=colour, label=label, capsize=2)
 
 
-def _reference(ax: plt.Axes, xs: np.ndarray, shape: Callable[[np.ndarray], np.ndarray], anchor: float,
+def _reference(ax: Any, xs: np.ndarray, shape: Callable[[np.ndarray], np.ndarray], anchor: float,
                label: str, colour: str | None) -> None:
     """Draw ``shape(xs)`` scaled to pass through ``anchor`` at ``xs[0]`` (the constants of the bounds are unknown)."""
     values = shape(xs)

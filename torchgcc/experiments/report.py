@@ -11,8 +11,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from rich.console import Console
-from rich.table import Table
+from torchgcc.optional import require
 
 from torchgcc.experiments.plots import SCHEME_LABELS
 from torchgcc.experiments.results import write_results
@@ -20,6 +19,9 @@ from torchgcc.experiments.results import write_results
 __all__ = ["lambda_label", "markdown_table", "pivot", "publish", "rich_table", "scheme_series"]
 
 Record = Mapping[str, Any]
+
+#: Column heading of each metric (agreement = argmax agreement with the uncoded model, RelAcc in the GCC papers).
+METRIC_LABELS: dict[str, str] = {"mse": "MSE", "agreement": "agreement %", "accuracy": "accuracy %"}
 
 
 def scheme_series(record: Record) -> str:
@@ -40,9 +42,14 @@ def _cell(record: Record | None, metric: str) -> str:
         return "-"
     value, ci = record[metric], record.get(f"{metric}_ci")
     ci = math.nan if ci is None else ci
-    if metric == "relacc":
+    if metric in ("agreement", "accuracy"):
         return f"{100 * value:.1f} ± {100 * ci:.1f}"
     return f"{value:.3g} ± {ci:.1g}"
+
+
+def _metrics(records: Sequence[Record]) -> list[str]:
+    """The metrics the records carry, in table order: MSE, then argmax agreement and accuracy in %."""
+    return ["mse"] + [key for key in ("agreement", "accuracy") if any(r.get(key) is not None for r in records)]
 
 
 def pivot(
@@ -51,28 +58,27 @@ def pivot(
     setting: str,
     series: Callable[[Record], str] = scheme_series,
 ) -> tuple[list[str], list[list[str]]]:
-    """Header and rows: ``setting`` values down, ``(metric, series)`` across (MSE, then RelAcc in % if present)."""
+    """Header and rows: ``setting`` values down, ``(metric, series)`` across (MSE, then agreement and accuracy in % if present)."""
     names = list(dict.fromkeys(series(r) for r in records))
-    metrics = ["mse"] + (["relacc"] if any("relacc" in r for r in records) else [])
+    metrics = _metrics(records)
     index = {(r[setting], series(r)): r for r in records if setting in r}
     values = sorted({key[0] for key in index})
-    units = {"mse": "MSE", "relacc": "RelAcc %"}
-    header = [setting] + [f"{name} {units[metric]}" for metric in metrics for name in names]
+    header = [setting] + [f"{name} {METRIC_LABELS[metric]}" for metric in metrics for name in names]
     rows = [[f"{value:g}"] + [_cell(index.get((value, name)), metric) for metric in metrics for name in names]
             for value in values]
     return header, rows
 
 
 def rich_table(records: Sequence[Record], *, setting: str, title: str = "",
-               series: Callable[[Record], str] = scheme_series) -> Table:
+               series: Callable[[Record], str] = scheme_series) -> Any:
     """``records`` as a ``rich.table.Table``, narrow enough for a terminal: one row per (setting, series),
-    a section per setting value, MSE and (if present) RelAcc columns."""
-    metrics = ["mse"] + (["relacc"] if any("relacc" in r for r in records) else [])
-    table = Table(title=title, caption="value ± 95% CI half-width")
+    a section per setting value, MSE and (if present) agreement and accuracy columns."""
+    metrics = _metrics(records)
+    table = require("rich.table").Table(title=title, caption="value ± 95% CI half-width")
     table.add_column(setting, justify="right", style="bold")
     table.add_column("scheme")
     for metric in metrics:
-        table.add_column("RelAcc %" if metric == "relacc" else "MSE", justify="right")
+        table.add_column(METRIC_LABELS[metric], justify="right")
     values = sorted({r[setting] for r in records if setting in r})
     for value in values:
         rows = [r for r in records if r.get(setting) == value]
@@ -99,7 +105,7 @@ def publish(
     setting: str,
     title: str,
     series: Callable[[Record], str] = scheme_series,
-    console: Console | None = None,
+    console: Any = None,
     **extra: Any,
 ) -> dict[str, Path]:
     """Write ``results.json``, ``results.csv`` and ``table.md`` into ``out_dir`` and print the rich table.
@@ -109,5 +115,5 @@ def publish(
     paths = write_results(out_dir, config=config, records=records, **extra)
     paths["table"] = Path(out_dir) / "table.md"
     paths["table"].write_text(f"{title}\n\n" + markdown_table(records, setting=setting, series=series))
-    (console or Console()).print(rich_table(records, setting=setting, title=title, series=series))
+    (console or require("rich.console").Console()).print(rich_table(records, setting=setting, title=title, series=series))
     return paths

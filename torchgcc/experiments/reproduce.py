@@ -1,14 +1,14 @@
 """``torchgcc reproduce stragglers|polynomial|rates``: the GCC papers' experiments (Figs. 2, 3 and 4).
 
 Every experiment writes ``results.json``, ``results.csv``, ``table.md`` and a PNG to ``--out``
-(default ``./torchgcc-results/<experiment>``) and prints its table. ``--quick`` runs small sizes.
+(default: a fresh ``./torchgcc-results/<experiment>/<date>-<time>``) and prints its table. ``--quick`` runs small
+sizes.
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from pathlib import Path
 from typing import Callable
 
 from rich.console import Console
@@ -16,7 +16,8 @@ from rich.console import Console
 from torchgcc.experiments.data import list_datasets
 from torchgcc.experiments.demo import DEMO, QUICK, run_and_publish
 from torchgcc.experiments.models import list_models
-from torchgcc.experiments.options import add_common_arguments, apply_threads, gcc_options
+from torchgcc.cli import UsageError
+from torchgcc.experiments.options import add_common_arguments, apply_threads, gcc_options, output_dir
 from torchgcc.experiments.plots import plot_polynomial, plot_rates
 from torchgcc.experiments.polynomial import PolynomialExperiment, run_polynomial
 from torchgcc.experiments.rates import RatesExperiment, fit_slopes, run_rates
@@ -40,9 +41,11 @@ def _stragglers(args: argparse.Namespace) -> int:
                     data_dir=args.data_dir, download=args.download, seed=args.seed, gcc=gcc_options(args))
     if args.stragglers is not None:
         if max(args.stragglers) >= sweep.num_workers - 1 or min(args.stragglers) < 0:
-            raise SystemExit(f"--stragglers must lie in [0, {sweep.num_workers - 2}] (GCC needs 2 results)")
+            raise UsageError(f"--stragglers must lie in [0, {sweep.num_workers - 2}] (GCC needs 2 results)")
         sweep = replace(sweep, stragglers=args.stragglers)
-    return run_and_publish(sweep, out=Path(args.out), progress=args.progress, heading="Fig. 2 analogue")
+    if args.data != "digits" and args.data_dir is None:
+        raise UsageError(f"--data {args.data} needs --data-dir DIR (add --download to let torchvision fetch it)")
+    return run_and_publish(sweep, out=output_dir(args), progress=args.progress, heading="Fig. 2 analogue")
 
 
 def _polynomial(args: argparse.Namespace) -> int:
@@ -53,9 +56,10 @@ def _polynomial(args: argparse.Namespace) -> int:
     title = (f"Fig. 3 analogue: quadratic f, K={experiment.num_inputs}, N={experiment.num_workers}, "
              f"LCC threshold {config['lcc_threshold']} results (S <= {config['threshold_stragglers']})\n"
              f"{lambda_label(config)}")
-    out = Path(args.out)
+    out = output_dir(args)
     publish(out, config=config, records=records, setting="S", title=title, console=console)
     plot_polynomial(records, out / "polynomial.png", threshold_stragglers=config["threshold_stragglers"], title=title)
+    print(f"wrote {out}/ (results.json, results.csv, table.md, polynomial.png)")
     return 0
 
 
@@ -68,10 +72,11 @@ def _rates(args: argparse.Namespace) -> int:
     title = (f"Fig. 4 analogue: smooth f, K={experiment.num_inputs}, worst-case S={experiment.num_stragglers} "
              f"and Bernoulli(p) stragglers\n"
              f"GCC lambdas: {gcc_options(args) or 'library defaults (lambda_dec follows the spacing of the arrived results)'}")
-    out = Path(args.out)
+    out = output_dir(args)
     publish(out, config=config, records=records, setting="N", title=title, console=console, slopes=slopes)
     plot_rates(records, out / "rates.png", num_stragglers=experiment.num_stragglers, slopes=slopes, title=title)
     console.print("fitted log-log slopes of MSE vs N: " + ", ".join(f"{k} {v:.2f}" for k, v in slopes.items()))
+    print(f"wrote {out}/ (results.json, results.csv, table.md, rates.png)")
     return 0
 
 
@@ -96,7 +101,7 @@ def _int_list(text: str) -> tuple[int, ...]:
 #: ``name -> (help, extra-arguments hook or None, runner)``.
 EXPERIMENTS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None] | None,
                              Callable[[argparse.Namespace], int]]] = {
-    "stragglers": ("Fig. 2: MSE and RelAcc vs S for GCC, natural-spline GCC and BACC (LeNet5 or ViT)",
+    "stragglers": ("Fig. 2: MSE and argmax agreement (RelAcc) vs S for GCC, natural-spline GCC and BACC (LeNet5 or ViT)",
                    _stragglers_arguments, _stragglers),
     "polynomial": ("Fig. 3: GCC vs LCC on a quadratic task as S crosses LCC's recovery threshold", None, _polynomial),
     "rates": ("Fig. 4: log-log MSE vs N, worst-case and Bernoulli stragglers, with fitted slopes", None, _rates),

@@ -5,15 +5,17 @@
 
 A record describes one setting of one scheme. Keys used by the experiments:
 
-===============  ==============================================================================
-``scheme``       ``"gcc"``, ``"natural"``, ``"bacc"`` or ``"lcc"``
-``N``, ``K``     workers and inputs per group
-``S`` / ``p``    fixed number of stragglers, or per-worker straggling probability
-``mse``          mean squared error of the decoded outputs against the uncoded model's outputs
-``mse_ci``       half-width of its 95% confidence interval (``mse +- mse_ci``)
-``relacc``       argmax agreement with the uncoded model (classification tasks only)
-``relacc_ci``    half-width of its 95% confidence interval
-===============  ==============================================================================
+================  ============================================================================
+``scheme``        ``"gcc"``, ``"natural"``, ``"bacc"`` or ``"lcc"``
+``N``, ``K``      workers and inputs per group
+``S`` / ``p``     fixed number of stragglers, or per-worker straggling probability
+``mse``           mean squared error of the decoded outputs against the uncoded model's outputs
+``mse_ci``        half-width of its 95% confidence interval (``mse +- mse_ci``)
+``agreement``     argmax agreement with the uncoded model, RelAcc (classification tasks only)
+``agreement_ci``  half-width of its 95% confidence interval
+``accuracy``      top-1 accuracy of the decoded outputs (when labels are known), ``accuracy_ci`` likewise
+``groups``        the number of groups of K (the units of the confidence intervals)
+================  ============================================================================
 """
 
 from __future__ import annotations

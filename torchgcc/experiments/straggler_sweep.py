@@ -2,8 +2,8 @@
 
 A classifier is trained on an image dataset (or loaded from the cache); its test set is split into groups of K
 images, each group is coded into N worker inputs with GCC, natural-spline GCC and BACC, and S random workers per
-group straggle. Every scheme decodes the same masks. The records give MSE against the uncoded logits and RelAcc
-(argmax agreement with the uncoded model) with 95% CIs, per scheme and S.
+group straggle. Every scheme decodes the same masks. The records give MSE against the uncoded logits and argmax
+agreement with the uncoded model (RelAcc) with 95% CIs, per scheme and S.
 """
 
 from __future__ import annotations

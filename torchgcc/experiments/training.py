@@ -19,9 +19,11 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from torchgcc.experiments.data import DataSplit
+from torchgcc.experiments.evaluate import model_outputs
+from torchgcc.metrics import accuracy
 from torchgcc.experiments.models import build_model
 
-__all__ = ["TrainConfig", "TrainedModel", "accuracy", "cache_dir", "default_train_config", "load_or_train",
+__all__ = ["TrainConfig", "TrainedModel", "cache_dir", "default_train_config", "load_or_train",
            "train_classifier"]
 
 
@@ -65,15 +67,10 @@ def cache_dir() -> Path:
     return Path(base) / "torchgcc"
 
 
-@torch.no_grad()
-def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, batch_size: int = 1024) -> float:
-    """Fraction of ``images`` ``(M, C, H, W)`` whose argmax logit equals ``labels`` ``(M,)``."""
-    model.eval()
-    correct = sum(
-        (model(images[i : i + batch_size]).argmax(-1) == labels[i : i + batch_size]).sum().item()
-        for i in range(0, len(labels), batch_size)
-    )
-    return correct / len(labels)
+def model_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
+    """:func:`torchgcc.metrics.accuracy` of ``model`` (put in eval mode) on ``images`` ``(M, C, H, W)`` against
+    ``labels`` ``(M,)``."""
+    return float(accuracy(model_outputs(model.eval(), images), labels))
 
 
 def train_classifier(
@@ -134,5 +131,5 @@ def load_or_train(
             torch.save(model.state_dict(), partial)
             partial.replace(path)
     model.eval().requires_grad_(False)
-    return TrainedModel(model=model, test_accuracy=accuracy(model, split.test_x, split.test_y), path=path,
+    return TrainedModel(model=model, test_accuracy=model_accuracy(model, split.test_x, split.test_y), path=path,
                         from_cache=from_cache)
