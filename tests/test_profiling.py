@@ -15,11 +15,6 @@ TINY = dict(model="test_resnet", num_inputs=4, num_workers=8, num_stragglers=2, 
             num_classes=5, warmup=0, repeats=2)
 
 
-@pytest.fixture(autouse=True)
-def profile_only(monkeypatch):
-    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("torchgcc.profiling",))
-
-
 class FakeClock:
     """``time.perf_counter`` stand-in that only moves when told to."""
 
@@ -79,14 +74,38 @@ def test_profile_default_stragglers_and_bad_dtype():
 
 
 def test_profile_command_writes_json(tmp_path, capsys):
-    output = tmp_path / "profile.json"
     argv = ["profile", "--model", "test_resnet", "--num-inputs", "4", "--num-workers", "8", "--image-size", "16",
-            "--num-classes", "5", "--warmup", "0", "--repeats", "1", "--dtype", "bfloat16", "--output", str(output)]
-    assert cli.main(argv) == 0
-    report = json.loads(output.read_text())
+            "--num-classes", "5", "--warmup", "0", "--repeats", "1", "--dtype", "bfloat16", "--quick", "--threads",
+            "1", "--lambda-dec", "1e-6", "--no-progress", "--out", str(tmp_path)]
+    threads = torch.get_num_threads()
+    try:
+        assert cli.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    report = json.loads((tmp_path / "profile.json").read_text())
     assert report["settings"]["dtype"] == "bfloat16" and report["settings"]["num_stragglers"] == 1
+    assert report["settings"]["repeats"] == 1 and report["settings"]["code_kwargs"] == {"lambda_dec": 1e-6}
     assert math.isfinite(report["decode_over_forward"]) and report["decode_over_forward"] > 0
-    assert "decode / forward" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "decode / forward" in out and f"wrote {tmp_path / 'profile.json'}" in out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--model", "resnet181"], "unknown timm --model 'resnet181'; did you mean resnet18"),
+    (["--code", "gccc"], "unknown --code 'gccc'; choose one of"),
+    (["--threads", "0"], "--threads must be at least 1"),
+] + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device cuda: no CUDA device is available here")]))
+def test_profile_user_errors_are_one_line(argv, message, tmp_path, capsys):
+    assert cli.main(["profile", *argv, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"torchgcc: error: {message}") and err.count("\n") == 1 and "Traceback" not in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_abbreviated_options_are_rejected(tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["profile", "--outp", str(tmp_path / "x.json")])
+    assert exit_info.value.code == 2
 
 
 @pytest.mark.cuda

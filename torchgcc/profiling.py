@@ -12,7 +12,8 @@ For a timm model, K inputs per group, N workers, S stragglers and B groups, it t
 
 with warm-up runs, ``time.perf_counter`` on CPU and CUDA events on CUDA. ``--trace FILE`` records one more pass
 of every stage under ``torch.profiler`` and exports a Chrome trace (open it in chrome://tracing or Perfetto).
-The table is printed with rich; everything (settings, environment, times) is written as JSON.
+The table is printed with rich; everything (settings, environment, times) is written as JSON to
+``--out``/profile.json (default: a fresh ``./torchgcc-results/profile/<date>-<time>``).
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
+from torchgcc.optional import require
 from torchgcc.timing import make_timer, summarize
 
 __all__ = ["DTYPES", "ProfileSettings", "profile_coded_inference", "register"]
@@ -56,6 +58,7 @@ class ProfileSettings:
     warmup: int = 2
     repeats: int = 5
     seed: int = 0
+    code_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def stragglers(self) -> int:
@@ -63,8 +66,7 @@ class ProfileSettings:
 
 
 def _build_model(settings: ProfileSettings) -> tuple[nn.Module, tuple[int, int, int]]:
-    import timm
-
+    timm = require("timm")
     model = timm.create_model(settings.model, pretrained=False, num_classes=settings.num_classes)
     channels, height, width = model.pretrained_cfg.get("input_size", (3, 224, 224))
     if settings.image_size is not None:
@@ -72,12 +74,13 @@ def _build_model(settings: ProfileSettings) -> tuple[nn.Module, tuple[int, int, 
     return model, (channels, height, width)
 
 
-def profile_coded_inference(settings: ProfileSettings, *, trace: str | Path | None = None) -> dict[str, Any]:
+def profile_coded_inference(settings: ProfileSettings, *, trace: str | Path | None = None,
+                            progress: bool = False) -> dict[str, Any]:
     """Time every stage of coded inference (see the module docstring) and return a JSON-ready report.
 
     Returns ``{"settings", "environment", "shapes", "stages": {stage: summary}, "per_group_ms",
     "decode_over_forward"}`` where a summary holds ``median_ms``, ``mean_ms``, ``std_ms``, ``min_ms``, ``times_ms``
-    and the ratio compares medians.
+    and the ratio compares medians. ``progress`` shows a bar over the stages.
     """
     import torchgcc
     from torchgcc.stragglers import FixedStragglers
@@ -90,7 +93,8 @@ def profile_coded_inference(settings: ProfileSettings, *, trace: str | Path | No
     torch.manual_seed(settings.seed)
     model, image_shape = _build_model(settings)
     model = model.to(device=device, dtype=dtype).eval()
-    code = torchgcc.make_code(settings.code, num_inputs=settings.num_inputs, num_workers=settings.num_workers)
+    code = torchgcc.make_code(settings.code, num_inputs=settings.num_inputs, num_workers=settings.num_workers,
+                              **settings.code_kwargs)
     code = code.to(device)
     num_groups, num_workers = settings.groups, settings.num_workers
     images = torch.randn(num_groups, settings.num_inputs, *image_shape, device=device, dtype=dtype)
@@ -110,7 +114,9 @@ def profile_coded_inference(settings: ProfileSettings, *, trace: str | Path | No
         }
         timer = make_timer(device)
         summaries = {}
-        for name in STAGES:
+        bar = require("tqdm.auto").tqdm(STAGES, desc="profiling stages", disable=not progress, leave=False)
+        for name in bar:
+            bar.set_postfix(stage=name)
             fn, setup = stages[name]
             times = timer.measure(fn, warmup=settings.warmup, repeats=settings.repeats, setup=setup)
             summaries[name] = summarize(times)
@@ -176,18 +182,42 @@ def print_report(report: dict[str, Any]) -> None:
     console.print(f"decode / forward = {100 * report['decode_over_forward']:.3g}%")
 
 
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Turn the user errors the run would hit late (after model creation) into one-line usage errors."""
+    from torchgcc.cli import UsageError
+    from torchgcc.codes import list_codes
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(f"--device {args.device}: no CUDA device is available here (torch.cuda.is_available() is "
+                         f"False); use --device cpu")
+    if args.code.lower() not in list_codes():
+        raise UsageError(f"unknown --code {args.code!r}; choose one of {list_codes()}")
+    timm = require("timm")
+    if not timm.is_model(args.model):
+        import difflib
+
+        close = difflib.get_close_matches(args.model, timm.list_models(), n=5, cutoff=0.6)
+        raise UsageError(f"unknown timm --model {args.model!r}" + (f"; did you mean {', '.join(close)}?" if close else
+                         "; see timm.list_models()"))
+
+
 def _run(args: argparse.Namespace) -> int:
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    from torchgcc.experiments.options import apply_threads, gcc_options, output_dir
+
+    apply_threads(args)
+    _check_arguments(args)
+    defaults = ProfileSettings()
     settings = ProfileSettings(
         model=args.model, num_inputs=args.num_inputs, num_workers=args.num_workers,
-        num_stragglers=args.num_stragglers, groups=args.groups, code=args.code, device=args.device,
-        dtype=args.dtype, image_size=args.image_size, num_classes=args.num_classes, warmup=args.warmup,
-        repeats=args.repeats, seed=args.seed,
+        num_stragglers=args.num_stragglers, groups=args.groups, code=args.code.lower(), device=args.device,
+        dtype=args.dtype, image_size=args.image_size, num_classes=args.num_classes,
+        warmup=1 if args.quick and args.warmup is None else (defaults.warmup if args.warmup is None else args.warmup),
+        repeats=2 if args.quick and args.repeats is None else (defaults.repeats if args.repeats is None else args.repeats),
+        seed=args.seed, code_kwargs=gcc_options(args) if args.code.lower() == "gcc" else {},
     )
-    report = profile_coded_inference(settings, trace=args.trace)
+    report = profile_coded_inference(settings, trace=args.trace, progress=args.progress)
     print_report(report)
-    output = Path(args.output)
+    output = output_dir(args) / "profile.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {output}" + (f" and the Chrome trace {args.trace}" if args.trace else ""))
@@ -195,7 +225,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``profile`` subcommand."""
+    """Add the ``profile`` subcommand (with the shared ``--quick --seed --out --lambda-dec --lambda-enc --threads``)."""
+    from torchgcc.experiments.options import add_common_arguments
+
     defaults = ProfileSettings()
     parser = subparsers.add_parser(
         "profile", help="time encode, decode and the model forward of coded inference",
@@ -211,10 +243,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dtype", default=defaults.dtype, choices=sorted(DTYPES), help="model and data dtype")
     parser.add_argument("--image-size", type=int, default=None, help="image size (the model's default input size)")
     parser.add_argument("--num-classes", type=int, default=defaults.num_classes, help="model outputs")
-    parser.add_argument("--warmup", type=int, default=defaults.warmup, help="untimed runs per stage")
-    parser.add_argument("--repeats", type=int, default=defaults.repeats, help="timed runs per stage")
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="seed of the model, images and masks")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (torch's default)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help=f"untimed runs per stage ({defaults.warmup}; --quick: 1)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help=f"timed runs per stage ({defaults.repeats}; --quick: 2)")
     parser.add_argument("--trace", default=None, help="export a torch.profiler Chrome trace to this file")
-    parser.add_argument("--output", default="torchgcc-results/profile/profile.json", help="JSON report")
+    add_common_arguments(parser, name="profile")
     parser.set_defaults(func=_run)

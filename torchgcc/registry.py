@@ -1,6 +1,12 @@
-"""Named entries of one kind (codes, models, datasets, latency models), selected by name instead of if-chains."""
+"""Named entries of one kind (codes, models, datasets, latency models), selected by name instead of if-chains.
+
+Lookups ignore case (``"GCC"`` finds ``"gcc"``); an unknown name raises a ``ValueError`` that lists the registered
+names and suggests the closest ones.
+"""
 
 from __future__ import annotations
+
+import difflib
 
 from typing import Callable, Generic, Iterator, Optional, TypeVar, Union, overload
 
@@ -15,7 +21,7 @@ class Registry(Generic[T]):
     >>> shapes = Registry[int]("shape")
     >>> shapes.register("square", 4)
     4
-    >>> shapes["square"], shapes.names()
+    >>> shapes["Square"], shapes.names()
     (4, ['square'])
     """
 
@@ -33,7 +39,7 @@ class Registry(Generic[T]):
         """Add ``entry`` under ``name`` and return it; without ``entry``, a decorator that does so."""
 
         def add(value: T) -> T:
-            if name in self._entries:
+            if name.lower() in {key.lower() for key in self._entries}:
                 raise ValueError(f"a {self.kind} named {name!r} is already registered")
             self._entries[name] = value
             return value
@@ -41,17 +47,27 @@ class Registry(Generic[T]):
         return add if entry is None else add(entry)
 
     def __getitem__(self, name: str) -> T:
-        try:
-            return self._entries[name]
-        except KeyError:
-            raise ValueError(f"unknown {self.kind} {name!r}; registered: {self.names()}") from None
+        key = self._key(name)
+        if key is None:
+            close = difflib.get_close_matches(str(name).lower(), self.names(), n=3, cutoff=0.5)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise ValueError(f"unknown {self.kind} {name!r}{hint} (registered: {', '.join(self.names())})")
+        return self._entries[key]
+
+    def _key(self, name: object) -> Optional[str]:
+        """The registered name equal to ``name`` ignoring case, or None."""
+        if not isinstance(name, str):
+            return None
+        if name in self._entries:
+            return name
+        return next((key for key in self._entries if key.lower() == name.lower()), None)
 
     def names(self) -> list[str]:
         """The registered names, sorted."""
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return self._key(name) is not None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())

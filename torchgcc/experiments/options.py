@@ -73,10 +73,9 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, name: str) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="small sizes, finishes in under 2 minutes on 2 CPU cores")
     parser.add_argument("--seed", type=int, default=0,
-                        help="seed of the data split, training and stragglers (default 0)")
+                        help="seed of every random draw: data split, weights, inputs, stragglers (default 0)")
     parser.add_argument("--out", type=Path, default=None,
-                        help=f"output folder for results.json, results.csv, table.md and plots "
-                             f"(default: a fresh ./torchgcc-results/{name}/<date>-<time>)")
+                        help=f"output folder (default: a fresh ./torchgcc-results/{name}/<date>-<time>)")
     parser.set_defaults(out_name=name)
     parser.add_argument("--lambda-dec", type=parse_lambda, default=None, metavar="gcv|FLOAT",
                         help="GCC decoder smoothing: a number >= 0 or 'gcv' (generalized cross-validation per group); "
