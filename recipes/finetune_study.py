@@ -5,10 +5,13 @@
    random stragglers every step (configs/finetune.yaml), and plainly (the control: is it the coding or just more
    training?);
 3. ``coded_eval`` all three on the test set with the same seeded masks;
-4. write ``finetune_study.json`` (settings, the three records per (code, S), checkpoints), plot RelAcc and decoded
-   accuracy against S for the three models (``finetune_study.png``) and print a table.
+4. write ``finetune_study.json`` (settings, the three records per (code, S), checkpoints), plot the argmax
+   agreement (RelAcc) and decoded accuracy against S for the three models (``finetune_study.png``) and print a table.
 
-    python recipes/finetune_study.py --backbone torchgcc:vit --output torchgcc-results/finetune_study
+Each of the six stages prints a ``[i/6]`` line; the output folder defaults to a fresh
+``torchgcc-results/finetune_study/<date>-<time>``.
+
+    OMP_NUM_THREADS=1 python recipes/finetune_study.py --backbone torchgcc:vit
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from pathlib import Path
 from lightning_gcc import DigitsData, run
 from lightning_gcc.cli import CONFIG_DIR
 
+from torchgcc.experiments.options import fresh_output_dir
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--backbone", default="torchgcc:vit", help="model (see lightning_gcc.backbones)")
     parser.add_argument("--base-epochs", type=int, default=60)
     parser.add_argument("--base-lr", type=float, default=1e-3)
@@ -36,15 +41,18 @@ def main() -> None:
     parser.add_argument("--codes", default="[gcc,bacc]")
     parser.add_argument("--repeats", type=int, default=20, help="masks per test group and S")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", default="torchgcc-results/finetune_study")
+    parser.add_argument("--out", default=None,
+                        help="output folder (default: a fresh torchgcc-results/finetune_study/<date>-<time>)")
     args = parser.parse_args()
-    out = Path(args.output)
+    out = Path(args.out) if args.out else fresh_output_dir("finetune_study")
+    stage = iter(range(1, 7))
     common = [f"--model.backbone={args.backbone}", f"--seed_everything={args.seed}",
               "--trainer.enable_progress_bar=false"]
     coded = [f"--model.coded.num_inputs={args.num_inputs}", f"--model.coded.num_workers={args.num_workers}",
              f"--model.coded.num_stragglers={args.num_stragglers}"]
 
     def fit(name: str, extra: list[str]) -> str:
+        print(f"[{next(stage)}/6] fit {name}", flush=True)
         cli = run(DigitsData, "digits.yaml", args=["fit", *common, f"--trainer.default_root_dir={out / name}", *extra])
         return cli.trainer.checkpoint_callback.last_model_path
 
@@ -58,6 +66,7 @@ def main() -> None:
     }
     results = {}
     for name, checkpoint in checkpoints.items():
+        print(f"[{next(stage)}/6] coded_eval {name}", flush=True)
         run(DigitsData, "digits.yaml", args=[
             "coded_eval", *common, f"--ckpt_path={checkpoint}", f"--codes={args.codes}",
             f"--num_inputs={args.num_inputs}", f"--num_workers={args.num_workers}",
@@ -67,11 +76,12 @@ def main() -> None:
         results[name] = json.loads((out / name / "coded_eval" / "results.json").read_text())
     summary = {"settings": vars(args), "torchgcc_version": _source_version(), "checkpoints": checkpoints,
                "codes": results["base"]["config"]["code_repr"],
-               "plain_acc": {name: result["plain_acc"] for name, result in results.items()},
+               "reference_accuracy": {name: result["records"][0]["reference_accuracy"] for name, result in results.items()},
                "records": {name: result["records"] for name, result in results.items()}}
     (out / "finetune_study.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_study(summary, out / "finetune_study.png")
     print_table(summary)
+    print(f"wrote {out / 'finetune_study.json'}, {out / 'finetune_study.png'}")
 
 
 def _source_version() -> str:
@@ -85,21 +95,18 @@ def _source_version() -> str:
 
 
 def plot_study(summary: dict, path: Path) -> None:
-    """RelAcc and decoded accuracy against S, one line per model and code, with 95% CIs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Argmax agreement (RelAcc) and decoded accuracy against S, one line per model and code, with 95% CIs."""
+    from torchgcc.experiments.plots import plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), constrained_layout=True)
     for color, (name, records) in zip(("C7", "C3", "C0"), summary["records"].items()):
         for style, scheme in zip(("-", ":"), dict.fromkeys(r["scheme"] for r in records)):
             rows = [r for r in records if r["scheme"] == scheme]
-            for ax, metric in zip(axes, ("relacc", "acc")):
+            for ax, metric in zip(axes, ("agreement", "accuracy")):
                 ax.errorbar([r["S"] for r in rows], [r[metric] for r in rows], yerr=[r[f"{metric}_ci"] for r in rows],
                             color=color, ls=style, marker="o", ms=3, capsize=2, label=f"{name} ({scheme})")
     s = summary["settings"]
-    axes[0].set(xlabel="stragglers S", ylabel="RelAcc", title="agreement with each model's uncoded outputs")
+    axes[0].set(xlabel="stragglers S", ylabel="agreement (RelAcc)", title="agreement with each model's uncoded outputs")
     axes[1].set(xlabel="stragglers S", ylabel="accuracy", title="accuracy of the decoded outputs")
     axes[1].legend(fontsize=7)
     fig.suptitle(f"digits, {s['backbone']}, K={s['num_inputs']}, N={s['num_workers']}, fine-tuned with "
@@ -113,12 +120,13 @@ def print_table(summary: dict) -> None:
     from rich.table import Table
 
     table = Table(title="decoded outputs on the digits test set (95% CI over groups)")
-    for column in ("model", "plain acc", "scheme", "S", "RelAcc", "decoded acc", "MSE"):
+    for column in ("model", "uncoded acc", "scheme", "S", "agreement", "decoded acc", "MSE"):
         table.add_column(column)
     for name, records in summary["records"].items():
         for r in records:
-            table.add_row(name, f"{summary['plain_acc'][name]:.4f}", r["scheme"], str(r["S"]),
-                          f"{r['relacc']:.4f} ± {r['relacc_ci']:.4f}", f"{r['acc']:.4f} ± {r['acc_ci']:.4f}",
+            table.add_row(name, f"{summary['reference_accuracy'][name]:.4f}", r["scheme"], str(r["S"]),
+                          f"{r['agreement']:.4f} ± {r['agreement_ci']:.4f}",
+                          f"{r['accuracy']:.4f} ± {r['accuracy_ci']:.4f}",
                           f"{r['mse']:.3g}")
     Console().print(table)
 

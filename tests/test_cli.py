@@ -37,7 +37,7 @@ def check_records(results: dict, *, schemes: set[str], classification: bool) -> 
         assert all(key in record for key in SCHEMA) and ("S" in record or "p" in record)
         assert math.isfinite(record["mse"]) and record["mse"] >= 0 and math.isfinite(record["mse_ci"])
         if classification:
-            assert 0 <= record["relacc"] <= 1 and math.isfinite(record["relacc_ci"])
+            assert 0 <= record["agreement"] <= 1 and math.isfinite(record["agreement_ci"])
 
 
 def test_demo_quick_writes_results_and_reuses_the_cached_model(tmp_path, monkeypatch, capsys):
@@ -50,7 +50,7 @@ def test_demo_quick_writes_results_and_reuses_the_cached_model(tmp_path, monkeyp
     assert sorted({r["S"] for r in results["records"]}) == [0, 8, 16]
     by = {(r["scheme"], r["S"]): r for r in results["records"]}
     assert by["gcc", 16]["mse"] > by["gcc", 0]["mse"]  # more stragglers, larger error
-    assert "RelAcc" in capsys.readouterr().out
+    assert "agreement" in capsys.readouterr().out
 
     def fail(*args, **kwargs):
         raise AssertionError("the second run must load the cached model")

@@ -16,7 +16,8 @@ import torchgcc
 from torchgcc import metrics
 from torchgcc.experiments import training
 from torchgcc.experiments.data import load_dataset
-from torchgcc.experiments.evaluate import evaluate_coded, evaluate_sweep, mean_ci
+from torchgcc.experiments.evaluate import evaluate_coded, evaluate_sweep
+from torchgcc.metrics import mean_ci
 from torchgcc.experiments.models import build_model
 from torchgcc.experiments.options import parse_lambda
 from torchgcc.experiments.polynomial import QuadraticMap
@@ -131,7 +132,7 @@ def test_evaluate_coded_matches_coded_module(classifier):
         decoded = [coded(inputs, mask=mask) for mask in masks]
     assert stats["mse"] == pytest.approx(np.mean([metrics.mse(d, reference).item() for d in decoded]), rel=1e-6)
     agreement = torch.cat([d.argmax(-1) == reference.argmax(-1) for d in decoded]).double().mean().item()
-    assert stats["relacc"] == pytest.approx(agreement)
+    assert stats["agreement"] == pytest.approx(agreement)
     per_group = [metrics.mse(d[i : i + 4], reference[i : i + 4]).item() for d in decoded for i in range(0, 21, 4)]
     assert stats["groups"] == 12
     assert stats["mse_ci"] == pytest.approx(1.959963984540054 * np.std(per_group, ddof=1) / np.sqrt(12), rel=1e-6)
@@ -144,7 +145,7 @@ def test_evaluate_coded_is_exact_for_lcc_on_a_linear_map():
     code = torchgcc.make_code("lcc", num_inputs=3, num_workers=8, degree=1)
     masks = FixedStragglers(num_stragglers=5, seed=1).sample(4 * 4, 8).view(4, 4, 8)  # 3 arrive = threshold
     stats = evaluate_coded(linear, code, inputs, masks, classification=False)
-    assert stats["mse"] < 1e-20 and "relacc" not in stats
+    assert stats["mse"] < 1e-20 and "agreement" not in stats
 
 
 def test_evaluate_sweep_gives_every_code_the_same_masks(classifier):
@@ -158,7 +159,7 @@ def test_evaluate_sweep_gives_every_code_the_same_masks(classifier):
     by = {(r["scheme"], r["S"]): r for r in records}
     for s in (0, 5):  # identical codes on identical masks give identical numbers
         assert by["natural", s]["mse"] == by["gcc", s]["mse"]
-        assert by["natural", s]["relacc_ci"] == by["gcc", s]["relacc_ci"]
+        assert by["natural", s]["agreement_ci"] == by["gcc", s]["agreement_ci"]
     assert by["gcc", 5]["mse"] > by["gcc", 0]["mse"]
     assert all(r["N"] == 12 and r["K"] == 4 and r["repeats"] == 3 for r in records)
     with pytest.raises(ValueError, match="share"):
@@ -183,13 +184,13 @@ def test_fit_slopes_recovers_power_laws():
 
 def test_results_round_trip(tmp_path):
     records = [{"scheme": "gcc", "N": 8, "K": 4, "S": 1, "mse": torch.tensor(0.5), "mse_ci": float("nan")},
-               {"scheme": "bacc", "N": 8, "K": 4, "S": 1, "mse": 0.75, "mse_ci": 0.1, "relacc": 0.9}]
+               {"scheme": "bacc", "N": 8, "K": 4, "S": 1, "mse": 0.75, "mse_ci": 0.1, "agreement": 0.9}]
     paths = write_results(tmp_path, config={"seed": 3, "out": tmp_path}, records=records, slopes={"gcc": -3.0})
     data = read_results(tmp_path)
     assert data["config"] == {"seed": 3, "out": str(tmp_path)} and data["slopes"] == {"gcc": -3.0}
     assert data["records"][0]["mse"] == 0.5 and data["records"][0]["mse_ci"] is None
     lines = paths["csv"].read_text().splitlines()
-    assert lines[0] == "scheme,N,K,S,mse,mse_ci,relacc" and lines[1] == "gcc,8,4,1,0.5,,"
+    assert lines[0] == "scheme,N,K,S,mse,mse_ci,agreement" and lines[1] == "gcc,8,4,1,0.5,,"
     json.loads(paths["json"].read_text())  # strict JSON (no NaN)
     with pytest.raises(ValueError, match="lacks"):
         write_results(tmp_path, config={}, records=[{"scheme": "gcc", "N": 8, "S": 1}])
@@ -198,10 +199,10 @@ def test_results_round_trip(tmp_path):
 
 
 def test_pivot_tables_put_settings_down_and_schemes_across():
-    records = [{"scheme": s, "S": n, "mse": m, "mse_ci": 0.01, "relacc": 0.98, "relacc_ci": 0.004}
+    records = [{"scheme": s, "S": n, "mse": m, "mse_ci": 0.01, "agreement": 0.98, "agreement_ci": 0.004}
                for n, (s, m) in enumerate([("gcc", 0.5), ("bacc", 1.5)])]
     header, rows = pivot(records, setting="S")
-    assert header == ["S", "GCC MSE", "BACC MSE", "GCC RelAcc %", "BACC RelAcc %"]
+    assert header == ["S", "GCC MSE", "BACC MSE", "GCC agreement %", "BACC agreement %"]
     assert rows == [["0", "0.5 ± 0.01", "-", "98.0 ± 0.4", "-"], ["1", "-", "1.5 ± 0.01", "-", "98.0 ± 0.4"]]
     assert markdown_table(records, setting="S").splitlines()[1] == "|---:|---:|---:|---:|---:|"
 

@@ -8,15 +8,19 @@ with its DataModule and default config file.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from unittest import mock
 from typing import Any
 
+import torch
+
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
-from torchgcc.experiments.options import fresh_output_dir
+from torchgcc.experiments.options import default_threads, fresh_output_dir
 
 from .coded_eval import CodedEvaluation
 from .module import CodedClassifier
@@ -91,20 +95,39 @@ class CodedCLI(LightningCLI):
         for attribute in ("num_classes", "in_chans", "image_size"):
             parser.link_arguments(f"data.{attribute}", f"model.{attribute}", apply_on="instantiate")
 
+    def before_fit(self) -> None:
+        """``--trainer.logger false`` drops the configs' ``LearningRateMonitor`` (it needs a logger)."""
+        if not self.trainer.loggers:
+            self.trainer.callbacks[:] = [c for c in self.trainer.callbacks if not isinstance(c, LearningRateMonitor)]
+
+    def after_fit(self) -> None:
+        """Print where the checkpoints went (nothing under ``fast_dev_run``, which saves none)."""
+        callback = self.trainer.checkpoint_callback
+        paths = [path for path in (getattr(callback, "best_model_path", ""), getattr(callback, "last_model_path", ""))
+                 if path]
+        if paths and self.trainer.is_global_zero:
+            print("wrote checkpoint " + " and ".join(dict.fromkeys(paths)))
+
 
 def run(
     datamodule_class: type[LightningDataModule], config: str | None = None, args: ArgsType = None
 ) -> CodedCLI:
     """Run the recipe CLI for ``datamodule_class`` with ``configs/<config>`` as default config file.
 
-    ``args`` (a list of strings) replaces ``sys.argv[1:]``, for calls from Python and tests.
+    ``args`` (a list of strings) replaces ``sys.argv[1:]``, for calls from Python and tests. Unless
+    ``OMP_NUM_THREADS`` is set, torch uses :func:`torchgcc.experiments.options.default_threads` CPU threads (half
+    the CPUs, at most 4): torch's default of every core oversubscribes small shared machines.
     """
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(default_threads())
     argv = sys.argv if args is None else sys.argv[:1]  # LightningCLI warns when it sees both
     with mock.patch.object(sys, "argv", argv):
         return CodedCLI(
             CodedClassifier,
             datamodule_class,
             trainer_class=CodedTrainer,
+            # with --trainer.logger false every run saves its config.yaml into default_root_dir: keep the newest
+            save_config_kwargs={"overwrite": True},
             parser_kwargs={
                 subcommand: {"default_config_files": [str(CONFIG_DIR / config)] if config else []}
                 for subcommand in CodedCLI.subcommands()

@@ -69,7 +69,7 @@ class CodedClassifier(LightningModule):
 
     Logged metrics: ``train/loss``, ``train/acc`` (of the decoded logits when coded), ``val/loss``,
     ``val/acc``, ``test/loss``, ``test/acc``; when coded also ``val/coded_acc`` (accuracy of the decoded
-    logits) and ``val/relacc`` (their argmax agreement with the plain logits), with the same seeded masks at
+    logits) and ``val/agreement`` (their argmax agreement with the plain logits), with the same seeded masks at
     every validation.
     """
 
@@ -96,7 +96,7 @@ class CodedClassifier(LightningModule):
         self.coded = coded
         if coded is not None:
             self.val_coded_acc = MulticlassAccuracy(num_classes, average="micro")
-            self.val_relacc = MeanMetric()
+            self.val_agreement = MeanMetric()
         # Coded wrappers share self.net; they are kept out of the module tree so that checkpoints hold the plain
         # model only (a coded fine-tune loads into a plain classifier and back).
         self._coded_runs: dict[str, torchgcc.CodedModule] = {}
@@ -153,9 +153,9 @@ class CodedClassifier(LightningModule):
         if self.coded is not None:
             decoded = self._coded_runs["val"](x)
             self.val_coded_acc(decoded, y)
-            self.val_relacc.update(argmax_agreement(decoded, logits), weight=len(x))
+            self.val_agreement.update(argmax_agreement(decoded, logits), weight=len(x))
             self.log("val/coded_acc", self.val_coded_acc, prog_bar=True)
-            self.log("val/relacc", self.val_relacc, prog_bar=True)
+            self.log("val/agreement", self.val_agreement, prog_bar=True)
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         x, y = batch
