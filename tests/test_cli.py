@@ -1,8 +1,12 @@
-"""``torchgcc demo`` and ``torchgcc reproduce ...`` end to end through ``torchgcc.cli.main`` (``--quick`` sizes)."""
+"""``torchgcc demo`` and ``torchgcc reproduce ...`` end to end through ``torchgcc.cli.main`` (``--quick`` sizes), and
+what the command line promises: a fast ``--help`` that imports no torch, ``--version``, one-line user errors, a core
+that imports no optional dependency."""
 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -15,19 +19,23 @@ SCHEMA = ("scheme", "N", "K", "mse", "mse_ci")
 
 
 @pytest.fixture(autouse=True)
-def experiments_only(monkeypatch, tmp_path):
-    """Only the experiment subcommands (other modules test their own), and a private model cache."""
-    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("torchgcc.experiments.demo", "torchgcc.experiments.reproduce"))
+def private_cache(monkeypatch, tmp_path):
+    """A private model cache, and torch's threads restored after the commands set them."""
     monkeypatch.setenv("TORCHGCC_CACHE", str(tmp_path / "cache"))
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)  # the commands set --threads for the whole process
 
 
-def run(*argv: str) -> dict:
-    out = argv[argv.index("--out") + 1]
+def run(*argv: str, out: str | None = None) -> dict:
+    """Run the command and read its results from ``--out`` (or from ``out``, the folder it was expected to pick)."""
+    out = out or argv[argv.index("--out") + 1]
     assert cli.main([*argv, "--no-progress"]) == 0
     return read_results(out)
+
+
+def python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
 
 
 def check_records(results: dict, *, schemes: set[str], classification: bool) -> None:
@@ -41,16 +49,20 @@ def check_records(results: dict, *, schemes: set[str], classification: bool) -> 
 
 
 def test_demo_quick_writes_results_and_reuses_the_cached_model(tmp_path, monkeypatch, capsys):
-    results = run("demo", "--quick", "--out", str(tmp_path / "demo"))
+    monkeypatch.chdir(tmp_path)  # the default output folder is a fresh one under ./torchgcc-results/demo
+    assert cli.main(["demo", "--quick", "--no-progress"]) == 0
+    (folder,) = (tmp_path / "torchgcc-results" / "demo").iterdir()
+    results = read_results(folder)
+    assert f"wrote {folder.relative_to(tmp_path)}/" in capsys.readouterr().out
     for name in ("results.json", "results.csv", "table.md", "stragglers.png"):
-        assert (tmp_path / "demo" / name).stat().st_size > 0
+        assert (folder / name).stat().st_size > 0
     check_records(results, schemes={"gcc", "natural", "bacc"}, classification=True)
     config = results["config"]
     assert config["seed"] == 0 and not config["model_from_cache"] and config["test_accuracy"] > 0.9
     assert sorted({r["S"] for r in results["records"]}) == [0, 8, 16]
     by = {(r["scheme"], r["S"]): r for r in results["records"]}
     assert by["gcc", 16]["mse"] > by["gcc", 0]["mse"]  # more stragglers, larger error
-    assert "agreement" in capsys.readouterr().out
+    assert "agreement" in (tmp_path / "torchgcc-results" / "demo" / folder.name / "table.md").read_text()
 
     def fail(*args, **kwargs):
         raise AssertionError("the second run must load the cached model")
@@ -113,7 +125,56 @@ def test_bad_arguments_exit_with_usage(argv):
     assert exit_info.value.code == 2
 
 
-def test_stragglers_sweep_is_validated_before_any_work(tmp_path):
-    with pytest.raises(SystemExit, match="must lie in"):
-        cli.main(["reproduce", "stragglers", "--stragglers", "0,31", "--out", str(tmp_path)])
+@pytest.mark.parametrize(("argv", "message"), [
+    (["reproduce", "stragglers", "--stragglers", "0,31"], "--stragglers must lie in [0, 30]"),
+    (["reproduce", "stragglers", "--data", "mnist"], "--data mnist needs --data-dir DIR"),
+    (["demo", "--threads", "0"], "--threads must be at least 1"),
+])
+def test_user_errors_are_one_line_before_any_work(argv, message, tmp_path, capsys):
+    assert cli.main([*argv, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"torchgcc: error: {err.split('error: ', 1)[1]}" and message in err and err.count("\n") == 1
     assert not any(tmp_path.iterdir())
+
+
+def test_version(capsys):
+    import torchgcc
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out == f"torchgcc {torchgcc.__version__}\n"
+
+
+def test_help_imports_neither_torch_nor_optional_dependencies():
+    done = python("import sys; from torchgcc import cli\n"
+                  "try: cli.main(['--help'])\nexcept SystemExit: pass\n"
+                  "print(sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'numpy', 'rich', 'tqdm'}))")
+    assert done.returncode == 0, done.stderr
+    assert "demo" in done.stdout and done.stdout.strip().endswith("[]")
+
+
+def test_core_works_and_imports_nothing_optional_when_no_extra_is_installed():
+    """Every optional dependency made unimportable, as after ``pip install torchgcc`` without extras."""
+    from torchgcc.optional import EXTRAS
+
+    done = python(f"import sys\nfor name in {sorted(EXTRAS)}: sys.modules[name] = None\n"
+                  "import torch, torchgcc\n"
+                  "import torchgcc.codes, torchgcc.functional, torchgcc.stragglers, torchgcc.coded_module\n"
+                  "import torchgcc.points, torchgcc.metrics, torchgcc.registry, torchgcc.timing\n"
+                  "from torchgcc.metrics import CodedMetrics, argmax_agreement, mse\n"
+                  "code = torchgcc.make_code('bacc', num_inputs=4, num_workers=12)\n"
+                  "y = torchgcc.CodedModule(torch.nn.Linear(3, 2), torchgcc.GCC(4, 12))(torch.randn(8, 3))\n"
+                  "assert y.shape == (8, 2)\n"
+                  "try:\n    torchgcc.metrics.ArgmaxAgreement\nexcept ImportError as error:\n    print(error)\n"
+                  f"print(sorted(m for m in sys.modules if m.split('.')[0] in {sorted(EXTRAS)} and sys.modules[m]))")
+    assert done.returncode == 0, done.stderr
+    message, loaded = done.stdout.strip().splitlines()
+    assert loaded == "[]" and "'experiments' extra" in message
+
+
+def test_a_missing_extra_is_named_in_one_line():
+    done = python("import sys; sys.modules['matplotlib'] = None\n"
+                  "from torchgcc import cli; sys.exit(cli.main(['demo', '--quick']))")
+    assert done.returncode == 1
+    assert done.stderr == ("torchgcc: error: matplotlib is not installed; it comes with the 'experiments' extra: "
+                           "pip install 'torchgcc[experiments]' (or pip install -e '.[experiments]' in a checkout)\n")

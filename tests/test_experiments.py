@@ -17,7 +17,6 @@ from torchgcc import metrics
 from torchgcc.experiments import training
 from torchgcc.experiments.data import load_dataset
 from torchgcc.experiments.evaluate import evaluate_coded, evaluate_sweep
-from torchgcc.metrics import mean_ci
 from torchgcc.experiments.models import build_model
 from torchgcc.experiments.options import parse_lambda
 from torchgcc.experiments.polynomial import QuadraticMap
@@ -105,13 +104,6 @@ def test_load_or_train_caches_weights_per_setting(monkeypatch, tmp_path):
     with pytest.raises(AssertionError, match="cache"):  # another seed is another model: retrain
         training.load_or_train("lenet5", split, seed=2, config=config, progress=False)
 
-
-def test_mean_ci_is_the_normal_interval():
-    values = torch.tensor([1.0, 2.0, 4.0, 7.0])
-    mean, half = mean_ci(values)
-    assert mean == pytest.approx(3.5)
-    assert half == pytest.approx(1.959963984540054 * np.std([1, 2, 4, 7], ddof=1) / 2)
-    assert math.isnan(mean_ci(torch.tensor([1.0]))[1])
 
 
 @pytest.fixture

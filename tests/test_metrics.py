@@ -1,25 +1,87 @@
+"""torchgcc.metrics against hand counts and independent numpy computations."""
+
+import math
+
+import numpy as np
+import pytest
 import torch
-import torchmetrics
 
-from torchgcc.metrics import RelativeAccuracy, accuracy, argmax_agreement, mse, relative_accuracy
-
-
-def test_mse_matches_torchmetrics():
-    a, b = torch.randn(50, 7), torch.randn(50, 7)
-    torch.testing.assert_close(mse(a, b).float(), torchmetrics.functional.mean_squared_error(a, b))
+from torchgcc.metrics import Z95, CodedMetrics, accuracy, argmax_agreement, mean_ci, mse
 
 
-def test_agreement_and_relative_accuracy_by_hand():
-    reference = torch.tensor([[3.0, 1.0], [0.0, 2.0], [5.0, 4.0], [1.0, 0.0]])  # argmax 0, 1, 0, 0
-    decoded = torch.tensor([[2.0, 1.0], [3.0, 2.0], [5.0, 6.0], [1.0, 0.0]])  # argmax 0, 0, 1, 0
+def test_functions_by_hand():
+    reference = torch.tensor([[2.0, 1.0], [0.0, 3.0], [5.0, 4.0], [1.0, 0.0]])
+    decoded = torch.tensor([[1.5, 1.0], [1.0, 0.5], [3.0, 4.0], [2.0, 0.0]])
     labels = torch.tensor([0, 1, 1, 0])
+    assert mse(decoded, reference).item() == pytest.approx((0.25 + 1 + 6.25 + 4 + 1) / 8)
     assert argmax_agreement(decoded, reference).item() == 0.5
     assert accuracy(reference, labels).item() == 0.75 and accuracy(decoded, labels).item() == 0.75
-    assert relative_accuracy(decoded, reference, labels).item() == 1.0
+    with pytest.raises(ValueError, match="shapes differ"):
+        mse(decoded, reference[:3])
+    with pytest.raises(ValueError, match="labels of shape"):
+        accuracy(decoded, labels[:3])
 
-    metric = RelativeAccuracy()
-    metric.update(decoded[:2], reference[:2], labels[:2])
-    metric.update(decoded[2:], reference[2:], labels[2:])
+
+def test_coded_metrics_match_numpy_per_group():
+    generator = torch.Generator().manual_seed(0)
+    group_size, updates = 4, []
+    metrics = CodedMetrics(group_size)
+    for samples in (10, 7):  # partial last groups: 4 + 4 + 2 and 4 + 3
+        reference = torch.randn(samples, 3, generator=generator)
+        decoded = reference + 0.8 * torch.randn(samples, 3, generator=generator)
+        labels = torch.randint(3, (samples,), generator=generator)
+        metrics.update(decoded, reference, labels)
+        updates.append((decoded.numpy(), reference.numpy(), labels.numpy()))
+    result = metrics.compute()
+
+    groups = [(d[i:i + group_size], r[i:i + group_size], y[i:i + group_size])
+              for d, r, y in updates for i in range(0, len(d), group_size)]
+    half = lambda values: Z95 * np.std(values, ddof=1) / math.sqrt(len(values))  # noqa: E731
+    all_d, all_r, all_y = (np.concatenate(part) for part in zip(*updates))
+    assert result["groups"] == len(groups) == 5 and result["samples"] == 17
+    assert result["mse"] == pytest.approx(np.mean((all_d - all_r) ** 2))
+    assert result["mse_ci"] == pytest.approx(half([np.mean((d - r) ** 2) for d, r, _ in groups]))
+    agree = lambda d, r: np.mean(d.argmax(1) == r.argmax(1))  # noqa: E731
+    assert result["agreement"] == pytest.approx(agree(all_d, all_r))
+    assert result["agreement_ci"] == pytest.approx(half([agree(d, r) for d, r, _ in groups]))
+    assert result["accuracy"] == pytest.approx(np.mean(all_d.argmax(1) == all_y))
+    assert result["accuracy_ci"] == pytest.approx(half([np.mean(d.argmax(1) == y) for d, _, y in groups]))
+    assert result["reference_accuracy"] == pytest.approx(np.mean(all_r.argmax(1) == all_y))
+
+
+def test_coded_metrics_merge_equals_one_accumulator_and_rejects_mixed_labels():
+    generator = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(6, 5, generator=generator), torch.randn(6, 5, generator=generator)) for _ in range(3)]
+    whole, left, right = CodedMetrics(3), CodedMetrics(3), CodedMetrics(3)
+    for index, (decoded, reference) in enumerate(batches):
+        whole.update(decoded, reference)
+        (left if index < 2 else right).update(decoded, reference)
+    assert left.merge(right).compute() == whole.compute()
+    assert "accuracy" not in whole.compute()
+    regression = CodedMetrics(3, classification=False)
+    regression.update(*batches[0])
+    assert set(regression.compute()) == {"groups", "samples", "mse", "mse_ci"}
+    whole.update(*batches[0], labels=torch.zeros(6, dtype=torch.long))
+    with pytest.raises(ValueError, match="labels were given to 1 of 4"):
+        whole.compute()
+    with pytest.raises(ValueError, match="before any update"):
+        CodedMetrics(3).compute()
+    with pytest.raises(ValueError, match="group_size"):
+        CodedMetrics(0)
+
+
+def test_mean_ci_is_the_normal_interval():
+    mean, half = mean_ci(torch.tensor([1.0, 2.0, 4.0, 7.0]))
+    assert mean == pytest.approx(3.5) and half == pytest.approx(Z95 * np.std([1, 2, 4, 7], ddof=1) / 2)
+    assert math.isnan(mean_ci(torch.tensor([1.0]))[1])
+
+
+def test_argmax_agreement_torchmetrics_metric():
+    from torchgcc.metrics import ArgmaxAgreement
+
+    metric = ArgmaxAgreement()
+    metric.update(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.0], [1.0, 0.0]]), torch.tensor([0, 0]))
+    metric.update(torch.tensor([[0.0, 1.0]]), torch.tensor([[0.0, 1.0]]), torch.tensor([0]))
     result = metric.compute()
-    assert result["relacc"].item() == 0.5 and result["relative_accuracy"].item() == 1.0
-    assert result["accuracy"].item() == 0.75 and result["reference_accuracy"].item() == 0.75
+    assert result["agreement"].item() == pytest.approx(2 / 3)
+    assert result["accuracy"].item() == pytest.approx(1 / 3) and result["reference_accuracy"].item() == pytest.approx(2 / 3)

@@ -15,7 +15,8 @@ from types import ModuleType
 
 __all__ = ["EXTRAS", "MissingExtraError", "extra_for", "require"]
 
-#: Top-level module name -> the ``pip install 'torchgcc[EXTRA]'`` extra that provides it.
+#: Top-level module name -> the ``pip install 'torchgcc[EXTRA]'`` extra that provides it (mpmath, which the tests use
+#: too, is not here: torch's sympy always installs it).
 EXTRAS: dict[str, str] = {
     "matplotlib": "experiments",
     "rich": "experiments",
@@ -28,7 +29,6 @@ EXTRAS: dict[str, str] = {
     "lightning": "recipes",
     "csaps": "test",
     "hypothesis": "test",
-    "mpmath": "test",
     "pytest": "test",
     "scipy": "test",
 }
