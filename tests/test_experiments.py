@@ -105,7 +105,6 @@ def test_load_or_train_caches_weights_per_setting(monkeypatch, tmp_path):
         training.load_or_train("lenet5", split, seed=2, config=config, progress=False)
 
 
-
 @pytest.fixture
 def classifier():
     torch.manual_seed(0)

@@ -12,6 +12,10 @@ With :func:`cubic_spline_kernel`, ``k(s, t) = |s - t|^3 / 12`` and ``m = 2``, ``
 natural cubic smoothing spline, so :func:`kernel_smoother_matrix` must equal
 :func:`torchgcc.functional.smoothing_spline_matrix`; it costs a dense O(n^3) solve and serves as an independent
 check and as the mould for other kernels.
+
+On CPU the saddle-point systems are solved one at a time: torch's batched LU on CPU (``torch.linalg.solve`` /
+``lu_factor_ex`` on a batch) returns wrong solutions or fails for n >= 256 with more than one thread (an open torch
+bug), while the unbatched LU is LAPACK's ``getrf``/``getrs``.
 """
 
 from __future__ import annotations
@@ -61,6 +65,17 @@ def kernel_smoother_matrix(
     system = torch.cat([top, bottom], dim=-2)
     identity = torch.eye(n, dtype=torch.float64, device=knots.device).expand(system.shape[:-2] + (n, n))
     rhs = torch.cat([identity, identity.new_zeros(identity.shape[:-2] + (m, n))], dim=-2)
-    coefficients = torch.linalg.solve(system, rhs)  # (..., n + m, n)
+    coefficients = _solve(system, rhs)  # (..., n + m, n)
     basis = torch.cat([kernel(points, knots), t_points], dim=-1)
     return basis @ coefficients
+
+
+def _solve(system: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """``system^{-1} rhs`` for ``(..., s, s)`` and ``(..., s, r)``; one LU per matrix on CPU (see the module doc)."""
+    if system.device.type != "cpu" or system.dim() == 2:
+        return torch.linalg.solve(system, rhs)
+    batch = torch.broadcast_shapes(system.shape[:-2], rhs.shape[:-2])
+    systems = system.expand(batch + system.shape[-2:]).reshape(-1, *system.shape[-2:])
+    rights = rhs.expand(batch + rhs.shape[-2:]).reshape(-1, *rhs.shape[-2:])
+    solutions = [torch.linalg.solve(a, b) for a, b in zip(systems, rights)]
+    return torch.stack(solutions).reshape(batch + rhs.shape[-2:]) if solutions else rhs.new_empty(batch + rhs.shape[-2:])
