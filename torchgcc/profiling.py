@@ -114,7 +114,7 @@ def profile_coded_inference(settings: ProfileSettings, *, trace: str | Path | No
         }
         timer = make_timer(device)
         summaries = {}
-        bar = require("tqdm.auto").tqdm(STAGES, desc="profiling stages", disable=not progress, leave=False)
+        bar = require("tqdm").tqdm(STAGES, desc="profiling stages", disable=not progress, leave=False)
         for name in bar:
             bar.set_postfix(stage=name)
             fn, setup = stages[name]

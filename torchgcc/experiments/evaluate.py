@@ -84,7 +84,7 @@ def evaluate_sweep(
     ``{"S": 3}`` or ``{"p": 0.1}`` with a straggler model. Returns one record per (setting, scheme):
     ``{"scheme", "N", "K", **label, "repeats", "mse", "mse_ci", ["agreement", "agreement_ci"], "groups"}``.
     """
-    tqdm = require("tqdm.auto").tqdm
+    tqdm = require("tqdm").tqdm
     shapes = {(code.num_inputs, code.num_workers) for code in codes.values()}
     if len(shapes) != 1:
         raise ValueError(f"all codes must share (K, N), got {sorted(shapes)}")

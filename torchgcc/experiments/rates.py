@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 import torchgcc
 from torchgcc.experiments.evaluate import evaluate_sweep, model_outputs

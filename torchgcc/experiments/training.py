@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from torchgcc.experiments.data import DataSplit
 from torchgcc.experiments.evaluate import model_outputs

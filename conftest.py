@@ -1,0 +1,39 @@
+"""Settings for every test, the notebooks included.
+
+- ``TORCHGCC_CACHE`` points at a temporary folder for the whole session (removed at the end), so no test and no
+  notebook writes the user's model cache.
+- Every test starts from the global seed ``TORCHGCC_TEST_SEED`` (default 0) for torch, numpy and ``random``. No test
+  may depend on which value it is: ``TORCHGCC_TEST_SEED=1 pytest`` and ``=2`` must pass too.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+
+GLOBAL_SEED = int(os.environ.get("TORCHGCC_TEST_SEED", "0"))
+_CACHE = tempfile.mkdtemp(prefix="torchgcc-test-cache-")
+os.environ["TORCHGCC_CACHE"] = _CACHE  # before any test or notebook kernel starts
+
+
+def pytest_report_header() -> str:
+    return f"torchgcc: global seed {GLOBAL_SEED} (TORCHGCC_TEST_SEED), model cache {_CACHE}"
+
+
+def pytest_unconfigure() -> None:
+    shutil.rmtree(_CACHE, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def global_seed() -> int:
+    """Seed torch, numpy and ``random`` with ``TORCHGCC_TEST_SEED`` before every test; returns the seed."""
+    torch.manual_seed(GLOBAL_SEED)
+    np.random.seed(GLOBAL_SEED)
+    random.seed(GLOBAL_SEED)
+    return GLOBAL_SEED
