@@ -3,9 +3,11 @@
 f is a 2-layer tanh MLP (20 -> 64 -> 10, float64, seed 0), inputs are Gaussian, K = 10, N = 40, S random stragglers
 (seeded per S), and worker results optionally carry Gaussian noise of standard deviation sigma. For each bandwidth
 ratio r the decoder uses lambda_dec = (r * 2 / (n - 1))^4 for a fit to n = N - S results (r = 0: interpolation;
-r = 0.2: the default); BACC is the baseline. Prints a table and writes JSON:
+r = 0.2: the default); BACC is the baseline. Prints a table and writes JSON, by default to a fresh
+``torchgcc-results/lambda_rule/<date>-<time>/lambda_rule.json`` (the committed copy, benchmarks/results/lambda_rule.json,
+was written with ``--out benchmarks/results/lambda_rule.json``):
 
-    python benchmarks/lambda_rule.py --out benchmarks/results/lambda_rule.json
+    python benchmarks/lambda_rule.py
 """
 
 from __future__ import annotations
@@ -18,18 +20,21 @@ import torch
 
 import torchgcc
 from torchgcc.codes.gcc import spacing_lambda
+from torchgcc.experiments.options import fresh_output_dir
 from torchgcc.stragglers import FixedStragglers
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--groups", type=int, default=200)
     parser.add_argument("--ratios", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3, 0.5, 1.0])
     parser.add_argument("--stragglers", type=int, nargs="+", default=[0, 4, 10, 20])
     parser.add_argument("--sigmas", type=float, nargs="+", default=[0.0, 1e-3, 1e-2])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/lambda_rule.json"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON file (default: a fresh torchgcc-results/lambda_rule/<date>-<time>/lambda_rule.json)")
     args = parser.parse_args()
+    args.out = args.out or fresh_output_dir("lambda_rule") / "lambda_rule.json"
 
     K, N = 10, 40
     torch.manual_seed(args.seed)
