@@ -6,6 +6,7 @@ docs/distributed.md for why not through gloo or NCCL send/recv).
 """
 
 from torchgcc.distributed.arrival import ARRIVAL_MODES, Injected, Measured, Simulated, StepPlan
+from torchgcc.distributed.dataplane import DataPlane, Message, PairBrokenError, PairChannel, open_peer_pair
 from torchgcc.distributed.coordinator import Coordinator, StepResult, TooFewWorkersError
 from torchgcc.distributed.faults import FaultPlan
 from torchgcc.distributed.placement import PLACEMENTS, place_workers
@@ -18,9 +19,13 @@ __all__ = [
     "Channel",
     "CodedScheme",
     "Coordinator",
+    "DataPlane",
     "FaultPlan",
     "Injected",
     "Measured",
+    "Message",
+    "PairBrokenError",
+    "PairChannel",
     "PLACEMENTS",
     "Simulated",
     "StepPlan",
@@ -29,6 +34,7 @@ __all__ = [
     "UncodedScheme",
     "connect",
     "make_scheme",
+    "open_peer_pair",
     "place_workers",
     "serve",
 ]
