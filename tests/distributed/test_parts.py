@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -122,3 +126,33 @@ def test_launcher_kills_a_stuck_job_when_its_time_is_up():
         launch(args, nproc=2, timeout_s=6)
     pids = os.popen("pgrep -f '[t]orchgcc.distributed -N 2 -K 2 -S 0 --deadline 0'").read().split()
     assert pids == [], (pids, str(error.value))
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_stopping_bench_latency_stops_every_process_and_removes_temp_folders(tmp_path, signum):
+    """Ctrl-C or SIGTERM of `torchgcc bench-latency` used to leave its worker processes and temp folders behind."""
+    marker = str(900_000 + signum)  # a seed no other job uses: finds this job's processes
+    command = [sys.executable, "-m", "torchgcc", "bench-latency", "--seed", marker, "--out", str(tmp_path / "out")]
+    env = dict(os.environ, TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
+    bench = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 45
+        while len(_job_pids(marker)) < 5 and time.monotonic() < deadline:  # every rank of the job has started
+            time.sleep(0.2)
+        assert len(_job_pids(marker)) == 5
+        bench.send_signal(signum)
+        output, _ = bench.communicate(timeout=30)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert "interrupted" in output
+    assert _job_pids(marker) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("torchgcc")] == []
+    assert not (tmp_path / "out").exists()
+
+
+def _job_pids(marker: str) -> list[str]:
+    found = subprocess.run(["pgrep", "-f", f"[t]orchgcc.distributed .*--seed {marker}"], capture_output=True,
+                           text=True)
+    return found.stdout.split()

@@ -197,7 +197,9 @@ class Coordinator:
                     f"{scheme.name} needs at least {scheme.min_arrived}"
                 )
             if required is None:
-                rule_met = len(results) >= min(plan.quorum, live)
+                stragglers = getattr(scheme, "num_stragglers", None)
+                quorum = plan.quorum if stragglers is None else self.num_workers - stragglers
+                rule_met = len(results) >= min(quorum, live)
             else:
                 rule_met = not (required & pending)
             now = time.monotonic()

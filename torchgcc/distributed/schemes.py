@@ -24,13 +24,16 @@ class CodedScheme:
     """Encode groups of K samples into N coded inputs with ``code``; decode from the arrived results.
 
     Args:
-        code: a core code (``encoder``, ``decoder(y, mask)``, ``min_arrived``, ``alpha`` (K,), ``beta`` (N,)).
+        code: a core code (``encoder``, ``decoder(y, mask)``, ``min_arrived``, ``num_inputs``, ``num_workers``).
         name: the name reported in the results.
+        num_stragglers: S of this scheme (its wait ends at the fastest ``N - S``), overriding the run's ``-S`` in
+            the injected and measured modes; None: the run's.
     """
 
-    def __init__(self, code: nn.Module, *, name: str) -> None:
+    def __init__(self, code: nn.Module, *, name: str, num_stragglers: int | None = None) -> None:
         self.code = code
         self.name = name
+        self.num_stragglers = num_stragglers
         self.num_inputs = code.num_inputs
         self.num_workers = code.num_workers
         self.min_arrived = code.min_arrived
@@ -152,9 +155,23 @@ class ReplicationScheme:
 SCHEMES = ("uncoded", "replication")
 
 
-def make_scheme(name: str, *, num_inputs: int, num_workers: int, **code_kwargs) -> CodedScheme | UncodedScheme | ReplicationScheme:
+def make_scheme(
+    name: str, *, num_inputs: int, num_workers: int, **code_kwargs
+) -> CodedScheme | UncodedScheme | ReplicationScheme:
     """``"uncoded"``, ``"replication"`` or any name in ``torchgcc.list_codes()`` (built with ``make_code``, which
-    alone receives ``code_kwargs``: the same options can be given for a mix of codes and baselines)."""
+    alone receives ``code_kwargs``: the same options can be given for a mix of codes and baselines).
+
+    A code name may carry its own S as ``"gcc:S=4"`` (so one run compares a code at several S on the same delays).
+    """
+    name, _, option = name.partition(":")
+    num_stragglers = None
+    if option:
+        key, _, value = option.partition("=")
+        if key != "S" or not value.isdigit() or name in SCHEMES:
+            raise ValueError(f"bad scheme {name}:{option!r}: a code may carry its S as e.g. 'gcc:S=4'")
+        num_stragglers = int(value)
+        if num_stragglers >= num_workers:
+            raise ValueError(f"scheme {name}:{option} leaves no worker out of N={num_workers}")
     if name == "uncoded":
         return UncodedScheme(num_workers=num_workers)
     if name == "replication":
@@ -162,4 +179,4 @@ def make_scheme(name: str, *, num_inputs: int, num_workers: int, **code_kwargs) 
     if name not in list_codes():
         raise ValueError(f"unknown scheme {name!r}; choose from {[*SCHEMES, *list_codes()]}")
     code = make_code(name, num_inputs=num_inputs, num_workers=num_workers, **code_kwargs)
-    return CodedScheme(code, name=name)
+    return CodedScheme(code, name=f"{name}:S={num_stragglers}" if option else name, num_stragglers=num_stragglers)
