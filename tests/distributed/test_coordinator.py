@@ -33,8 +33,8 @@ def _channel(master, rank: int) -> Channel:
 class ScriptedRank(threading.Thread):
     """A worker rank that answers honestly through a worker link, except that ``late`` workers answer one round
     late, ranks with ``silent_from`` stop answering and beating from that round on (a crash), ranks with
-    ``hang_from`` stop reading and answering but keep beating (hung), and ranks with ``pause=(round, seconds)`` stop both for
-    a while and then resume (SIGSTOP / SIGCONT)."""
+    ``hang_from`` stop reading and answering but keep beating (hung), and ranks with ``pause=(round, seconds)``
+    stop both for a while and then resume (SIGSTOP / SIGCONT)."""
 
     def __init__(self, master, rank, model, transport, *, late=(), silent_from=None, hang_from=None, pause=None):
         super().__init__(daemon=True)

@@ -39,6 +39,7 @@ class StepResult:
         lost_workers: workers on ranks declared lost so far (stragglers until their rank is re-admitted).
         missing: sample indices without any result (replication at the deadline); empty for the codes.
         compute_s: the longest time a rank whose results were used spent in the model (its own report).
+        payload_bytes: the largest input payload sent to one rank in this step.
     """
 
     output: torch.Tensor
@@ -49,6 +50,7 @@ class StepResult:
     lost_workers: list[int] = field(default_factory=list)
     missing: list[int] = field(default_factory=list)
     compute_s: float = 0.0
+    payload_bytes: int = 0
 
 
 class Coordinator:
@@ -130,7 +132,8 @@ class Coordinator:
         self.channel.set_latest_round(round_)
         num_samples = x.shape[0]
         num_groups = scheme.num_groups(num_samples)
-        delays = self._post_work(round_, step, scheme.encode(x), plan.delays)
+        payloads = scheme.encode(x)
+        delays = self._post_work(round_, step, payloads, plan.delays)
         deadline = float("inf") if deadline_s is None else start + deadline_s
         results, compute = self._collect(round_, step, scheme, plan, num_groups, start=start, deadline=deadline)
 
@@ -152,6 +155,7 @@ class Coordinator:
             lost_workers=self.lost_workers,
             missing=missing,
             compute_s=max((compute[w] for w in arrived), default=0.0),
+            payload_bytes=max(payloads[w].nbytes for w in self.assignment.values()),
         )
 
     def _post_work(self, round_: int, step: int, payloads: torch.Tensor,

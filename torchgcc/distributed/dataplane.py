@@ -321,7 +321,8 @@ class DataPlane:
         opened = open_pairs_concurrently(self._open, list(ranks))
         failed = {rank: error for rank, error in opened.items() if isinstance(error, BaseException)}
         if failed:
-            raise TimeoutError(f"could not open the data plane to ranks {sorted(failed)}: {next(iter(failed.values()))}")
+            first = next(iter(failed.values()))
+            raise TimeoutError(f"could not open the data plane to ranks {sorted(failed)}: {first}")
         self.links = {rank: _Link(rank, pair, self.inbox) for rank, pair in opened.items()}
 
     def _open(self, rank: int) -> PairChannel:

@@ -278,6 +278,7 @@ def _coordinate(
                         "scheme": scheme.name,
                         "latency_s": result.latency_s,
                         "compute_s": result.compute_s,
+                        "payload_mb_per_rank": result.payload_bytes / 1e6,
                         "arrived": result.arrived,
                         "missing": result.missing,
                         "mse": float(mse(result.output[have], reference[have])) if have.any() else math.nan,

@@ -1,9 +1,14 @@
 """A minimal local launcher: P processes of ``python -m torchgcc.distributed`` on this machine, time-bounded.
 
 It sets the variables torchrun sets (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so
-the job code is the same under both. Unlike torchrun it never tears the job down when one rank exits non-zero,
-and it kills the whole process group when the time limit passes, so a bug cannot leave processes behind.
-``torchgcc bench-latency`` and the tests use it; people use torchrun.
+the job code is the same under both. Unlike torchrun it never tears the job down when a worker rank fails (that is
+the point of coded execution), and it ends the job when the coordinator (rank 0) has exited: ranks still running
+``grace_s`` later (a stopped or hung process) are killed, as is everything when the time limit passes or the
+launcher is interrupted. ``torchgcc bench-latency`` and the tests use it, and so can people who want to kill
+ranks by hand::
+
+    python -m torchgcc.distributed.launch --nproc 5 -- -N 8 -K 4 --steps 100 --mode measured
+    # prints "rank r pid X" on stderr; then e.g. kill -KILL <pid of rank 2>; kill -STOP <pid of rank 3>
 """
 
 from __future__ import annotations
@@ -59,10 +64,14 @@ def launch(
     nproc: int,
     timeout_s: float = 120.0,
     on_record: Callable[[dict], None] | None = None,
+    on_start: Callable[[list[int]], None] | None = None,
+    grace_s: float = 5.0,
 ) -> JobRun:
     """Run ``python -m torchgcc.distributed *args`` on ``nproc`` local processes and wait at most ``timeout_s``.
 
-    ``on_record`` is called with every JSON line of rank 0 as it appears (for progress bars). Whatever ends the
+    ``on_record`` is called with every JSON line of rank 0 as it appears (for progress bars), ``on_start`` with
+    the process ids by rank. Once rank 0 has exited, ranks still running after ``grace_s`` are killed (their
+    return code is then -9). Whatever ends the
     wait (the job, the time limit, Ctrl-C, an exception), every process of the job that still runs is killed with
     its whole process group and the temporary folder is removed before this returns or raises.
 
@@ -98,7 +107,9 @@ def launch(
                         start_new_session=True,
                     )
                 )
-            records = _wait(processes, logs[0][0].name, timeout_s, on_record)
+            if on_start is not None:
+                on_start([p.pid for p in processes])
+            records = _wait(processes, logs[0][0].name, timeout_s, on_record, grace_s)
             if records is None:
                 raise TimeoutError(f"job {list(args)} did not finish in {timeout_s} s:\n{_read_stderr(logs)}")
             stderr = _read_stderr(logs)
@@ -111,9 +122,12 @@ def launch(
 
 
 def _wait(processes: list[subprocess.Popen], rank0_out: str, timeout_s: float,
-          on_record: Callable[[dict], None] | None) -> list[dict] | None:
-    """Wait for every process, feeding rank 0's JSON lines to ``on_record``; the records, or None on timeout."""
+          on_record: Callable[[dict], None] | None, grace_s: float) -> list[dict] | None:
+    """Wait for every process, feeding rank 0's JSON lines to ``on_record``; the records, or None on timeout.
+
+    Ranks still running ``grace_s`` after rank 0 exited are killed."""
     deadline = time.monotonic() + max(timeout_s, 0.0)
+    coordinator_exited: float | None = None
     records: list[dict] = []
     with open(rank0_out, "rb") as reader:
         while True:
@@ -127,8 +141,13 @@ def _wait(processes: list[subprocess.Popen], rank0_out: str, timeout_s: float,
                 reader.seek(-len(line), os.SEEK_CUR)
             if done:
                 return records
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 return None
+            if processes[0].poll() is not None:
+                coordinator_exited = coordinator_exited or now
+                if now - coordinator_exited > grace_s:
+                    _kill(processes)
             time.sleep(0.05)
 
 
@@ -149,3 +168,37 @@ def _read_stderr(logs) -> str:
         err.seek(0)
         parts.append(f"--- rank {rank} ---\n{err.read()}")
     return "\n".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m torchgcc.distributed.launch --nproc P [--timeout S] -- JOB OPTIONS``: rank 0's lines on stdout."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m torchgcc.distributed.launch", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nproc", type=int, default=5)
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds before every process is killed")
+    parser.add_argument("job", nargs=argparse.REMAINDER, help="options of python -m torchgcc.distributed")
+    args = parser.parse_args(argv)
+    job = args.job[1:] if args.job[:1] == ["--"] else args.job
+
+    def started(pids: list[int]) -> None:
+        for rank, pid in enumerate(pids):
+            print(f"rank {rank} pid {pid}", file=sys.stderr, flush=True)
+
+    try:
+        run = launch(job, nproc=args.nproc, timeout_s=args.timeout, on_start=started,
+                     on_record=lambda record: print(json.dumps(record), flush=True))
+    except TimeoutError as error:
+        print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 124
+    except KeyboardInterrupt:
+        print("interrupted: every process of the job was stopped", file=sys.stderr)
+        return 130
+    print(run.stderr, file=sys.stderr)
+    print(f"exit codes by rank: {run.returncodes}", file=sys.stderr)
+    return run.returncodes[0]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
