@@ -155,7 +155,7 @@ class Coordinator:
             lost_workers=self.lost_workers,
             missing=missing,
             compute_s=max((compute[w] for w in arrived), default=0.0),
-            payload_bytes=max(payloads[w].nbytes for w in self.assignment.values()),
+            payload_bytes=max(len(w) * payloads[0].nbytes for w in self.assignment.values()),
         )
 
     def _post_work(self, round_: int, step: int, payloads: torch.Tensor,
@@ -167,7 +167,7 @@ class Coordinator:
         for rank, workers in self.assignment.items():
             if rank not in self.monitor.lost:
                 rank_delays = None if delays is None else delays[workers]
-                self.link.post(rank, Work(round_, step, workers, payloads[workers], rank_delays))
+                self.link.post(rank, Work(round_, step, workers, [payloads[w] for w in workers], rank_delays))
         return delays
 
     def _mask(self, plan: StepPlan, arrived_workers, num_groups: int, min_arrived: int) -> torch.Tensor:

@@ -30,6 +30,8 @@ __all__ = ["TRANSPORTS", "Result", "Work", "coordinator_link", "worker_link"]
 TRANSPORTS = ("pg", "store")
 #: message kinds on the data plane (first meta entry).
 _WORK, _RESULT, _SHUTDOWN = 1, 2, 3
+#: most per-worker input tensors in one work message (more are stacked into one; see the header limit).
+_MAX_TENSORS = 16
 
 
 @dataclass
@@ -40,14 +42,15 @@ class Work:
         round: the coordinator's round (one per step and scheme).
         step: the step number (for fault injection and reports).
         workers: the W coded workers hosted by the rank.
-        inputs: ``(W, b, *in)`` their inputs.
+        inputs: ``(W, b, *in)`` their inputs (on the coordinator: a list of W ``(b, *in)`` views, so that the data
+            plane sends them without copying).
         delays: ``(W,)`` float64 seconds to wait before releasing each result, or None.
     """
 
     round: int
     step: int
     workers: list[int]
-    inputs: torch.Tensor
+    inputs: torch.Tensor | list[torch.Tensor]
     delays: torch.Tensor | None
 
 
@@ -75,7 +78,9 @@ class StoreCoordinatorLink:
         if rank in self._posted:  # unread work of an earlier round (a hung rank) is deleted, never accumulated
             self.channel.drop_payload(f"work/{rank}/{self._posted[rank]}")
         self._posted[rank] = work.round
-        self.channel.put_payload(f"work/{rank}/{work.round}", work.__dict__, chunk_bytes=self.chunk_bytes)
+        # stacked: torch.save of a view would write its whole storage (every worker's inputs)
+        payload = dict(work.__dict__, inputs=torch.stack(list(work.inputs)))
+        self.channel.put_payload(f"work/{rank}/{work.round}", payload, chunk_bytes=self.chunk_bytes)
 
     def collect(self, round_: int, workers: set[int]) -> tuple[list[Result], set[int]]:
         """Results of ``round_`` that arrived from ``workers``; no rank is ever reported broken here."""
@@ -138,7 +143,10 @@ class GroupCoordinatorLink:
     def post(self, rank: int, work: Work) -> None:
         delays = torch.empty(0, dtype=torch.float64) if work.delays is None else work.delays
         meta = [_WORK, work.round, work.step, int(work.delays is not None), *work.workers]
-        self.plane.post(rank, Message(meta, [work.inputs, delays]), replaceable=True)
+        # one tensor per worker: the sender thread makes each contiguous, so the copies run beside other ranks'
+        # sends; many workers per rank would overflow the message header: stack them here instead
+        inputs = list(work.inputs) if len(work.inputs) <= _MAX_TENSORS else [torch.stack(list(work.inputs))]
+        self.plane.post(rank, Message(meta, [delays, *inputs]), replaceable=True)
 
     def collect(self, round_: int, workers: set[int]) -> tuple[list[Result], set[int]]:
         """Results of ``round_`` received so far (older rounds' are dropped) and ranks whose pair broke."""
@@ -187,8 +195,9 @@ class GroupWorkerLink:
                 self.closed = True
                 return None
             _, round_, step, has_delays, *workers = message.meta
-            inputs, delays = message.tensors
-            return Work(round_, step, workers, inputs, delays if has_delays else None)
+            delays, *inputs = message.tensors
+            stacked = inputs[0] if len(inputs) == 1 and len(workers) > 1 else torch.stack(inputs)
+            return Work(round_, step, workers, stacked, delays if has_delays else None)
 
     def send(self, result: Result) -> None:
         meta = [_RESULT, result.round, result.worker, round(result.compute_s * 1e6)]
