@@ -44,8 +44,8 @@ def serve(
 
     Each round the coordinator sends a :class:`~torchgcc.distributed.links.Work` (``inputs`` ``(W, b, *in)`` and
     ``delays`` ``(W,)`` or None) for the W coded workers this rank hosts. The rank runs ``model`` once on the
-    ``W * b`` rows, then sends worker i's ``(b, *out)`` output at ``received + delays[i]`` (fastest first), with
-    the seconds the model took. It stops waiting, and sends nothing more, as soon as the coordinator has moved to
+    ``W * b`` rows, then sends worker i's ``(b, *out)`` output ``delays[i]`` seconds after the model finished
+    (fastest first: an injected delay comes on top of the real compute time), with the seconds the model took. It stops waiting, and sends nothing more, as soon as the coordinator has moved to
     a later round; work of a round that is already over is skipped. Runs the model on ``device``
     (``cuda:<local rank>`` in one-GPU-per-rank jobs); with ``transport="pg"`` on CPU the data plane is gloo.
     """
@@ -69,11 +69,12 @@ def serve(
             inputs = work.inputs.to(device)
             with torch.inference_mode():
                 outputs = model(inputs.flatten(0, 1)).unflatten(0, inputs.shape[:2]).cpu()
-            compute_s = time.monotonic() - received
+            computed = time.monotonic()
+            compute_s = computed - received
             delays = work.delays
             order = range(len(outputs)) if delays is None else torch.argsort(delays, stable=True).tolist()
             for i in order:
-                release = received + (0.0 if delays is None else float(delays[i]))
+                release = computed + (0.0 if delays is None else float(delays[i]))
                 while time.monotonic() < release and channel.latest_round() <= work.round:
                     time.sleep(min(0.002, max(release - time.monotonic(), 0.0)))
                 if channel.latest_round() > work.round:
