@@ -76,7 +76,7 @@ def _key_value(text: str) -> tuple[str, int | float | bool | str | None]:
 
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The options of a distributed run (shared with ``torchgcc bench-latency``)."""
+    """The options of a distributed run (``python -m torchgcc.distributed`` under torchrun or the local launcher)."""
     code = parser.add_argument_group("code")
     code.add_argument("--scheme", "--code", dest="code", default="gcc",
                       help="comma-separated schemes run on the same batches and delays: 'uncoded', 'replication' "

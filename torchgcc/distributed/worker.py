@@ -75,10 +75,11 @@ def serve(
             order = range(len(outputs)) if delays is None else torch.argsort(delays, stable=True).tolist()
             for i in order:
                 release = computed + (0.0 if delays is None else float(delays[i]))
-                while time.monotonic() < release and channel.latest_round() <= work.round:
-                    time.sleep(min(0.002, max(release - time.monotonic(), 0.0)))
-                if channel.latest_round() > work.round:
-                    break  # the round is over: its remaining results would only be discarded
+                if time.monotonic() < release:  # (no store round trip for results due at once)
+                    while time.monotonic() < release and channel.latest_round() <= work.round:
+                        time.sleep(min(0.002, max(release - time.monotonic(), 0.0)))
+                    if channel.latest_round() > work.round:
+                        break  # the round is over: its remaining results would only be discarded
                 link.send(Result(work.round, work.workers[i], outputs[i], compute_s))
     except dist.DistError as error:  # the store went away: the coordinator is gone
         print(f"[torchgcc] rank {channel.rank}: stopping ({type(error).__name__}: {error})", file=sys.stderr)
