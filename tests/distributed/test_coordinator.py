@@ -49,10 +49,19 @@ class ScriptedRank(threading.Thread):
         beats = self.channel.clone()
         while not self.stop.is_set():
             if self.beating.is_set():
-                beats.beat()
+                try:
+                    beats.beat()
+                except dist.DistError:
+                    return
             time.sleep(0.02)
 
     def run(self):
+        try:
+            self._serve()
+        except dist.DistError:  # the test ended and its store went away
+            return
+
+    def _serve(self):
         threading.Thread(target=self._beat, daemon=True).start()
         self.channel.count("ready", 1)
         link = worker_link(self.transport, self.channel)
