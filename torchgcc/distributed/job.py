@@ -31,7 +31,7 @@ from torchgcc.distributed.worker import serve
 from torchgcc.distributed.heartbeat import peak_rss_mb
 from torchgcc.experiments.evaluate import mean_ci
 from torchgcc.metrics import argmax_agreement, mse
-from torchgcc.stragglers import LATENCY_MODELS, BernoulliStragglers, FixedStragglers, LatencyStragglers
+from torchgcc.stragglers import LATENCY_MODELS, PLACEMENTS, BernoulliStragglers, FixedStragglers, LatencyStragglers
 
 __all__ = ["add_job_arguments", "run_job", "summarize"]
 
@@ -119,7 +119,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
                            "measured: real completion order")
     mode.add_argument("--stragglers", choices=("fixed", "bernoulli", "latency"), default="fixed",
                       help="straggler model of the simulated mode")
-    mode.add_argument("--straggler-placement", choices=("random", "contiguous", "worst"), default="random",
+    mode.add_argument("--straggler-placement", choices=PLACEMENTS, default="random",
                       help="where FixedStragglers puts the S stragglers")
     mode.add_argument("--straggle-prob", type=float, default=0.1, help="p of BernoulliStragglers")
     mode.add_argument("--latency", choices=sorted(LATENCY_MODELS), default="shifted_exponential",
