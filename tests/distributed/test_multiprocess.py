@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -71,7 +72,7 @@ def test_injected_latency_returns_early_and_survives_a_killed_rank(tmp_path):
     )
     assert run.returncodes == [0, 0, 7], run.stderr
     steps = run.steps
-    assert [(s["step"], s["code"]) for s in steps] == [(t, c) for t in range(4) for c in ("gcc", "bacc")]
+    assert [(s["step"], s["scheme"]) for s in steps] == [(t, c) for t in range(4) for c in ("gcc", "bacc")]
     saved = torch.load(path, weights_only=False)
     for s, record in zip(saved["steps"], steps):
         assert torch.equal(s["delays"][3] >= 60, torch.tensor(True))
@@ -83,7 +84,7 @@ def test_injected_latency_returns_early_and_survives_a_killed_rank(tmp_path):
     assert "lost rank(s) [2] hosting workers [1, 3, 5]" in run.stderr
     assert run.of("summary")[0]["lost_workers"] == [1, 3, 5]
     for code in ("gcc", "bacc"):
-        mine = [s for s in saved["steps"] if s["code"] == code]
+        mine = [s for s in saved["steps"] if s["scheme"] == code]
         for s, single in zip(mine, _single_process_outputs({"steps": mine}, code)):
             torch.testing.assert_close(s["output"], single, rtol=0, atol=1e-6)
 
@@ -106,7 +107,39 @@ def test_torchrun_entry_point_and_its_teardown_when_a_rank_fails():
     records = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     assert process.returncode != 0, stdout
     assert [r["step"] for r in records if "step" in r][:2] == [0, 1], stderr
-    assert all(len(r["arrived"]) >= 5 for r in records if "step" in r)  # N - S = 5
+    assert all(len(r["arrived"]) >= 5 for r in records if r.get("step", 9) < 2)  # N - S = 5 before the kill
+    # after it, the data plane sees the dead rank's pair break at once: decoded from the 3 survivors
+    assert all(len(r["arrived"]) >= 3 for r in records if "step" in r)
     errors = [r for r in records if r.get("event") == "error"]
     assert errors and "terminated by the launcher" in errors[0]["error"], stderr
     assert records[-1]["event"] == "summary" and records[-1]["status"] == 143
+
+
+def test_sigkill_one_rank_and_sigstop_another_mid_run():
+    """Real signals, not injected faults: every step still decodes from the survivors, both ranks are reported
+    lost (the killed one at once, through its broken pair; the stopped one by its silent heartbeat), and the
+    launcher ends the stopped process once the coordinator is done."""
+    pids: list[int] = []
+
+    def strike(record):
+        if record.get("step") == 3 and record.get("scheme") == "gcc":
+            os.kill(pids[2], signal.SIGKILL)  # rank 2: workers 1, 4
+            os.kill(pids[3], signal.SIGSTOP)  # rank 3: workers 2, 5
+
+    start = time.monotonic()
+    run = launch(
+        ["-N", "6", "-K", "2", "-S", "2", "--batch-size", "8", "--seed", "7", "--code", "gcc", "--steps", "12",
+         "--mode", "injected", "--latency-param", "shift=0.03", "--latency-param", "scale=0.01",
+         "--deadline", "0.5", "--heartbeat-timeout", "1", "--step-timeout", "20"],
+        nproc=4, timeout_s=100, on_start=pids.extend, on_record=strike, grace_s=3,
+    )
+    elapsed = time.monotonic() - start
+    assert run.returncodes[0] == 0, run.stderr
+    assert run.returncodes[2] == -signal.SIGKILL and run.returncodes[3] == -signal.SIGKILL  # stopped, then killed
+    assert [s["step"] for s in run.steps] == list(range(12))
+    assert run.of("summary")[0]["lost_workers"] == [1, 2, 4, 5]
+    assert run.steps[-1]["arrived"] == [0, 3]  # rank 1's workers, the only survivors
+    assert "lost rank(s) [2]" in run.stderr and "lost rank(s) [3]" in run.stderr
+    for pid in pids:
+        assert subprocess.run(["ps", "-p", str(pid)], capture_output=True).returncode != 0  # no process left
+    assert elapsed < 100
