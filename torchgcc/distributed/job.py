@@ -16,7 +16,6 @@ from typing import Sequence
 
 import torch
 import torch.distributed as dist
-from tqdm import tqdm
 
 from torchgcc.coded_module import CodedModule
 from torchgcc.distributed.arrival import Injected, Measured, Simulated
@@ -29,8 +28,8 @@ from torchgcc.distributed.tasks import TASKS, Task, make_task
 from torchgcc.distributed.transport import STORE_CHUNK_BYTES, STORE_VALUE_LIMIT, Channel, check_chunk_bytes, connect
 from torchgcc.distributed.worker import serve
 from torchgcc.distributed.heartbeat import peak_rss_mb
-from torchgcc.experiments.evaluate import mean_ci
-from torchgcc.metrics import argmax_agreement, mse
+from torchgcc.metrics import argmax_agreement, mean_ci, mse
+from torchgcc.optional import require
 from torchgcc.stragglers import LATENCY_MODELS, PLACEMENTS, BernoulliStragglers, FixedStragglers, LatencyStragglers
 
 __all__ = ["add_job_arguments", "run_job", "summarize"]
@@ -264,6 +263,7 @@ def _coordinate(
         _emit({"event": "start", "world_size": channel.world_size, "layout": coordinator.assignment,
                "transport": args.transport})
         try:
+            tqdm = require("tqdm").tqdm
             for step in tqdm(range(args.steps), desc="steps", disable=not sys.stderr.isatty()):
                 x = task.batch(step)
                 with torch.no_grad():
