@@ -48,12 +48,14 @@ def weighted_gradient(model: nn.Module, batches: Sequence[tuple[torch.Tensor, to
     ``batches`` are ``(x_j, y_j)`` pairs; their samples are concatenated and sample ``m`` of batch ``j`` gets the
     weight ``weights[j] / len(y_j)``.
     """
-    weights = torch.as_tensor(weights, dtype=torch.float32)
+    weights = torch.as_tensor(weights, dtype=torch.float64)
     x = torch.cat([b[0] for b in batches])
     y = torch.cat([b[1] for b in batches])
-    sample_weights = torch.cat([torch.full((len(b[1]),), float(w) / len(b[1])) for b, w in zip(batches, weights)])
+    sample_weights = torch.cat([torch.full((len(b[1]),), float(w) / len(b[1]), dtype=torch.float64)
+                                for b, w in zip(batches, weights)])
     params = [p for p in model.parameters()]
-    loss = (loss_fn(model(x), y) * sample_weights.to(x.device)).sum()
+    losses = loss_fn(model(x), y)
+    loss = (losses * sample_weights.to(device=losses.device, dtype=losses.dtype)).sum()
     grads = torch.autograd.grad(loss, params, allow_unused=True)
     return torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)])
 
@@ -70,7 +72,7 @@ class GradientWorker:
             raise ValueError(f"data has {data.num_partitions} partitions, the code {code.num_partitions}")
         self.index, self.code, self.data, self.loss_fn = index, code, data, loss_fn
         self.partitions = code.partitions(index)
-        self.weights = code.B[index, self.partitions].to(torch.float32)
+        self.weights = code.B[index, self.partitions]
         self.cache: list[torch.Tensor | None] = [None] * len(self.partitions)
 
     def message(self, model: nn.Module, step: int) -> torch.Tensor:
@@ -86,7 +88,7 @@ class GradientWorker:
             self.cache[slot] = weighted_gradient(model, [self.data.batch(self.partitions[slot], step)], [1.0],
                                                  loss_fn=self.loss_fn)
         message = torch.zeros_like(self.cache[0])
-        for weight, gradient in zip(self.weights, self.cache):
+        for weight, gradient in zip(self.weights.tolist(), self.cache):
             message += weight * gradient
         return message
 
