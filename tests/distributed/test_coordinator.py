@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from torchgcc import CodedModule
 from torchgcc.distributed import Coordinator, Measured, Simulated, TooFewWorkersError, make_scheme
+from torchgcc.distributed.links import Result, worker_link
 from torchgcc.distributed.transport import KEY_PREFIX, Channel
 from torchgcc.distributed.tasks import mlp_task
 from torchgcc.stragglers import FixedStragglers
@@ -30,51 +31,80 @@ def _channel(master, rank: int) -> Channel:
 
 
 class ScriptedRank(threading.Thread):
-    """A worker rank that answers honestly, except that ``late`` workers answer one round late and ranks with
-    ``silent_from`` stop answering and beating from that round on (a crash)."""
+    """A worker rank that answers honestly through a worker link, except that ``late`` workers answer one round
+    late, ranks with ``silent_from`` stop answering and beating from that round on (a crash), ranks with
+    ``hang_from`` stop reading and answering but keep beating (hung), and ranks with ``pause=(round, seconds)`` stop both for
+    a while and then resume (SIGSTOP / SIGCONT)."""
 
-    def __init__(self, master, rank, model, *, late=(), silent_from=None):
+    def __init__(self, master, rank, model, transport, *, late=(), silent_from=None, hang_from=None, pause=None):
         super().__init__(daemon=True)
         self.channel = _channel(master, rank)
-        self.model, self.late, self.silent_from = model, set(late), silent_from
+        self.model, self.transport, self.late = model, transport, set(late)
+        self.silent_from, self.hang_from, self.pause = silent_from, hang_from, pause
         self.stop = threading.Event()
+        self.beating = threading.Event()
+        self.beating.set()
+
+    def _beat(self):
+        beats = self.channel.clone()
+        while not self.stop.is_set():
+            if self.beating.is_set():
+                beats.beat()
+            time.sleep(0.02)
 
     def run(self):
+        threading.Thread(target=self._beat, daemon=True).start()
         self.channel.count("ready", 1)
-        round_, held = 0, []
+        link = worker_link(self.transport, self.channel)
+        held = []
         while not self.stop.is_set():
-            if self.silent_from is not None and round_ >= self.silent_from:
-                return
-            self.channel.beat()
-            payload = self.channel.take_work(round_)
-            if payload is None:
+            work = link.next_work()
+            if work is None:
+                if link.closed:
+                    return
                 time.sleep(0.001)
                 continue
-            for old_round, worker, output in held:  # yesterday's results, posted while today's round runs
-                self.channel.post_result(old_round, worker, output)
+            if self.silent_from is not None and work.round >= self.silent_from:
+                self.beating.clear()
+                return
+            if self.hang_from is not None and work.round >= self.hang_from:
+                return  # reads nothing more, but its heartbeat goes on
+            if self.pause is not None and work.round == self.pause[0]:
+                self.beating.clear()
+                time.sleep(self.pause[1])
+                self.beating.set()
+                continue  # this round is long over
+            for result in held:  # yesterday's results, sent while today's round runs
+                link.send(result)
             held = []
             with torch.no_grad():
-                outputs = self.model(payload["inputs"].flatten(0, 1)).unflatten(0, payload["inputs"].shape[:2])
-            for worker, output in zip(payload["workers"], outputs):
+                outputs = self.model(work.inputs.flatten(0, 1)).unflatten(0, work.inputs.shape[:2])
+            for worker, output in zip(work.workers, outputs):
+                result = Result(work.round, worker, output, 0.0)
                 if worker in self.late:
-                    held.append((round_, worker, output))
+                    held.append(result)
                 else:
-                    self.channel.post_result(round_, worker, output)
-            round_ += 1
+                    link.send(result)
 
 
-def _start(master, model, **scripts):
-    ranks = [ScriptedRank(master, rank, model, **scripts.get(f"rank{rank}", {})) for rank in (1, 2)]
+def _start(master, model, transport, **scripts):
+    ranks = [ScriptedRank(master, rank, model, transport, **scripts.get(f"rank{rank}", {})) for rank in (1, 2)]
     for rank in ranks:
         rank.start()
     return ranks
 
 
-def test_late_results_never_reach_a_later_step(master):
+@pytest.fixture(params=["pg", "store"])
+def transport(request):
+    return request.param
+
+
+def test_late_results_never_reach_a_later_step(master, transport):
     task = mlp_task(seed=1, batch_size=10)
-    ranks = _start(master, task.model, rank2={"late": [3]})
+    ranks = _start(master, task.model, transport, rank2={"late": [3]})
     scheme = make_scheme("gcc", num_inputs=K, num_workers=N)
-    coordinator = Coordinator(_channel(master, 0), num_workers=N, heartbeat_timeout_s=5.0, step_timeout_s=10.0)
+    coordinator = Coordinator(_channel(master, 0), num_workers=N, heartbeat_timeout_s=5.0, step_timeout_s=10.0,
+                              transport=transport)
     mode = Measured(num_stragglers=1)
     for step in range(4):
         x = task.batch(step)
@@ -87,11 +117,11 @@ def test_late_results_never_reach_a_later_step(master):
         rank.stop.set()
 
 
-def test_simulated_mask_is_used_as_drawn(master):
+def test_simulated_mask_is_used_as_drawn(master, transport):
     task = mlp_task(seed=2, batch_size=8)
-    ranks = _start(master, task.model)
+    ranks = _start(master, task.model, transport)
     scheme = make_scheme("bacc", num_inputs=K, num_workers=N)
-    coordinator = Coordinator(_channel(master, 0), num_workers=N, step_timeout_s=10.0)
+    coordinator = Coordinator(_channel(master, 0), num_workers=N, step_timeout_s=10.0, transport=transport)
     mode, reference = Simulated(FixedStragglers(1, seed=3)), FixedStragglers(1, seed=3)
     for step in range(3):
         x = task.batch(step)
@@ -105,13 +135,73 @@ def test_simulated_mask_is_used_as_drawn(master):
 
 def test_too_few_surviving_workers_is_a_clear_error(master):
     task = mlp_task(seed=3, batch_size=8)
-    ranks = _start(master, task.model, rank2={"silent_from": 1})
+    ranks = _start(master, task.model, "store", rank2={"silent_from": 1})
     scheme = make_scheme("lcc", num_inputs=K, num_workers=N, degree=2)  # needs (K-1)*2+1 = 3 results
     assert scheme.min_arrived == 3
-    coordinator = Coordinator(_channel(master, 0), num_workers=N, heartbeat_timeout_s=0.3, step_timeout_s=20.0)
+    coordinator = Coordinator(_channel(master, 0), num_workers=N, heartbeat_timeout_s=0.3, step_timeout_s=20.0,
+                              transport="store")
     mode = Measured(num_stragglers=0)
     assert coordinator.step(scheme, task.batch(0), mode.plan(4, N), step=0).arrived == [0, 1, 2, 3]
     with pytest.raises(TooFewWorkersError, match=r"only 2 of 4 workers remain \(lost: \[1, 3\]\)"):
         coordinator.step(scheme, task.batch(1), mode.plan(4, N), step=1)
+    for rank in ranks:
+        rank.stop.set()
+
+
+def test_simulated_mode_with_a_hung_rank_decodes_every_group(master, transport):
+    """Bug (a): N = 4, K = 2, S = 2 with rank 1 (workers 0, 2) hung: groups whose drawn survivors include a hung
+    worker used to crash the coordinator ('group 3 has 1 arrived results'); they now decode from what arrived."""
+    task = mlp_task(seed=4, batch_size=16)
+    ranks = _start(master, task.model, transport, rank1={"hang_from": 1})
+    scheme = make_scheme("gcc", num_inputs=K, num_workers=N)
+    coordinator = Coordinator(_channel(master, 0), num_workers=N, step_timeout_s=10.0, transport=transport)
+    mode, drawn = Simulated(FixedStragglers(2, seed=0)), FixedStragglers(2, seed=0)
+    for step in range(4):
+        x = task.batch(step)
+        result = coordinator.step(scheme, x, mode.plan(8, N), step=step, deadline_s=0.2)
+        expected = drawn.sample(8, N)
+        if step >= 1:
+            expected[:, [0, 2]] = False
+            expected[expected.sum(1) < 2] = torch.tensor([False, True, False, True])  # topped up: workers 1, 3
+            assert not result.mask[:, [0, 2]].any()
+        assert torch.equal(result.mask, expected)
+        torch.testing.assert_close(result.output, CodedModule(task.model, scheme.code)(x, mask=result.mask),
+                                   rtol=0, atol=1e-6)
+    for rank in ranks:
+        rank.stop.set()
+
+
+def test_store_transport_deletes_work_of_a_hung_rank(master):
+    """Bug (c): work posted to a hung rank used to stay in the store forever (one payload per step)."""
+    task = mlp_task(seed=5, batch_size=8)
+    ranks = _start(master, task.model, "store", rank1={"hang_from": 0})
+    scheme = make_scheme("gcc", num_inputs=K, num_workers=N)
+    coordinator = Coordinator(_channel(master, 0), num_workers=N, step_timeout_s=10.0, transport="store")
+    probe = _channel(master, 0)
+    for step in range(6):
+        coordinator.step(scheme, task.batch(step), Measured(num_stragglers=2).plan(4, N), step=step)
+    # the hung rank read round 0 and nothing since; only the newest unread work may exist
+    assert [r for r in range(6) if probe.store.check([f"work/1/{r}"])] == [5]
+    for rank in ranks:
+        rank.stop.set()
+
+
+def test_a_paused_rank_is_readmitted_when_it_beats_again(master, transport, capfd):
+    """Bug (e): a rank declared lost after a pause (SIGSTOP-like) used to stay lost for good."""
+    task = mlp_task(seed=6, batch_size=8)
+    ranks = _start(master, task.model, transport, rank2={"pause": (1, 1.5)})
+    scheme = make_scheme("gcc", num_inputs=K, num_workers=N)
+    coordinator = Coordinator(_channel(master, 0), num_workers=N, heartbeat_timeout_s=0.4, step_timeout_s=10.0,
+                              transport=transport)
+    mode = Measured(num_stragglers=2)
+    results = []
+    for step in range(40):
+        results.append(coordinator.step(scheme, task.batch(step), mode.plan(4, N), step=step, deadline_s=0.1))
+        if results[-1].lost_workers == [] and any(r.lost_workers for r in results) and 3 in results[-1].arrived:
+            break
+        time.sleep(0.05)
+    assert any(r.lost_workers == [1, 3] for r in results)  # declared lost during the pause ...
+    assert results[-1].lost_workers == [] and 3 in results[-1].arrived  # ... and used again after it
+    assert "re-admitted workers [1, 3]" in capfd.readouterr().err
     for rank in ranks:
         rank.stop.set()

@@ -1,7 +1,16 @@
-"""``torchrun --standalone --nproc-per-node P -m torchgcc.distributed [options]``."""
+"""``torchrun --standalone --nproc-per-node P -m torchgcc.distributed [options]``.
 
+The process ends with ``os._exit`` once the job returned and the output is flushed: a data-plane thread may still
+be blocked in a gloo receive from a hung rank, and tearing the process group down under it at interpreter exit
+aborts the process ("terminate called without an active exception").
+"""
+
+import os
 import sys
 
 from torchgcc.distributed.job import main
 
-sys.exit(main())
+status = main()
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(status)

@@ -8,11 +8,10 @@ rule that ends the coordinator's wait. The masks and delays come from the core s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
-__all__ = ["ARRIVAL_MODES", "Injected", "Measured", "Simulated", "StepPlan"]
+__all__ = ["Injected", "Measured", "Simulated", "StepPlan"]
 
 
 @dataclass(frozen=True)
@@ -78,10 +77,3 @@ class Measured:
     def plan(self, num_groups: int, num_workers: int) -> StepPlan:
         return StepPlan(delays=None, required=None, quorum=num_workers - self.num_stragglers)
 
-
-#: mode name -> class; see ``torchgcc.distributed.job`` for how each is built from the command line.
-ARRIVAL_MODES: dict[str, Callable[..., object]] = {
-    "simulated": Simulated,
-    "injected": Injected,
-    "measured": Measured,
-}

@@ -1,156 +1,238 @@
-"""``torchgcc bench-latency``: step latency of uncoded vs coded execution under one injected latency model.
+"""``torchgcc bench-latency``: step latency against accuracy of uncoded, replication and coded execution.
 
-One job (P local processes, spawned by :func:`torchgcc.distributed.launch.launch`) runs every scheme on the same
-batches and the same per-step worker delays, one after the other, on the same ranks: uncoded waits for all N
-workers, the coded schemes decode from the fastest N - S. Reported per scheme: median and p99 step latency (as
-measured on the coordinator, encoding and decoding included), the p99 the latency model alone predicts
-(``max`` of the delays for uncoded, the ``(N - S)``-th smallest for coded), and the accuracy cost against the
-uncoded outputs (MSE, argmax agreement = RelAcc). Writes ``results.json``, ``steps.jsonl`` and ``latency.png``.
+For every setting (N, K) and straggler probability p, one job of P local processes (spawned by
+:func:`torchgcc.distributed.launch.launch`) runs every scheme on the same batches and the **same per-step worker
+delays**, one after the other, on the same ranks. Worker delays are bimodal: ``fast`` seconds, or ``slow`` with
+probability p (times a uniform jitter). The schemes, all at the same N:
+
+- ``uncoded``: the batch split into N shares; waits for all N.
+- ``replication``: each input on r = N / K workers; waits until every input has one copy (exact outputs).
+- ``gcc``, ``natural`` (natural-spline GCC), ``bacc``: each at two S, ``(N - K) / 2`` and ``N - K``; decode from
+  the fastest ``N - S``.
+
+Reported per scheme: median and p99 step latency (measured on the coordinator, encoding and decoding included),
+the p99 the delays alone imply ("model p99"), MSE and argmax agreement (RelAcc) with the uncoded model's outputs
+as means with 95% CIs over steps. Writes ``results.json``, ``results.csv``, ``steps.jsonl`` and ``frontier.png``
+(p99 latency against agreement and MSE) into a fresh folder under ``./torchgcc-results/bench-latency/``.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import signal
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
 import torch
-from rich.console import Console
-from rich.table import Table
-
-from torchgcc.distributed.launch import launch
 
 __all__ = ["register", "run"]
+
+CODES = ("gcc", "natural", "bacc")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bench-latency`` subcommand."""
     parser = subparsers.add_parser(
         "bench-latency",
-        help="tail latency of uncoded vs coded (GCC, BACC) execution on local processes with injected latency",
+        help="latency vs accuracy of uncoded, replication, GCC, natural-spline GCC and BACC on local processes",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--nproc", type=int, default=5, help="processes: 1 coordinator + P-1 worker ranks")
-    parser.add_argument("--codes", default="uncoded,gcc,bacc", help="comma-separated schemes")
-    parser.add_argument("--num-workers", "-N", type=int, default=8)
-    parser.add_argument("--num-inputs", "-K", type=int, default=4)
-    parser.add_argument("--num-stragglers", "-S", type=int, default=3,
-                        help="S (default 3: with 10%% stragglers among 8 workers, more than 3 straggle in under "
-                             "1%% of steps, so S = 3 covers the p99; S = 2 leaves the p99 to 3-straggler steps)")
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--latency", default="shifted_exponential", help="latency model name (torchgcc.stragglers)")
-    parser.add_argument("--latency-param", action="append", default=None, metavar="KEY=VALUE",
-                        help="latency model parameter (default shift=0.011 scale=0.1: about 10%% of worker "
-                             "delays exceed 3x the median delay)")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--settings", default="8x4,24x8", help="comma-separated NxK settings")
+    parser.add_argument("--straggle-probs", default="0.05,0.2", help="comma-separated straggler probabilities p")
+    parser.add_argument("--fast", type=float, default=0.005, help="seconds of a fast worker")
+    parser.add_argument("--slow", type=float, default=0.1, help="seconds of a straggler")
+    parser.add_argument("--steps", type=int, default=150, help="steps per setting")
+    parser.add_argument("--batch-size", type=int, default=64, help="samples per step (tiny MLP task)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before the job is killed")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/latency"), help="output folder")
+    parser.add_argument("--quick", action="store_true", help="20 steps per setting (a smoke run)")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before a setting's job is killed")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default: a fresh ./torchgcc-results/bench-latency/<time>/)")
     parser.set_defaults(func=run)
 
 
-def _model_latency(delays: torch.Tensor, code: str, num_stragglers: int) -> float:
-    """The step latency the delays alone imply: the slowest worker (uncoded) or the (N - S)-th fastest."""
-    ordered = delays.sort().values
-    return float(ordered[-1] if code == "uncoded" else ordered[len(ordered) - num_stragglers - 1])
+def stragglers_of(num_workers: int, num_inputs: int) -> list[int]:
+    """The two S each code runs at: half of and all of the ``N - K`` redundant workers."""
+    return sorted({max((num_workers - num_inputs) // 2, 1), num_workers - num_inputs})
 
 
-def _table(summary: dict, reference: str | None) -> Table:
-    table = Table(title="step latency and accuracy cost (same delays for every scheme)")
-    for column in ("scheme", "median s", "p99 s", "p99 / uncoded", "model p99 s", "mean MSE", "median MSE", "RelAcc"):
-        table.add_column(column, justify="left" if column == "scheme" else "right")
-    base = summary[reference]["p99_latency_s"] if reference else None
+def schemes_of(num_workers: int, num_inputs: int) -> list[str]:
+    return ["uncoded", "replication"] + [
+        f"{code}:S={s}" for code in CODES for s in stragglers_of(num_workers, num_inputs)
+    ]
+
+
+def model_latency(delays: torch.Tensor, scheme: str, num_inputs: int) -> float:
+    """The step latency the delays ``(N,)`` alone imply for ``scheme``.
+
+    uncoded: the slowest worker; replication: the slowest input's fastest copy; a code ``name:S=s``: the
+    ``(N - s)``-th fastest worker.
+    """
+    if scheme == "uncoded":
+        return float(delays.max())
+    if scheme == "replication":
+        return float(delays.reshape(num_inputs, -1).min(-1).values.max())
+    s = int(scheme.rpartition("=")[2])
+    return float(delays.sort().values[len(delays) - s - 1])
+
+
+def _parse_settings(text: str) -> list[tuple[int, int]]:
+    settings = []
+    for item in text.split(","):
+        n, sep, k = item.strip().partition("x")
+        if not (sep and n.isdigit() and k.isdigit()) or int(n) % int(k):
+            raise ValueError(f"--settings: {item!r} is not NxK with N a multiple of K (e.g. 8x4)")
+        settings.append((int(n), int(k)))
+    return settings
+
+
+def _run_setting(args, num_workers: int, num_inputs: int, p: float, steps: int, progress) -> dict:
+    """One job: every scheme on the same delays; returns the setting's records and summary."""
+    from torchgcc.distributed.job import summarize
+    from torchgcc.distributed.launch import launch
+
+    schemes = schemes_of(num_workers, num_inputs)
+    latency_params = [f"fast={args.fast}", f"slow={args.slow}", f"p_slow={p}", "jitter=0.5"]
+    job_args = [
+        "--mode", "injected", "--code", ",".join(schemes), "--deadline", "0",
+        "-N", str(num_workers), "-K", str(num_inputs), "-S", "0", "--steps", str(steps),
+        "--latency", "bimodal", "--batch-size", str(args.batch_size), "--seed", str(args.seed),
+    ]
+    for param in latency_params:
+        job_args += ["--latency-param", param]
+    task = progress.add_task(f"N={num_workers} K={num_inputs} p={p}", total=steps * len(schemes))
+    with tempfile.TemporaryDirectory(prefix="torchgcc-bench-") as folder:
+        saved_path = Path(folder) / "steps.pt"
+        job = launch([*job_args, "--save", str(saved_path)], nproc=args.nproc, timeout_s=args.timeout,
+                     on_record=lambda record: progress.advance(task) if "step" in record else None)
+        if any(job.returncodes):
+            raise RuntimeError(f"the N={num_workers} K={num_inputs} p={p} job failed with exit codes "
+                               f"{job.returncodes}:\n{job.stderr[-4000:]}")
+        saved = torch.load(saved_path, weights_only=False)["steps"]
+    records = job.steps
+    for record, step in zip(records, saved):
+        record.update(N=num_workers, K=num_inputs, p=p,
+                      model_latency_s=model_latency(step["delays"], record["scheme"], num_inputs))
+    summary = summarize(records)
     for name, row in summary.items():
-        table.add_row(
-            name,
-            f"{row['median_latency_s']:.3f}",
-            f"{row['p99_latency_s']:.3f}",
-            "-" if base is None else f"{row['p99_latency_s'] / base:.2f}",
-            f"{row['model_p99_latency_s']:.3f}",
-            f"{row['mean_mse']:.2e}",
-            f"{row['median_mse']:.2e}",
-            f"{row['mean_agreement']:.3f}",
-        )
+        model = torch.tensor([r["model_latency_s"] for r in records if r["scheme"] == name], dtype=torch.float64)
+        row["model_p99_latency_s"] = float(model.quantile(0.99))
+        row["p99_vs_uncoded"] = row["p99_latency_s"] / summary["uncoded"]["p99_latency_s"]
+    delays = torch.stack([s["delays"] for s in saved[:: len(schemes)]])
+    return {
+        "N": num_workers, "K": num_inputs, "p": p, "S": stragglers_of(num_workers, num_inputs),
+        "latency": "bimodal", "latency_params": latency_params, "steps": steps,
+        "straggler_fraction": float((delays > (args.fast + args.slow) / 2).double().mean()),
+        "schemes": summary, "records": records,
+    }
+
+
+def _table(results: list[dict]):
+    from rich.table import Table
+
+    table = Table(title="step latency and accuracy (same delays for every scheme of a setting)")
+    for column in ("N", "K", "p", "scheme", "median s", "p99 s", "model p99 s", "MSE (95% CI)",
+                   "agreement (95% CI)"):
+        table.add_column(column, justify="left" if column == "scheme" else "right")
+    for setting in results:
+        for name, row in setting["schemes"].items():
+            table.add_row(
+                str(setting["N"]), str(setting["K"]), f"{setting['p']:g}", name,
+                f"{row['median_latency_s']:.3f}", f"{row['p99_latency_s']:.3f}", f"{row['model_p99_latency_s']:.3f}",
+                f"{row['mse']:.2e} ± {row['mse_ci']:.1e}", f"{row['agreement']:.3f} ± {row['agreement_ci']:.3f}",
+            )
     return table
 
 
-def _plot(records: list[dict], summary: dict, path: Path) -> None:
+def plot_frontier(results: list[dict], path: Path) -> None:
+    """One column per setting: p99 latency against agreement (top) and MSE (bottom), one marker per scheme."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_cdf, ax_mse) = plt.subplots(1, 2, figsize=(11, 4))
-    for name in summary:
-        latency = sorted(r["latency_s"] for r in records if r["code"] == name)
-        fraction = [(i + 1) / len(latency) for i in range(len(latency))]
-        (line,) = ax_cdf.step(latency, fraction, where="post", label=name)
-        ax_cdf.axvline(summary[name]["p99_latency_s"], color=line.get_color(), linestyle=":", linewidth=1)
-    ax_cdf.set_xlabel("step latency (s); dotted: p99")
-    ax_cdf.set_ylabel("fraction of steps")
-    ax_cdf.set_title("step latency, empirical CDF")
-    ax_cdf.legend()
-    names = [name for name in summary if name != "uncoded"]  # uncoded is exact: its MSE is 0
-    if names:
-        ax_mse.boxplot([[r["mse"] for r in records if r["code"] == n] for n in names], tick_labels=names)
-        ax_mse.set_yscale("log")
-    ax_mse.set_ylabel("MSE vs uncoded outputs (per step)")
-    ax_mse.set_title("accuracy cost")
+    fig, axes = plt.subplots(2, len(results), figsize=(4.2 * len(results), 7), squeeze=False)
+    styles = {"uncoded": ("k", "s"), "replication": ("tab:red", "D"), "gcc": ("tab:blue", "o"),
+              "natural": ("tab:green", "^"), "bacc": ("tab:orange", "v")}
+    for column, setting in enumerate(results):
+        top, bottom = axes[0, column], axes[1, column]
+        for family, (colour, marker) in styles.items():
+            rows = [(n, r) for n, r in setting["schemes"].items() if n.partition(":")[0] == family]
+            if not rows:
+                continue
+            x = [r["p99_latency_s"] for _, r in rows]
+            top.errorbar(x, [r["agreement"] for _, r in rows], yerr=[r["agreement_ci"] for _, r in rows],
+                         color=colour, marker=marker, linestyle="-" if len(rows) > 1 else "none", label=family)
+            bottom.plot(x, [max(r["mse"], 1e-12) for _, r in rows], color=colour, marker=marker,
+                        linestyle="-" if len(rows) > 1 else "none", label=family)
+            for name, row in rows:
+                if ":" in name:
+                    top.annotate(name.partition(":")[2], (row["p99_latency_s"], row["agreement"]), fontsize=7,
+                                 textcoords="offset points", xytext=(3, 3))
+        top.set_title(f"N={setting['N']}, K={setting['K']}, p={setting['p']:g}")
+        top.set_ylabel("agreement with uncoded (RelAcc)")
+        bottom.set_yscale("log")
+        bottom.set_ylabel("MSE vs uncoded (1e-12 = exact)")
+        bottom.set_xlabel("p99 step latency (s)")
+    axes[0, 0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Launch the job, summarise, print the table and write the results."""
-    from torchgcc.distributed.job import summarize
+    """Run every setting, print the table and write the results; Ctrl-C / SIGTERM stop every process cleanly."""
+    from rich.console import Console
+    from rich.progress import Progress
 
-    console = Console()
-    if not console.is_terminal:  # logs and pipes: do not squeeze the table into 80 columns
-        console = Console(width=120)
-    latency_params = args.latency_param if args.latency_param is not None else ["shift=0.011", "scale=0.1"]
-    settings = {
-        "nproc": args.nproc, "codes": args.codes, "N": args.num_workers, "K": args.num_inputs,
-        "S": args.num_stragglers, "steps": args.steps, "latency": args.latency, "latency_params": latency_params,
-        "batch_size": args.batch_size, "seed": args.seed, "mode": "injected", "task": "mlp",
-    }
-    job_args = [
-        "--mode", "injected", "--code", args.codes, "--deadline", "0",
-        "-N", str(args.num_workers), "-K", str(args.num_inputs), "-S", str(args.num_stragglers),
-        "--steps", str(args.steps), "--latency", args.latency, "--batch-size", str(args.batch_size),
-        "--seed", str(args.seed),
-    ]
-    for param in latency_params:
-        job_args += ["--latency-param", param]
-    console.print(f"running {args.steps} steps of {args.codes} on {args.nproc} processes ...")
-    with tempfile.TemporaryDirectory() as folder:
-        saved_path = Path(folder) / "steps.pt"
-        job = launch([*job_args, "--save", str(saved_path)], nproc=args.nproc, timeout_s=args.timeout)
-        if any(job.returncodes):
-            console.print(f"[red]job failed with exit codes {job.returncodes}[/]\n{job.stderr}")
-            return 1
-        saved = torch.load(saved_path, weights_only=False)["steps"]
-    records = job.steps
-    for record, step in zip(records, saved):
-        record["model_latency_s"] = _model_latency(step["delays"], record["code"], args.num_stragglers)
-    summary = summarize(records)
-    for name, row in summary.items():
-        model = torch.tensor([r["model_latency_s"] for r in records if r["code"] == name], dtype=torch.float64)
-        row["model_p99_latency_s"] = float(model.quantile(0.99))
-    delays = torch.stack([s["delays"] for s in saved[:: len(summary)]])
-    settings["straggler_fraction"] = float((delays > 3 * delays.median()).double().mean())
-    reference = "uncoded" if "uncoded" in summary else None
-    if reference:
-        for row in summary.values():
-            row["p99_ratio_vs_uncoded"] = row["p99_latency_s"] / summary[reference]["p99_latency_s"]
-    console.print(_table(summary, reference))
-    console.print(f"fraction of worker delays above 3x the median delay: {settings['straggler_fraction']:.3f}")
+    console = Console() if Console().is_terminal else Console(width=140)
+    try:
+        settings = _parse_settings(args.settings)
+        probs = [float(p) for p in args.straggle_probs.split(",")]
+    except ValueError as error:
+        console.print(f"error: {error}")
+        return 2
+    steps = 20 if args.quick else args.steps
+    out = args.out or Path("torchgcc-results") / "bench-latency" / datetime.now().strftime("%Y%m%d-%H%M%S")
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    results = []
+    try:
+        with Progress(console=console, transient=False) as progress:
+            for num_workers, num_inputs in settings:
+                for p in probs:
+                    results.append(_run_setting(args, num_workers, num_inputs, p, steps, progress))
+    except KeyboardInterrupt:
+        console.print("interrupted: every job process was stopped; nothing written")
+        return 130
+    except (RuntimeError, TimeoutError) as error:
+        console.print(f"error: {error}")
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    console.print(_table(results))
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps({"config": settings, "summary": summary}, indent=2))
-    (args.out / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    _plot(records, summary, args.out / "latency.png")
-    console.print(f"wrote {args.out / 'results.json'}, {args.out / 'steps.jsonl'}, {args.out / 'latency.png'}")
+    out.mkdir(parents=True, exist_ok=True)
+    config = {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()
+              if key != "func"}
+    config.update(steps=steps, task="mlp", mode="injected", command="torchgcc bench-latency")
+    records = [r for setting in results for r in setting.pop("records")]
+    (out / "results.json").write_text(json.dumps({"config": config, "settings": results}, indent=2))
+    with open(out / "results.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["N", "K", "p", "scheme", *next(iter(results[0]["schemes"].values())).keys()])
+        for setting in results:
+            for name, row in setting["schemes"].items():
+                writer.writerow([setting["N"], setting["K"], setting["p"], name, *row.values()])
+    (out / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    plot_frontier(results, out / "frontier.png")
+    console.print(f"wrote {out / 'results.json'} (and results.csv, steps.jsonl, frontier.png)")
     return 0

@@ -11,9 +11,10 @@ import torch
 from torchgcc.distributed.arrival import StepPlan
 from torchgcc.distributed.faults import FaultPlan
 from torchgcc.distributed.heartbeat import LivenessMonitor
-from torchgcc.distributed.placement import place_workers
-from torchgcc.distributed.schemes import CodedScheme, UncodedScheme
-from torchgcc.distributed.transport import Channel
+from torchgcc.distributed.layout import layout_workers
+from torchgcc.distributed.links import Work, coordinator_link
+from torchgcc.distributed.schemes import CodedScheme, ReplicationScheme, UncodedScheme
+from torchgcc.distributed.transport import STORE_CHUNK_BYTES, Channel
 
 __all__ = ["Coordinator", "StepResult", "TooFewWorkersError"]
 
@@ -22,17 +23,22 @@ class TooFewWorkersError(RuntimeError):
     """Fewer results than the decoder needs can still arrive (workers lost, or the step timed out)."""
 
 
+Scheme = CodedScheme | UncodedScheme | ReplicationScheme
+
+
 @dataclass
 class StepResult:
-    """The outcome of one coded step.
+    """The outcome of one step.
 
     Attributes:
-        output: ``(M, *out)`` decoded outputs aligned with the inputs.
+        output: ``(M, *out)`` decoded outputs aligned with the inputs (NaN rows for ``missing`` samples).
         mask: ``(B, N)`` bool mask the decoder used (True = result used).
         arrived: sorted worker indices whose results were used (in at least one group).
         latency_s: seconds from the start of the step (before encoding) to the decoded output.
         delays: ``(N,)`` injected delays of this step, or None.
-        lost_workers: workers on ranks declared lost so far (permanent stragglers).
+        lost_workers: workers on ranks declared lost so far (stragglers until their rank is re-admitted).
+        missing: sample indices without any result (replication at the deadline); empty for the codes.
+        compute_s: the longest time a rank whose results were used spent in the model (its own report).
     """
 
     output: torch.Tensor
@@ -41,20 +47,24 @@ class StepResult:
     latency_s: float
     delays: torch.Tensor | None
     lost_workers: list[int] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)
+    compute_s: float = 0.0
 
 
 class Coordinator:
     """Drive the coded workers hosted on ranks ``1 .. P-1`` from rank 0.
 
     Args:
-        channel: rank 0's :class:`Channel`.
+        channel: rank 0's :class:`Channel` (the control plane).
         num_workers: N, the number of coded workers.
-        placement: how workers are spread over ranks (see :mod:`torchgcc.distributed.placement`).
+        layout: how workers are spread over ranks (see :mod:`torchgcc.distributed.layout`).
         faults: the fault plan; its slow workers' extra delays are added to every step.
-        heartbeat_timeout_s: a rank silent for this long is lost (its workers become permanent stragglers).
-        step_timeout_s: the longest a step may wait for the decoder's minimum number of results.
+        transport: ``"pg"`` (the data plane: a gloo pair per rank) or ``"store"`` (chunked store values).
+        chunk_bytes: chunk size of the store transport (at most the store's value limit).
+        heartbeat_timeout_s: a rank silent for this long is lost (its workers are stragglers until it beats again).
+        step_timeout_s: the longest a step may wait for a decodable set of results.
         start_timeout_s: the longest to wait for every worker rank to report ready.
-        poll_s: pause between polls of the store while waiting for results.
+        poll_s: pause between polls while waiting for results.
     """
 
     def __init__(
@@ -62,8 +72,10 @@ class Coordinator:
         channel: Channel,
         *,
         num_workers: int,
-        placement: str = "round_robin",
+        layout: str = "round_robin",
         faults: FaultPlan = FaultPlan(),
+        transport: str = "pg",
+        chunk_bytes: int = STORE_CHUNK_BYTES,
         heartbeat_timeout_s: float = 2.0,
         step_timeout_s: float = 30.0,
         start_timeout_s: float = 120.0,
@@ -73,14 +85,14 @@ class Coordinator:
             raise RuntimeError(f"the coordinator runs on rank 0, not rank {channel.rank}")
         self.channel = channel
         self.num_workers = num_workers
-        self.assignment = place_workers(num_workers=num_workers, world_size=channel.world_size, strategy=placement)
+        self.assignment = layout_workers(num_workers=num_workers, world_size=channel.world_size, layout=layout)
         self.rank_of = {worker: rank for rank, workers in self.assignment.items() for worker in workers}
         self.extra_delays = faults.extra_delays(num_workers)
         self.step_timeout_s = step_timeout_s
         self.poll_s = poll_s
         self._round = 0
-        self._unread: list[tuple[int, int]] = []
         self._wait_ready(start_timeout_s)
+        self.link = coordinator_link(transport, channel, list(self.assignment), chunk_bytes=chunk_bytes)
         self.monitor = LivenessMonitor(channel, list(self.assignment), timeout_s=heartbeat_timeout_s)
 
     def _wait_ready(self, timeout_s: float) -> None:
@@ -97,90 +109,87 @@ class Coordinator:
     def lost_workers(self) -> list[int]:
         return sorted(w for rank in self.monitor.lost for w in self.assignment[rank])
 
-    def step(
-        self,
-        scheme: CodedScheme | UncodedScheme,
-        x: torch.Tensor,
-        plan: StepPlan,
-        *,
-        step: int,
-        deadline_s: float | None = None,
-    ) -> StepResult:
+    def step(self, scheme: Scheme, x: torch.Tensor, plan: StepPlan, *, step: int,
+             deadline_s: float | None = None) -> StepResult:
         """Run one step of ``scheme`` on the batch ``x`` ``(M, *in)``.
 
-        The wait ends when the plan's rule is met (its ``required`` workers arrived, or ``quorum`` results) and
-        the scheme has at least ``min_arrived`` results, or at ``deadline_s`` after the start if by then at least
-        ``min_arrived`` results arrived. Workers on lost ranks are not waited for.
+        The wait ends when the scheme's wait is over (codes: the plan's rule, i.e. its ``required`` workers or
+        ``quorum`` results; uncoded: every worker; replication: a copy of every input) and the results are
+        decodable, or at ``deadline_s`` after the start once they are decodable. Workers on lost ranks are not
+        waited for. In simulated mode a group whose drawn survivors did not all arrive by the deadline is decoded
+        from the drawn survivors that arrived, topped up with any other arrived worker if it has fewer than
+        ``min_arrived``.
 
         Raises:
-            TooFewWorkersError: fewer live workers than ``scheme.min_arrived``, or still too few results after
+            TooFewWorkersError: fewer live workers than ``scheme.min_arrived``, or still not decodable after
                 ``step_timeout_s``.
         """
         start = time.monotonic()
         round_ = self._round
         self._round += 1
         self.channel.set_latest_round(round_)
-        self._drop_unread(before=round_ - 1)
+        num_samples = x.shape[0]
+        num_groups = scheme.num_groups(num_samples)
         delays = self._post_work(round_, step, scheme.encode(x), plan.delays)
         deadline = float("inf") if deadline_s is None else start + deadline_s
-        results = self._collect(round_, step, scheme, plan, start=start, deadline=deadline)
+        results, compute = self._collect(round_, step, scheme, plan, num_groups, start=start, deadline=deadline)
 
-        arrived = torch.zeros(self.num_workers, dtype=torch.bool)
-        arrived[list(results)] = True
-        num_groups = scheme.num_groups(x.shape[0])
-        mask = arrived.expand(num_groups, -1) if plan.required is None else plan.required & arrived
+        mask = self._mask(plan, results.keys(), num_groups, scheme.min_arrived)
+        if isinstance(scheme, ReplicationScheme):
+            mask = scheme.used_mask(mask)
         first = next(iter(results.values()))
         stacked = first.new_zeros(self.num_workers, *first.shape)
         for worker, output in results.items():
             stacked[worker] = output
-        output = scheme.decode(stacked, mask, x.shape[0])
+        output, missing = scheme.decode(stacked, mask, num_samples)
+        arrived = mask.any(0).nonzero().flatten().tolist()
         return StepResult(
             output=output,
             mask=mask.clone(),
-            arrived=mask.any(0).nonzero().flatten().tolist(),
+            arrived=arrived,
             latency_s=time.monotonic() - start,
             delays=delays,
             lost_workers=self.lost_workers,
+            missing=missing,
+            compute_s=max((compute[w] for w in arrived), default=0.0),
         )
 
-    def _post_work(
-        self, round_: int, step: int, payloads: torch.Tensor, plan_delays: torch.Tensor | None
-    ) -> torch.Tensor | None:
-        """Post each live rank its workers' payloads ``(N, b, *in)`` and delays; returns the ``(N,)`` delays."""
+    def _post_work(self, round_: int, step: int, payloads: torch.Tensor,
+                   plan_delays: torch.Tensor | None) -> torch.Tensor | None:
+        """Send each live rank its workers' payloads ``(N, b, *in)`` and delays; returns the ``(N,)`` delays."""
         delays = None if plan_delays is None and not self.extra_delays.any() else self.extra_delays.clone()
         if plan_delays is not None:
             delays += plan_delays
         for rank, workers in self.assignment.items():
             if rank not in self.monitor.lost:
-                work = {
-                    "step": step,
-                    "workers": workers,
-                    "inputs": payloads[workers],
-                    "delays": None if delays is None else delays[workers],
-                }
-                self.channel.post_work(rank, round_, work)
+                rank_delays = None if delays is None else delays[workers]
+                self.link.post(rank, Work(round_, step, workers, payloads[workers], rank_delays))
         return delays
 
-    def _collect(
-        self,
-        round_: int,
-        step: int,
-        scheme: CodedScheme | UncodedScheme,
-        plan: StepPlan,
-        *,
-        start: float,
-        deadline: float,
-    ) -> dict[int, torch.Tensor]:
-        """Poll for the results of ``round_`` until the step's rule is met; returns ``{worker: (b, *out)}``."""
+    def _mask(self, plan: StepPlan, arrived_workers, num_groups: int, min_arrived: int) -> torch.Tensor:
+        """``(B, N)`` usable results: all arrived, or the simulated mask's arrived (topped up where too few)."""
+        arrived = torch.zeros(self.num_workers, dtype=torch.bool)
+        arrived[list(arrived_workers)] = True
+        if plan.required is None:
+            return arrived.expand(num_groups, -1).clone()
+        mask = plan.required & arrived
+        short = mask.sum(1) < min_arrived
+        mask[short] = arrived  # the drawn survivors of these groups did not arrive: use whatever did
+        return mask
+
+    def _collect(self, round_: int, step: int, scheme: Scheme, plan: StepPlan, num_groups: int, *,
+                 start: float, deadline: float) -> tuple[dict[int, torch.Tensor], dict[int, float]]:
+        """Gather results of ``round_`` until the scheme's wait is over; ``({worker: (b, *out)}, {worker: s})``."""
         results: dict[int, torch.Tensor] = {}
+        compute: dict[int, float] = {}
         pending = {w for w in range(self.num_workers) if self.rank_of[w] not in self.monitor.lost}
         required = None if plan.required is None else set(plan.required.any(0).nonzero().flatten().tolist())
         while True:
-            for worker in sorted(pending):
-                if self.channel.has_result(round_, worker):
-                    results[worker] = self.channel.take_result(round_, worker)
-                    pending.discard(worker)
-            pending -= self._report_lost(step)
+            arrived, broken = self.link.collect(round_, pending)
+            for result in arrived:
+                results[result.worker], compute[result.worker] = result.output, result.compute_s
+                pending.discard(result.worker)
+            pending -= self._update_liveness(step, broken)
             live = self.num_workers - len(self.lost_workers)
             if live < scheme.min_arrived:
                 raise TooFewWorkersError(
@@ -188,43 +197,40 @@ class Coordinator:
                     f"{scheme.name} needs at least {scheme.min_arrived}"
                 )
             if required is None:
-                usable, rule_met = len(results), len(results) >= min(plan.quorum, live)
+                stragglers = getattr(scheme, "num_stragglers", None)
+                quorum = plan.quorum if stragglers is None else self.num_workers - stragglers
+                rule_met = len(results) >= min(quorum, live)
             else:
-                usable, rule_met = len(required & results.keys()), not (required & pending)
+                rule_met = not (required & pending)
             now = time.monotonic()
-            if usable >= scheme.min_arrived and (rule_met or now >= deadline or not pending):
+            decodable = bool(results) and scheme.decodable(
+                self._mask(plan, results.keys(), num_groups, scheme.min_arrived))
+            if decodable and (scheme.wait_over(self._mask(plan, results.keys(), num_groups, 0), rule_met)
+                              or now >= deadline or not pending):
                 break
             if now - start > self.step_timeout_s or not pending:
                 raise TooFewWorkersError(
-                    f"step {step}: {usable} usable results after {now - start:.1f} s, {scheme.name} needs "
-                    f"{scheme.min_arrived} (pending workers {sorted(pending)}, lost {self.lost_workers})"
+                    f"step {step}: {len(results)} results after {now - start:.1f} s are not enough for "
+                    f"{scheme.name} (min {scheme.min_arrived} per group; pending workers {sorted(pending)}, "
+                    f"lost {self.lost_workers})"
                 )
             time.sleep(self.poll_s)
-        self._unread.extend((round_, worker) for worker in pending)
-        return results
+        self.link.end_round(round_, pending)
+        return results, compute
 
-    def _report_lost(self, step: int) -> set[int]:
-        """Workers of ranks declared lost by this poll (reported on stderr)."""
-        newly_lost = self.monitor.poll()
+    def _update_liveness(self, step: int, broken: set[int]) -> set[int]:
+        """Apply heartbeats and broken pairs; report changes on stderr; returns the workers lost by this call."""
+        newly_lost, readmitted = self.monitor.poll()
+        newly_lost |= {rank for rank in broken if self.monitor.declare_dead(rank)}
         gone = {w for rank in newly_lost for w in self.assignment[rank]}
         if gone:
-            print(
-                f"[torchgcc] step {step}: lost rank(s) {sorted(newly_lost)} hosting workers {sorted(gone)}; "
-                "they are permanent stragglers from now on",
-                file=sys.stderr,
-                flush=True,
-            )
+            print(f"[torchgcc] step {step}: lost rank(s) {sorted(newly_lost)} hosting workers {sorted(gone)}; "
+                  "they are stragglers from now on", file=sys.stderr, flush=True)
+        if readmitted:
+            back = sorted(w for rank in readmitted for w in self.assignment[rank])
+            print(f"[torchgcc] step {step}: rank(s) {sorted(readmitted)} beat again: re-admitted workers {back}",
+                  file=sys.stderr, flush=True)
         return gone
-
-    def _drop_unread(self, *, before: int) -> None:
-        """Delete results of rounds older than ``before`` that arrived too late to be read."""
-        keep = []
-        for round_, worker in self._unread:
-            if round_ < before:
-                self.channel.drop_result(round_, worker)
-            else:
-                keep.append((round_, worker))
-        self._unread = keep
 
     def close(self, *, grace_s: float = 3.0) -> None:
         """Ask every worker rank to exit and wait up to ``grace_s`` until each acknowledged or was declared lost.
@@ -232,6 +238,7 @@ class Coordinator:
         Hung ranks acknowledge from their heartbeat thread and then end themselves (see ``Heartbeat``).
         """
         self.channel.request_shutdown()
+        self.link.close([rank for rank in self.assignment if rank not in self.monitor.lost])
         start = time.monotonic()
         while self.channel.count("exited") + len(self.monitor.lost) < len(self.assignment):
             if time.monotonic() - start > grace_s:

@@ -18,7 +18,14 @@ import torch.distributed as dist
 
 from torchgcc.distributed.transport import Channel
 
-__all__ = ["Heartbeat", "LivenessMonitor"]
+__all__ = ["Heartbeat", "LivenessMonitor", "peak_rss_mb"]
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB (``getrusage``; Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 class Heartbeat(threading.Thread):
@@ -36,6 +43,7 @@ class Heartbeat(threading.Thread):
             while not self.channel.shutdown_requested():
                 self.channel.beat()
                 time.sleep(self.interval_s)
+            self.channel.store.set(f"rss/{self.channel.rank}", f"{peak_rss_mb():.1f}")
             self.channel.count("exited", 1)
         except dist.DistError as error:  # the store is gone: the coordinator ended
             print(f"[torchgcc] rank {self.channel.rank}: store unreachable ({error}); exiting", file=sys.stderr)
@@ -52,7 +60,8 @@ class LivenessMonitor:
     Args:
         channel: the coordinator's channel.
         ranks: the worker ranks to watch.
-        timeout_s: a rank whose counter has not moved for this long is lost (for good: it is never re-admitted).
+        timeout_s: a rank whose counter has not moved for this long is lost; a lost rank whose counter moves again
+            (it was paused, e.g. SIGSTOP, and resumed) is re-admitted.
         period_s: the counters are read at most this often (each read is one store round trip per rank).
     """
 
@@ -65,21 +74,31 @@ class LivenessMonitor:
         self._last_change = {rank: now for rank in ranks}
         self._last_poll = -float("inf")
         self.lost: set[int] = set()
+        self.dead: set[int] = set()
 
-    def poll(self) -> set[int]:
-        """Ranks declared lost by this call (empty most of the time)."""
+    def poll(self) -> tuple[set[int], set[int]]:
+        """``(ranks declared lost, ranks re-admitted)`` by this call (both empty most of the time)."""
         now = time.monotonic()
         if now - self._last_poll < self.period_s:
-            return set()
+            return set(), set()
         self._last_poll = now
-        newly_lost = set()
+        newly_lost, readmitted = set(), set()
         for rank in self._last_count:
-            if rank in self.lost:
+            if rank in self.dead:
                 continue
             count = self.channel.heartbeat(rank)
             if count != self._last_count[rank]:
                 self._last_count[rank], self._last_change[rank] = count, now
-            elif now - self._last_change[rank] > self.timeout_s:
+                if rank in self.lost:
+                    readmitted.add(rank)
+            elif rank not in self.lost and now - self._last_change[rank] > self.timeout_s:
                 newly_lost.add(rank)
-        self.lost |= newly_lost
-        return newly_lost
+        self.lost = (self.lost | newly_lost) - readmitted
+        return newly_lost, readmitted
+
+    def declare_dead(self, rank: int) -> bool:
+        """Mark ``rank`` lost for good (its data-plane pair broke: the process is gone). True if it was live."""
+        was_live = rank not in self.lost
+        self.lost.add(rank)
+        self.dead.add(rank)
+        return was_live

@@ -15,17 +15,21 @@ import time
 from typing import Sequence
 
 import torch
+import torch.distributed as dist
 from tqdm import tqdm
 
 from torchgcc.coded_module import CodedModule
 from torchgcc.distributed.arrival import Injected, Measured, Simulated
 from torchgcc.distributed.coordinator import Coordinator, TooFewWorkersError
 from torchgcc.distributed.faults import FaultPlan
-from torchgcc.distributed.placement import PLACEMENTS
-from torchgcc.distributed.schemes import CodedScheme, UncodedScheme, make_scheme
+from torchgcc.distributed.layout import LAYOUTS
+from torchgcc.distributed.links import TRANSPORTS
+from torchgcc.distributed.schemes import CodedScheme, make_scheme
 from torchgcc.distributed.tasks import TASKS, Task, make_task
-from torchgcc.distributed.transport import Channel, connect
+from torchgcc.distributed.transport import STORE_CHUNK_BYTES, STORE_VALUE_LIMIT, Channel, check_chunk_bytes, connect
 from torchgcc.distributed.worker import serve
+from torchgcc.distributed.heartbeat import peak_rss_mb
+from torchgcc.experiments.evaluate import mean_ci
 from torchgcc.metrics import argmax_agreement, mse
 from torchgcc.stragglers import LATENCY_MODELS, BernoulliStragglers, FixedStragglers, LatencyStragglers
 
@@ -33,6 +37,10 @@ __all__ = ["add_job_arguments", "run_job", "summarize"]
 
 #: exit status when too few workers remain to decode (lost ranks, or a step timed out).
 EXIT_TOO_FEW_WORKERS = 3
+#: exit status when the store or the data plane failed on the coordinator's side.
+EXIT_TRANSPORT = 4
+#: exit status for a bad option (a one-line message, no traceback).
+EXIT_USAGE = 2
 #: exit status when the launcher terminated the coordinator (torchrun does so when another rank exits non-zero).
 EXIT_TERMINATED = 143
 
@@ -45,31 +53,58 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated("terminated by the launcher (SIGTERM); torchrun does this when another rank exits non-zero")
 
 
-def _key_value(text: str) -> tuple[str, float]:
+def parse_value(text: str) -> int | float | bool | str | None:
+    """``"1"`` -> 1, ``"1e-6"`` -> 1e-06, ``"true"`` -> True, ``"none"`` -> None, anything else stays a string."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered == "none":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _key_value(text: str) -> tuple[str, int | float | bool | str | None]:
     key, sep, value = text.partition("=")
-    if not sep:
+    if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key.replace("-", "_"), float(value)
+    return key.replace("-", "_"), parse_value(value)
 
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The options of a distributed run (shared with ``torchgcc bench-latency``)."""
     code = parser.add_argument_group("code")
-    code.add_argument("--code", default="gcc",
-                      help="comma-separated schemes run on the same batches and delays: 'uncoded' or registered "
-                           "code names (gcc, natural, bacc, lcc)")
+    code.add_argument("--scheme", "--code", dest="code", default="gcc",
+                      help="comma-separated schemes run on the same batches and delays: 'uncoded', 'replication' "
+                           "or registered code names (gcc, natural, bacc, lcc)")
     code.add_argument("--code-param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
-                      help="keyword argument of make_code, e.g. lambda_dec=1e-6 (repeatable)")
+                      help="keyword argument of make_code, e.g. lambda_dec=1e-6 or degree=1 (ints, floats, "
+                           "true/false, none, strings; repeatable)")
     code.add_argument("--num-workers", "-N", type=int, default=8, help="N coded workers (spread over ranks 1..P-1)")
     code.add_argument("--num-inputs", "-K", type=int, default=4, help="K inputs per group")
     code.add_argument("--num-stragglers", "-S", type=int, default=2, help="S: decode once N - S results arrived")
-    code.add_argument("--placement", choices=sorted(PLACEMENTS), default="round_robin",
-                      help="how the N workers are spread over the worker ranks")
+    code.add_argument("--layout", choices=sorted(LAYOUTS), default="round_robin",
+                      help="worker layout: how the N workers are spread over the worker ranks")
 
     run = parser.add_argument_group("run")
     run.add_argument("--steps", type=int, default=10)
-    run.add_argument("--task", choices=sorted(TASKS), default="mlp", help="the built-in tiny model and data")
-    run.add_argument("--batch-size", "-M", type=int, default=64, help="samples per step")
+    run.add_argument("--task", default="mlp",
+                     help=f"model: {sorted(TASKS)} (tiny built-in) or any timm model name, e.g. resnet18 (random "
+                          "weights unless --checkpoint; seeded random images)")
+    run.add_argument("--image-size", type=int, default=224, help="image side of timm tasks")
+    run.add_argument("--num-classes", type=int, default=1000, help="classes of timm tasks")
+    run.add_argument("--checkpoint", help="state_dict file for the timm model")
+    run.add_argument("--batch-size", "-M", type=int, default=64,
+                     help="samples per step: B = ceil(M / K) groups, each worker gets B coded inputs")
+    run.add_argument("--transport", choices=TRANSPORTS, default="pg",
+                     help="pg: payloads on a gloo pair per worker rank (the data plane); store: chunked values in "
+                          "the rendezvous store (fallback)")
+    run.add_argument("--store-chunk-mb", type=float, default=STORE_CHUNK_BYTES / 2**20,
+                     help=f"chunk size of the store transport (at most {STORE_VALUE_LIMIT / 2**20:.0f} MiB)")
     run.add_argument("--seed", type=int, default=0, help="seeds the model, the data and the straggler models")
     run.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                      help="where workers run the model (cuda: cuda:LOCAL_RANK, one GPU per rank)")
@@ -139,18 +174,25 @@ def _arrival_mode(args: argparse.Namespace, *, min_arrived: int) -> Simulated | 
 
 
 def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
-    """Per scheme: steps, median and p99 step latency, mean and median MSE, mean argmax agreement (RelAcc)."""
+    """Per scheme: steps, median and p99 step latency, MSE and argmax agreement (RelAcc) as mean and 95% CI
+    half-width over steps (``1.96 * std / sqrt(steps)``), median MSE, and the samples left without a result."""
     summary = {}
-    for name in dict.fromkeys(r["code"] for r in records):
-        rows = [r for r in records if r["code"] == name]
+    for name in dict.fromkeys(r["scheme"] for r in records):
+        rows = [r for r in records if r["scheme"] == name]
         latency = torch.tensor([r["latency_s"] for r in rows], dtype=torch.float64)
+        errors = torch.tensor([r["mse"] for r in rows], dtype=torch.float64)
+        mean_mse, mse_ci = mean_ci(errors)
+        agreement, agreement_ci = mean_ci(torch.tensor([r["agreement"] for r in rows], dtype=torch.float64))
         summary[name] = {
             "steps": len(rows),
             "median_latency_s": float(latency.quantile(0.5)),
             "p99_latency_s": float(latency.quantile(0.99)),
-            "mean_mse": sum(r["mse"] for r in rows) / len(rows),
-            "median_mse": float(torch.tensor([r["mse"] for r in rows], dtype=torch.float64).quantile(0.5)),
-            "mean_agreement": sum(r["agreement"] for r in rows) / len(rows),
+            "mse": mean_mse,
+            "mse_ci": mse_ci,
+            "median_mse": float(errors.quantile(0.5)),
+            "agreement": agreement,
+            "agreement_ci": agreement_ci,
+            "missing_samples": sum(len(r["missing"]) for r in rows),
         }
     return summary
 
@@ -164,22 +206,27 @@ def run_job(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     faults = _fault_plan(args)
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda, but CUDA is not available on this machine")
-    task = make_task(args.task, seed=args.seed, batch_size=args.batch_size)
+        raise ValueError("--device cuda, but CUDA is not available on this machine: use --device cpu")
+    if args.transport == "store":
+        check_chunk_bytes(int(args.store_chunk_mb * 2**20))
     # built on every rank before joining, so a bad option stops every rank, not just the coordinator
+    task = make_task(args.task, seed=args.seed, batch_size=args.batch_size, image_size=args.image_size,
+                     num_classes=args.num_classes, checkpoint=args.checkpoint)
     schemes = [
         make_scheme(name.strip(), num_inputs=args.num_inputs, num_workers=args.num_workers, **dict(args.code_param))
         for name in args.code.split(",")
     ]
     if args.mode == "simulated" and any(not isinstance(s, CodedScheme) for s in schemes):
-        raise SystemExit("the uncoded scheme waits for every worker: use --mode injected or measured")
+        raise ValueError("uncoded and replication wait for arrivals, not a drawn mask: use --mode injected or "
+                         "measured")
     mode = _arrival_mode(args, min_arrived=max(scheme.min_arrived for scheme in schemes))
     channel = connect()
     if channel.rank != 0:
         device = "cpu"
         if args.device == "cuda":
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"
-        serve(task.model, channel, device=device, faults=faults)
+        serve(task.model, channel, device=device, faults=faults, transport=args.transport,
+              chunk_bytes=int(args.store_chunk_mb * 2**20))
         return 0
 
     signal.signal(signal.SIGTERM, _raise_terminated)
@@ -193,7 +240,7 @@ def _coordinate(
     args: argparse.Namespace,
     channel: Channel,
     task: Task,
-    schemes: list[CodedScheme | UncodedScheme],
+    schemes: list,
     mode: Simulated | Injected | Measured,
     faults: FaultPlan,
 ) -> int:
@@ -207,12 +254,15 @@ def _coordinate(
     with Coordinator(
         channel,
         num_workers=args.num_workers,
-        placement=args.placement,
+        layout=args.layout,
+        transport=args.transport,
+        chunk_bytes=int(args.store_chunk_mb * 2**20),
         faults=faults,
         heartbeat_timeout_s=args.heartbeat_timeout,
         step_timeout_s=args.step_timeout,
     ) as coordinator:
-        _emit({"event": "start", "world_size": channel.world_size, "placement": coordinator.assignment})
+        _emit({"event": "start", "world_size": channel.world_size, "layout": coordinator.assignment,
+               "transport": args.transport})
         try:
             for step in tqdm(range(args.steps), desc="steps", disable=not sys.stderr.isatty()):
                 x = task.batch(step)
@@ -221,13 +271,18 @@ def _coordinate(
                 plan = mode.plan(num_groups, args.num_workers)
                 for scheme in schemes:
                     result = coordinator.step(scheme, x, plan, step=step, deadline_s=deadline)
+                    have = torch.ones(len(x), dtype=torch.bool)
+                    have[result.missing] = False  # samples without a result (replication at the deadline)
                     record = {
                         "step": step,
-                        "code": scheme.name,
+                        "scheme": scheme.name,
                         "latency_s": result.latency_s,
+                        "compute_s": result.compute_s,
                         "arrived": result.arrived,
-                        "mse": float(mse(result.output, reference)),
-                        "agreement": float(argmax_agreement(result.output, reference)),
+                        "missing": result.missing,
+                        "mse": float(mse(result.output[have], reference[have])) if have.any() else math.nan,
+                        "agreement": float(argmax_agreement(result.output[have], reference[have]))
+                        if have.any() else math.nan,
                         "lost_workers": result.lost_workers,
                     }
                     if args.check and isinstance(scheme, CodedScheme):
@@ -237,18 +292,29 @@ def _coordinate(
                     records.append(record)
                     _emit(record)
                     if args.save:
-                        saved.append({"step": step, "code": scheme.name, "x": x, "mask": result.mask,
+                        saved.append({"step": step, "scheme": scheme.name, "x": x, "mask": result.mask,
                                       "delays": result.delays, "output": result.output})
-        except (TooFewWorkersError, Terminated) as error:
+        except (TooFewWorkersError, Terminated, dist.DistError) as error:
             print(f"[torchgcc] error: {error}", file=sys.stderr, flush=True)
-            _emit({"event": "error", "error": str(error)})
-            status = EXIT_TOO_FEW_WORKERS if isinstance(error, TooFewWorkersError) else EXIT_TERMINATED
+            _emit({"event": "error", "error": f"{type(error).__name__}: {error}"})
+            status = {TooFewWorkersError: EXIT_TOO_FEW_WORKERS, Terminated: EXIT_TERMINATED}.get(
+                type(error), EXIT_TRANSPORT)
     lost = coordinator.lost_workers  # after close(), which also catches ranks that died near the end
     if args.save:
         torch.save({"args": vars(args), "steps": saved}, args.save)
     _emit({"event": "summary", "status": status, "steps": args.steps, "wall_s": time.monotonic() - started,
-           "lost_workers": lost, "codes": summarize(records)})
+           "lost_workers": lost, "max_rss_mb": _max_rss_mb(channel), "schemes": summarize(records)})
     return status
+
+
+def _max_rss_mb(channel: Channel) -> dict[int, float]:
+    """Peak resident memory per rank in MB (worker ranks report theirs when they exit; absent if they did not)."""
+    peaks = {0: peak_rss_mb()}
+    for rank in range(1, channel.world_size):
+        key = f"rss/{rank}"
+        if channel.store.check([key]):
+            peaks[rank] = float(channel.store.get(key))
+    return peaks
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -256,4 +322,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="torchrun --standalone --nproc-per-node P -m torchgcc.distributed",
         description="Coded inference across torchrun ranks: rank 0 coordinates, ranks 1..P-1 host the N workers.",
     )
-    return run_job(add_job_arguments(parser).parse_args(argv))
+    args = add_job_arguments(parser).parse_args(argv)
+    try:
+        return run_job(args)
+    except (ValueError, TypeError) as error:  # a bad option: one line, no traceback
+        print(f"torchgcc.distributed: error: {error}", file=sys.stderr)
+        return EXIT_USAGE

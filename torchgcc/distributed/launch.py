@@ -15,8 +15,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 __all__ = ["JobRun", "free_port", "launch"]
 
@@ -52,55 +53,94 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch(args: Sequence[str], *, nproc: int, timeout_s: float = 120.0) -> JobRun:
+def launch(
+    args: Sequence[str],
+    *,
+    nproc: int,
+    timeout_s: float = 120.0,
+    on_record: Callable[[dict], None] | None = None,
+) -> JobRun:
     """Run ``python -m torchgcc.distributed *args`` on ``nproc`` local processes and wait at most ``timeout_s``.
 
+    ``on_record`` is called with every JSON line of rank 0 as it appears (for progress bars). Whatever ends the
+    wait (the job, the time limit, Ctrl-C, an exception), every process of the job that still runs is killed with
+    its whole process group and the temporary folder is removed before this returns or raises.
+
     Raises:
-        TimeoutError: the job did not finish in time (every process was killed; the message holds their stderr).
+        TimeoutError: the job did not finish in time (the message holds every rank's stderr).
     """
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="torchgcc-launch-") as folder:
-        processes, logs = [], []
-        for rank in range(nproc):
-            env = dict(
-                os.environ,
-                RANK=str(rank),
-                LOCAL_RANK=str(rank),
-                WORLD_SIZE=str(nproc),
-                LOCAL_WORLD_SIZE=str(nproc),
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-                TORCHELASTIC_USE_AGENT_STORE="False",
-            )
-            out = open(os.path.join(folder, f"{rank}.out"), "w+")
-            err = open(os.path.join(folder, f"{rank}.err"), "w+")
-            logs.append((out, err))
-            processes.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "torchgcc.distributed", *args],
-                    env=env,
-                    stdout=out,
-                    stderr=err,
-                    start_new_session=True,
-                )
-            )
+        processes: list[subprocess.Popen] = []
+        logs = []
         try:
-            for process in processes:
-                process.wait(timeout=max(timeout_s, 0.0))
-        except subprocess.TimeoutExpired:
-            for process in processes:
-                if process.poll() is None:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
-            raise TimeoutError(f"job {list(args)} did not finish in {timeout_s} s:\n{_read_stderr(logs)}") from None
-        logs[0][0].seek(0)
-        records = [json.loads(line) for line in logs[0][0] if line.startswith("{")]
-        stderr = _read_stderr(logs)
-        for out, err in logs:
-            out.close()
-            err.close()
+            for rank in range(nproc):
+                env = dict(
+                    os.environ,
+                    RANK=str(rank),
+                    LOCAL_RANK=str(rank),
+                    WORLD_SIZE=str(nproc),
+                    LOCAL_WORLD_SIZE=str(nproc),
+                    MASTER_ADDR="127.0.0.1",
+                    MASTER_PORT=str(port),
+                    OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+                    TORCHELASTIC_USE_AGENT_STORE="False",
+                )
+                out = open(os.path.join(folder, f"{rank}.out"), "w+")
+                err = open(os.path.join(folder, f"{rank}.err"), "w+")
+                logs.append((out, err))
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "torchgcc.distributed", *args],
+                        env=env,
+                        stdout=out,
+                        stderr=err,
+                        start_new_session=True,
+                    )
+                )
+            records = _wait(processes, logs[0][0].name, timeout_s, on_record)
+            if records is None:
+                raise TimeoutError(f"job {list(args)} did not finish in {timeout_s} s:\n{_read_stderr(logs)}")
+            stderr = _read_stderr(logs)
+        finally:
+            _kill(processes)
+            for out, err in logs:
+                out.close()
+                err.close()
     return JobRun(returncodes=[p.returncode for p in processes], records=records, stderr=stderr)
+
+
+def _wait(processes: list[subprocess.Popen], rank0_out: str, timeout_s: float,
+          on_record: Callable[[dict], None] | None) -> list[dict] | None:
+    """Wait for every process, feeding rank 0's JSON lines to ``on_record``; the records, or None on timeout."""
+    deadline = time.monotonic() + max(timeout_s, 0.0)
+    records: list[dict] = []
+    with open(rank0_out, "rb") as reader:
+        while True:
+            done = all(p.poll() is not None for p in processes)
+            while (line := reader.readline()).endswith(b"\n"):  # only complete lines
+                if line.startswith(b"{"):
+                    records.append(json.loads(line))
+                    if on_record is not None:
+                        on_record(records[-1])
+            if line:  # a partial line: read it again, whole, next time
+                reader.seek(-len(line), os.SEEK_CUR)
+            if done:
+                return records
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)
+
+
+def _kill(processes: list[subprocess.Popen]) -> None:
+    """SIGKILL the process group of every process still running, and reap it."""
+    for process in processes:
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
 
 
 def _read_stderr(logs) -> str:

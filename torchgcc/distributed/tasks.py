@@ -1,4 +1,8 @@
-"""Tiny built-in workloads for the entry point, the benchmark and the tests: every rank builds the same one."""
+"""Workloads for the entry point, the benchmark and the tests: every rank builds the same one.
+
+``mlp`` is a tiny seeded MLP on Gaussian inputs; any other name is a timm image model (``timm.create_model(name,
+pretrained=False)``: seeded random weights, or a checkpoint's) on seeded random images ``(M, 3, H, W)``.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-__all__ = ["TASKS", "Task", "make_task"]
+__all__ = ["TASKS", "Task", "make_task", "timm_task"]
 
 
 @dataclass
@@ -37,11 +41,46 @@ def mlp_task(*, seed: int = 0, batch_size: int = 64, in_features: int = 16, hidd
     return Task(model=model, batch=batch)
 
 
+def timm_task(name: str, *, seed: int = 0, batch_size: int = 64, image_size: int = 224, num_classes: int = 1000,
+              checkpoint: str | None = None) -> Task:
+    """A timm model in eval mode (seeded random weights unless ``checkpoint``) on seeded ``N(0, 1)`` images.
+
+    Raises:
+        ValueError: ``name`` is not a timm model, or the checkpoint does not fit it.
+    """
+    try:
+        import timm
+    except ImportError as error:  # pragma: no cover - timm is in the experiments extra
+        raise ValueError(f"--task {name!r} needs timm (pip install 'torchgcc[experiments]')") from error
+    if not timm.is_model(name):
+        close = timm.list_models(f"*{name}*")[:5]
+        raise ValueError(f"unknown task {name!r}: neither 'mlp' nor a timm model name (similar: {close})")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = timm.create_model(name, pretrained=False, num_classes=num_classes)
+    if checkpoint is not None:
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        try:
+            model.load_state_dict(state.get("state_dict", state) if isinstance(state, dict) else state)
+        except RuntimeError as error:
+            raise ValueError(f"checkpoint {checkpoint} does not fit {name}: {str(error).splitlines()[0]}") from None
+    model.eval()
+
+    def batch(step: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        return torch.randn(batch_size, 3, image_size, image_size, generator=generator)
+
+    return Task(model=model, batch=batch)
+
+
 #: name -> factory(seed=, batch_size=) -> Task.
 TASKS: dict[str, Callable[..., Task]] = {"mlp": mlp_task}
 
 
-def make_task(name: str, *, seed: int, batch_size: int) -> Task:
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; choose from {sorted(TASKS)}")
-    return TASKS[name](seed=seed, batch_size=batch_size)
+def make_task(name: str, *, seed: int, batch_size: int, image_size: int = 224, num_classes: int = 1000,
+              checkpoint: str | None = None) -> Task:
+    """A built-in task (:data:`TASKS`) or, for any other name, :func:`timm_task`."""
+    if name in TASKS:
+        return TASKS[name](seed=seed, batch_size=batch_size)
+    return timm_task(name, seed=seed, batch_size=batch_size, image_size=image_size, num_classes=num_classes,
+                     checkpoint=checkpoint)

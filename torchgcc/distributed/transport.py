@@ -1,13 +1,10 @@
-"""The channel between the coordinator and the worker ranks: keys in the rendezvous TCPStore.
+"""The control plane: torchgcc's keys in the rendezvous TCPStore (rounds, heartbeats, shutdown, counters), and
+chunked payload values for the store transport (``--transport store``).
 
-Why the store and not ``send``/``recv`` on the process group: a straggler-tolerant coordinator must stop waiting
-for a result without breaking anything. On gloo an expired ``Work.wait(timeout)`` closes every connection of the
-process group and p2p ``is_completed()`` never polls; on NCCL a posted receive cannot be cancelled and the watchdog
-kills the process at the group timeout. A store read is a short request/response, so the coordinator polls
-``check`` and simply stops asking when the deadline passes: hung or dead peers cost nothing but the poll.
-
-Every message carries its round in its key (``work/<rank>/<round>``, ``result/<round>/<worker>``), so a result
-that arrives after its round was decoded is never read by a later round.
+Payloads normally travel on the data plane (:mod:`torchgcc.distributed.dataplane`). The store transport is the
+fallback: a single store value is limited to :data:`STORE_VALUE_LIMIT` bytes (the libuv TCPStore rejects larger
+ones and the client is unusable afterwards), so payloads are cut into chunks of at most ``chunk_bytes`` under
+``<key>/<i>`` with the chunk count under ``<key>``; a chunk size above the limit is refused up front.
 """
 
 from __future__ import annotations
@@ -20,10 +17,14 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-__all__ = ["Channel", "connect"]
+__all__ = ["Channel", "STORE_VALUE_LIMIT", "connect"]
 
 #: Prefix of every key torchgcc writes, so the agent's own keys in a shared store are never touched.
 KEY_PREFIX = "torchgcc"
+#: largest value the c10d TCPStore (libuv server) accepts, in bytes.
+STORE_VALUE_LIMIT = 8 * 1024 * 1024
+#: default chunk size of payloads that travel through the store.
+STORE_CHUNK_BYTES = 4 * 1024 * 1024
 
 
 def _dumps(obj: object) -> bytes:
@@ -55,38 +56,42 @@ class Channel:
         base = self.store.underlying_store if isinstance(self.store, dist.PrefixStore) else self.store
         return Channel(dist.PrefixStore(KEY_PREFIX, base.clone()), self.rank, self.world_size)
 
-    # work: coordinator -> worker rank ------------------------------------------------------------------------
-    def post_work(self, rank: int, round_: int, payload: dict) -> None:
-        self.store.set(f"work/{rank}/{round_}", _dumps(payload))
+    # payloads (store transport) -----------------------------------------------------------------------------
+    def put_payload(self, key: str, obj: object, *, chunk_bytes: int = STORE_CHUNK_BYTES) -> None:
+        """Store ``obj`` (anything ``torch.save`` takes) under ``key`` in chunks of at most ``chunk_bytes``.
 
-    def take_work(self, round_: int) -> dict | None:
-        """This rank's work for ``round_`` if it was posted (the key is deleted once read), else None."""
-        key = f"work/{self.rank}/{round_}"
+        The chunks are written first and the count last, so a reader that sees the count sees every chunk.
+        """
+        check_chunk_bytes(chunk_bytes)
+        data = _dumps(obj)
+        chunks = [data[i : i + chunk_bytes] for i in range(0, len(data), chunk_bytes)] or [b""]
+        for i, chunk in enumerate(chunks):
+            self.store.set(f"{key}/{i}", chunk)
+        self.store.set(key, str(len(chunks)))
+
+    def take_payload(self, key: str) -> object:
+        """Read and delete the payload under ``key``; None if it is absent or was deleted meanwhile (the writer
+        drops work a rank did not read in time; a ``get`` of a missing key would block)."""
         if not self.store.check([key]):
             return None
-        payload = _loads(self.store.get(key))
+        count = int(self.store.get(key))
+        chunks = []
+        for i in range(count):
+            if not self.store.check([f"{key}/{i}"]):
+                return None
+            chunks.append(bytes(self.store.get(f"{key}/{i}")))
+        self.drop_payload(key, count)
+        return _loads(b"".join(chunks))
+
+    def drop_payload(self, key: str, count: int | None = None) -> None:
+        """Delete ``key`` and its chunks, if present (a no-op otherwise)."""
+        if count is None:
+            if not self.store.check([key]):
+                return
+            count = int(self.store.get(key))
         self.store.delete_key(key)
-        return payload
-
-    def drop_work(self, rank: int, round_: int) -> None:
-        """Delete an unread work message (its round is over, so a worker that reads it late would waste time)."""
-        self.store.delete_key(f"work/{rank}/{round_}")
-
-    # results: worker -> coordinator ---------------------------------------------------------------------------
-    def post_result(self, round_: int, worker: int, output: torch.Tensor) -> None:
-        self.store.set(f"result/{round_}/{worker}", _dumps(output.detach().cpu()))
-
-    def has_result(self, round_: int, worker: int) -> bool:
-        return self.store.check([f"result/{round_}/{worker}"])
-
-    def take_result(self, round_: int, worker: int) -> torch.Tensor:
-        key = f"result/{round_}/{worker}"
-        output = _loads(self.store.get(key))
-        self.store.delete_key(key)
-        return output
-
-    def drop_result(self, round_: int, worker: int) -> None:
-        self.store.delete_key(f"result/{round_}/{worker}")
+        for i in range(count):
+            self.store.delete_key(f"{key}/{i}")
 
     # control --------------------------------------------------------------------------------------------------
     def set_latest_round(self, round_: int) -> None:
@@ -111,6 +116,15 @@ class Channel:
     def count(self, name: str, increment: int = 0) -> int:
         """Add ``increment`` to the shared counter ``name`` (e.g. ``"ready"``, ``"exited"``); returns its value."""
         return self.store.add(f"count/{name}", increment)
+
+
+def check_chunk_bytes(chunk_bytes: int) -> None:
+    """Refuse a store chunk size the store cannot hold (checked before anything is sent)."""
+    if not 0 < chunk_bytes <= STORE_VALUE_LIMIT:
+        raise ValueError(
+            f"store chunk size {chunk_bytes} bytes is outside 1..{STORE_VALUE_LIMIT} (the TCPStore's largest value); "
+            "pass a smaller --store-chunk-mb"
+        )
 
 
 def connect(timeout_s: float = 60.0) -> Channel:

@@ -1,4 +1,4 @@
-"""The loop a worker rank runs: take the coded inputs of its workers, run the model, publish each result."""
+"""The loop a worker rank runs: take the coded inputs of its workers, run the model, send each result."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from torch import nn
 
 from torchgcc.distributed.faults import FaultPlan
 from torchgcc.distributed.heartbeat import Heartbeat
-from torchgcc.distributed.transport import Channel
+from torchgcc.distributed.links import Result, worker_link
+from torchgcc.distributed.transport import STORE_CHUNK_BYTES, Channel
 
 __all__ = ["serve"]
 
@@ -36,48 +37,48 @@ def serve(
     *,
     device: torch.device | str = "cpu",
     faults: FaultPlan = FaultPlan(),
+    transport: str = "pg",
+    chunk_bytes: int = STORE_CHUNK_BYTES,
 ) -> None:
     """Serve coded workers on this rank until the coordinator asks for shutdown.
 
-    Each round the coordinator posts ``{"step", "workers", "inputs" (W, b, *in), "delays" (W,) or None}`` for the
-    W coded workers this rank hosts. The rank runs ``model`` once on the ``W * b`` rows, then publishes worker i's
-    ``(b, *out)`` output at ``received + delays[i]`` (fastest first). It stops waiting, and publishes nothing more,
-    as soon as the coordinator has moved to a later round; a rank that fell behind skips straight to the latest
-    round. Runs on ``device`` (``cuda:<local rank>`` under NCCL-style one-GPU-per-rank jobs); results travel on
-    the host.
+    Each round the coordinator sends a :class:`~torchgcc.distributed.links.Work` (``inputs`` ``(W, b, *in)`` and
+    ``delays`` ``(W,)`` or None) for the W coded workers this rank hosts. The rank runs ``model`` once on the
+    ``W * b`` rows, then sends worker i's ``(b, *out)`` output at ``received + delays[i]`` (fastest first), with
+    the seconds the model took. It stops waiting, and sends nothing more, as soon as the coordinator has moved to
+    a later round; work of a round that is already over is skipped. Runs the model on ``device``
+    (``cuda:<local rank>`` in one-GPU-per-rank jobs); with ``transport="pg"`` on CPU the data plane is gloo.
     """
     model = model.to(device).eval()
     heartbeat = Heartbeat(channel)
     heartbeat.start()
-    channel.count("ready", 1)
+    channel.count("ready", 1)  # before the data plane: the coordinator opens its pairs once every rank is ready
+    link = worker_link(transport, channel, chunk_bytes=chunk_bytes)
     poller = _Poller()
-    round_ = 0
     try:
-        while not channel.shutdown_requested():
-            latest = channel.latest_round()
-            for skipped in range(round_, latest):  # rounds that ended while this rank was busy or behind
-                channel.drop_work(channel.rank, skipped)
-            round_ = max(round_, latest)
-            payload = channel.take_work(round_)
-            if payload is None:
+        while not link.closed and not channel.shutdown_requested():
+            work = link.next_work()
+            if work is None:
                 poller.wait()
                 continue
             poller.reset()
-            faults.strike(channel.rank, payload["step"])
+            if work.round < channel.latest_round():
+                continue  # its round ended while this rank was busy or behind
+            faults.strike(channel.rank, work.step)
             received = time.monotonic()
-            inputs = payload["inputs"].to(device)
+            inputs = work.inputs.to(device)
             with torch.inference_mode():
                 outputs = model(inputs.flatten(0, 1)).unflatten(0, inputs.shape[:2]).cpu()
-            delays = payload["delays"]
+            compute_s = time.monotonic() - received
+            delays = work.delays
             order = range(len(outputs)) if delays is None else torch.argsort(delays, stable=True).tolist()
             for i in order:
                 release = received + (0.0 if delays is None else float(delays[i]))
-                while time.monotonic() < release and channel.latest_round() <= round_:
+                while time.monotonic() < release and channel.latest_round() <= work.round:
                     time.sleep(min(0.002, max(release - time.monotonic(), 0.0)))
-                if channel.latest_round() > round_:
+                if channel.latest_round() > work.round:
                     break  # the round is over: its remaining results would only be discarded
-                channel.post_result(round_, payload["workers"][i], outputs[i])
-            round_ += 1
+                link.send(Result(work.round, work.workers[i], outputs[i], compute_s))
     except dist.DistError as error:  # the store went away: the coordinator is gone
         print(f"[torchgcc] rank {channel.rank}: stopping ({type(error).__name__}: {error})", file=sys.stderr)
         return

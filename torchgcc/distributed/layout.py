@@ -1,10 +1,13 @@
-"""Placement of the N coded workers on the worker ranks 1 .. P-1 (rank 0 is the coordinator)."""
+"""Worker layout: which worker rank (1 .. P-1) hosts which of the N coded workers (rank 0 is the coordinator).
+
+(Not to be confused with straggler *placement* in :mod:`torchgcc.stragglers`, which decides which workers straggle.)
+"""
 
 from __future__ import annotations
 
 from typing import Callable
 
-__all__ = ["PLACEMENTS", "place_workers"]
+__all__ = ["LAYOUTS", "layout_workers"]
 
 
 def _round_robin(num_workers: int, num_ranks: int) -> list[list[int]]:
@@ -19,13 +22,13 @@ def _contiguous(num_workers: int, num_ranks: int) -> list[list[int]]:
 
 
 #: name -> function(num_workers, num_worker_ranks) -> worker indices per worker rank.
-PLACEMENTS: dict[str, Callable[[int, int], list[list[int]]]] = {
+LAYOUTS: dict[str, Callable[[int, int], list[list[int]]]] = {
     "round_robin": _round_robin,
     "contiguous": _contiguous,
 }
 
 
-def place_workers(*, num_workers: int, world_size: int, strategy: str = "round_robin") -> dict[int, list[int]]:
+def layout_workers(*, num_workers: int, world_size: int, layout: str = "round_robin") -> dict[int, list[int]]:
     """Map each worker rank (1 .. world_size-1) to the coded workers it hosts.
 
     ``round_robin`` spreads neighbouring workers (close points beta_n) over different ranks, so a slow or dead rank
@@ -35,8 +38,8 @@ def place_workers(*, num_workers: int, world_size: int, strategy: str = "round_r
     Returns:
         ``{rank: [worker indices]}``; every worker appears exactly once, every rank hosts at least one worker.
     """
-    if strategy not in PLACEMENTS:
-        raise ValueError(f"unknown placement {strategy!r}; choose from {sorted(PLACEMENTS)}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; choose from {sorted(LAYOUTS)}")
     num_ranks = world_size - 1
     if num_ranks < 1:
         raise ValueError(f"need at least 2 processes (1 coordinator + workers), got world_size={world_size}")
@@ -45,5 +48,5 @@ def place_workers(*, num_workers: int, world_size: int, strategy: str = "round_r
             f"{num_ranks} worker ranks but only num_workers={num_workers} coded workers: some ranks would idle; "
             f"launch at most {num_workers + 1} processes"
         )
-    blocks = PLACEMENTS[strategy](num_workers, num_ranks)
+    blocks = LAYOUTS[layout](num_workers, num_ranks)
     return {rank + 1: block for rank, block in enumerate(blocks)}
