@@ -85,10 +85,10 @@ class TrainingStudy:
     stragglers: tuple[int, ...] = (1, 2, 3)
     mean_delays: tuple[float, ...] = (1.0, 2.0)
     seeds: tuple[int, ...] = (0, 1, 2)
-    steps: int = 350
+    steps: int = 250
     batch_size: int = 16  # per partition; a step's batch is num_workers * batch_size
     lr: Optional[float] = None  # None: DEFAULT_LR of the model
-    eval_every: int = 2
+    eval_every: int = 5
     target_loss: float = 0.3
     #: t_c clocks besides the measured one: model names whose per-partition time is measured on 32x32 images.
     reference_models: tuple[str, ...] = ("resnet18",)
