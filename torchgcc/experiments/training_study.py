@@ -85,7 +85,7 @@ class TrainingStudy:
     stragglers: tuple[int, ...] = (1, 2, 3)
     mean_delays: tuple[float, ...] = (1.0, 2.0)
     seeds: tuple[int, ...] = (0, 1, 2)
-    steps: int = 250
+    steps: int = 200
     batch_size: int = 16  # per partition; a step's batch is num_workers * batch_size
     lr: Optional[float] = None  # None: DEFAULT_LR of the model
     eval_every: int = 5

@@ -3,7 +3,7 @@
 Examples::
 
     torchgcc reproduce training --quick                       # MLP on digits, 1 seed, 120 steps
-    torchgcc reproduce training                               # LeNet5 and MLP on digits, 3 seeds, 250 steps
+    torchgcc reproduce training                               # LeNet5 and MLP on digits, 3 seeds, 200 steps
     torchgcc reproduce training --data cifar10 --data-dir ~/data --models resnet18 --batch-size 21 \\
         --lr 0.01 --steps 4000 --target-loss 0.5 --threads 8   # the PGC paper's model (hours on CPU)
 """
