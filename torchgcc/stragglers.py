@@ -8,6 +8,8 @@ on the CPU; move the mask to the data's device as needed.
 - :class:`BernoulliStragglers`: every worker straggles independently with probability p.
 - :class:`LatencyStragglers`: every worker gets a simulated latency (shifted exponential, Pareto or bimodal); the
   step waits for the fastest N - S results and/or until a deadline, and reports the step latency.
+- Latency models (:data:`LATENCY_MODELS`): shifted exponential, Pareto, bimodal, an additive exponential delay and a
+  persistent slow set; :mod:`torchgcc.gradient_coding` draws them per (worker, step) for its training clock.
 """
 
 from __future__ import annotations
