@@ -101,7 +101,7 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None] | No
                    _stragglers_arguments, _stragglers),
     "polynomial": ("Fig. 3: GCC vs LCC on a quadratic task as S crosses LCC's recovery threshold", None, _polynomial),
     "rates": ("Fig. 4: log-log MSE vs N, worst-case and Bernoulli stragglers, with fitted slopes", None, _rates),
-    "training": ("Gradient coding: DGD, IS-SGD, GC, IS-GC and pipelined GC under stragglers", add_training_arguments, run_training),
+    "training": ("Gradient coding: DGD, IS-SGD, GC, IS-GC, PGC under stragglers", add_training_arguments, run_training),
 }
 
 

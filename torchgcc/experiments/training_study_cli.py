@@ -60,7 +60,8 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=None, help=f"steps per run (default {full.steps})")
     parser.add_argument("--batch-size", type=int, default=None,
                         help=f"samples per partition per step (default {full.batch_size})")
-    parser.add_argument("--lr", type=float, default=None, help="SGD learning rate (default per model: lenet5 0.2, mlp 0.3, resnet18 0.01)")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="SGD learning rate (default per model: lenet5 0.2, mlp 0.3, resnet18 0.01)")
     parser.add_argument("--target-loss", type=float, default=None,
                         help=f"training-loss target (default {full.target_loss}, --quick {QUICK_STUDY.target_loss})")
     parser.add_argument("--eval-every", type=int, default=None, help=f"steps between evaluations "

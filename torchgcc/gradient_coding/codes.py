@@ -190,7 +190,8 @@ class FractionalRepetitionCode(GradientCode):
         missing = sorted(set(range(self.num_workers // (self.num_stragglers + 1))) - set(first))
         if missing:
             raise UndecodableError(f"fractional repetition: no worker of group(s) {missing} arrived "
-                                   f"(arrived {sorted(arrived)}); at most s={self.num_stragglers} per group may straggle")
+                                   f"(arrived {sorted(arrived)}); at most s={self.num_stragglers} per group may "
+                                   "straggle")
         a = torch.zeros(self.num_workers, dtype=torch.float64)
         a[list(first.values())] = 1.0
         return a
