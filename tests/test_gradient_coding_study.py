@@ -40,3 +40,27 @@ def test_reproduce_training_writes_consistent_results(tmp_path):
     assert by[("dgd", 1, 1.0)]["step_time"] > by[("is-sgd", 1, 1.0)]["step_time"]  # waits for all 12
     curves = {(c["scheme"], c["s"]): c for c in payload["curves"]}
     assert curves[("dgd", 0)]["steps"] == [5, 10] and len(curves[("pgc-cr", 2)]["train_loss"]) == 2
+
+
+def test_imagenet32_loader_reads_the_official_npz_layout(tmp_path):
+    """Two tiny synthetic batches in the downsampled-ImageNet format: channel-major rows, labels 1..1000."""
+    import numpy as np
+
+    from torchgcc.experiments import training_study  # noqa: F401  (registers "imagenet32")
+    from torchgcc.experiments.data import load_dataset
+
+    rng = np.random.default_rng(0)
+    for name, count in (("train_data_batch_1.npz", 6), ("train_data_batch_2.npz", 4), ("val_data.npz", 3)):
+        np.savez(tmp_path / name, data=rng.integers(0, 256, (count, 3072), dtype=np.uint8),
+                 labels=rng.integers(1, 1001, count))
+    split = load_dataset("imagenet32", data_dir=tmp_path)
+    assert split.train_x.shape == (10, 3, 32, 32) and split.test_x.shape == (3, 3, 32, 32)
+    assert split.num_classes == 1000 and 0 <= int(split.train_y.min()) and int(split.train_y.max()) < 1000
+    raw = np.load(tmp_path / "train_data_batch_1.npz")
+    assert int(split.train_y[0]) == int(raw["labels"][0]) - 1
+    # channel-major: the standardised first pixel of channel 1 comes from column 1024 of the raw row
+    column = np.concatenate([np.load(tmp_path / f)["data"][:, 1024] for f in
+                             ("train_data_batch_1.npz", "train_data_batch_2.npz")]).astype(np.float64) / 255
+    assert torch.corrcoef(torch.stack([split.train_x[:, 1, 0, 0].double(), torch.from_numpy(column)]))[0, 1] > 0.99
+    with pytest.raises(ValueError, match="needs --data-dir"):
+        load_dataset("imagenet32")

@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Callable, Optional
+
+import numpy as np
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from torchgcc.experiments.data import DataSplit, load_dataset
+from torchgcc.experiments.data import DataSplit, _standardise, load_dataset, register_dataset
 from torchgcc.experiments.models import MODELS
 from torchgcc.gradient_coding import (
     DelaySchedule,
@@ -64,6 +67,29 @@ def _resnet18(*, in_channels: int, image_size: int, num_classes: int) -> nn.Modu
     if in_channels != 3:
         model.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
     return model
+
+
+@register_dataset("imagenet32")
+def load_imagenet32(*, data_dir: str | Path | None = None, download: bool = False, seed: int = 0) -> DataSplit:
+    """Downsampled ImageNet 32x32 (Chrabaszcz et al. 2017; the PGC simulations' data) from its official numpy
+    batches in ``data_dir``: ``train_data_batch_*.npz`` and ``val_data.npz``, each with ``data`` ``(M, 3072)`` uint8
+    (channel-major) and ``labels`` 1..1000. It cannot be downloaded here (it needs an image-net.org account).
+    The full training set takes about 16 GB as float32."""
+    if data_dir is None or download:
+        raise ValueError("imagenet32 needs --data-dir with train_data_batch_*.npz and val_data.npz "
+                         "(downloaded from image-net.org; --download is not supported)")
+    folder = Path(data_dir)
+    train_files = sorted(folder.glob("train_data_batch_*.npz"))
+    if not train_files or not (folder / "val_data.npz").exists():
+        raise ValueError(f"{folder} lacks train_data_batch_*.npz or val_data.npz (downsampled ImageNet 32x32)")
+
+    def read(files: list[Path]) -> tuple[torch.Tensor, torch.Tensor]:
+        parts = [np.load(f) for f in files]
+        x = torch.from_numpy(np.concatenate([p["data"] for p in parts])).reshape(-1, 3, 32, 32).float() / 255.0
+        y = torch.from_numpy(np.concatenate([p["labels"] for p in parts]).astype(np.int64)) - 1
+        return x, y
+
+    return _standardise("imagenet32", *read(train_files), *read([folder / "val_data.npz"]), num_classes=1000)
 
 
 def build_study_model(name: str, *, in_channels: int, image_size: int, num_classes: int) -> nn.Module:
