@@ -8,6 +8,8 @@ on the CPU; move the mask to the data's device as needed.
 - :class:`BernoulliStragglers`: every worker straggles independently with probability p.
 - :class:`LatencyStragglers`: every worker gets a simulated latency (shifted exponential, Pareto or bimodal); the
   step waits for the fastest N - S results and/or until a deadline, and reports the step latency.
+- Latency models (:data:`LATENCY_MODELS`): shifted exponential, Pareto, bimodal, an additive exponential delay and a
+  persistent slow set; :mod:`torchgcc.gradient_coding` draws them per (worker, step) for its training clock.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ __all__ = [
     "ShiftedExponential",
     "Pareto",
     "Bimodal",
+    "Exponential",
+    "PersistentSlow",
     "LATENCY_MODELS",
     "make_latency_model",
     "PLACEMENTS",
@@ -207,11 +211,47 @@ class Bimodal(LatencyModel):
         return f"Bimodal(fast={self.fast}, slow={self.slow}, p_slow={self.p_slow}, jitter={self.jitter})"
 
 
+class Exponential(LatencyModel):
+    """``Exp(mean)``: an additive random delay (the PGC simulations add one with mean 1 s or 2 s per worker-step)."""
+
+    def __init__(self, mean: float = 1.0) -> None:
+        _check_positive(mean=mean)
+        self.mean = mean
+
+    def sample(self, shape, generator):
+        u = torch.rand(shape, generator=generator, dtype=torch.float64)
+        return -self.mean * torch.log1p(-u)
+
+    def __repr__(self) -> str:
+        return f"Exponential(mean={self.mean})"
+
+
+class PersistentSlow(LatencyModel):
+    """A fixed slow set: the workers ``slow`` (indices along the last dimension) get ``delay`` extra seconds at
+    every step, on top of ``base``'s latencies (0 when ``base`` is None)."""
+
+    def __init__(self, slow: tuple[int, ...] = (0,), delay: float = 3.0, base: Optional[LatencyModel] = None) -> None:
+        _check_positive(delay=delay)
+        self.slow, self.delay, self.base = tuple(int(i) for i in slow), delay, base
+
+    def sample(self, shape, generator):
+        out = torch.zeros(shape, dtype=torch.float64) if self.base is None else self.base.sample(shape, generator)
+        if self.slow and not -shape[-1] <= max(self.slow) < shape[-1]:
+            raise ValueError(f"slow workers {self.slow} out of range for {shape[-1]} workers")
+        out[..., list(self.slow)] += self.delay
+        return out
+
+    def __repr__(self) -> str:
+        return f"PersistentSlow(slow={self.slow}, delay={self.delay}, base={self.base!r})"
+
+
 #: Latency models by name.
 LATENCY_MODELS: Registry[Callable[..., LatencyModel]] = Registry("latency model")
 LATENCY_MODELS.register("shifted_exponential", ShiftedExponential)
 LATENCY_MODELS.register("pareto", Pareto)
 LATENCY_MODELS.register("bimodal", Bimodal)
+LATENCY_MODELS.register("exponential", Exponential)
+LATENCY_MODELS.register("persistent_slow", PersistentSlow)
 
 
 def make_latency_model(name: str, **params: float) -> LatencyModel:

@@ -22,6 +22,7 @@ from torchgcc.experiments.plots import plot_polynomial, plot_rates
 from torchgcc.experiments.polynomial import PolynomialExperiment, run_polynomial
 from torchgcc.experiments.rates import RatesExperiment, fit_slopes, run_rates
 from torchgcc.experiments.report import lambda_label, publish
+from torchgcc.experiments.training_study_cli import add_training_arguments, run_training
 
 __all__ = ["EXPERIMENTS", "register"]
 
@@ -105,6 +106,7 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None] | No
                    _stragglers_arguments, _stragglers),
     "polynomial": ("Fig. 3: GCC vs LCC on a quadratic task as S crosses LCC's recovery threshold", None, _polynomial),
     "rates": ("Fig. 4: log-log MSE vs N, worst-case and Bernoulli stragglers, with fitted slopes", None, _rates),
+    "training": ("Gradient coding: DGD, IS-SGD, GC, IS-GC, PGC under stragglers", add_training_arguments, run_training),
 }
 
 

@@ -1,0 +1,66 @@
+"""``torchgcc reproduce training`` end to end at tiny sizes: files, records, curves and their invariants."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from torchgcc import cli
+
+
+def test_reproduce_training_writes_consistent_results(tmp_path):
+    out = tmp_path / "training"
+    argv = ["reproduce", "training", "--quick", "--steps", "10", "--eval-every", "5", "--stragglers", "1,2",
+            "--schemes", "dgd,is-sgd,gc-fr,pgc-fr,pgc-cr", "--reference-models", "none", "--target-loss", "2.0",
+            "--out", str(out), "--no-progress"]
+    threads = torch.get_num_threads()
+    try:
+        assert cli.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    payload = json.loads((out / "results.json").read_text())
+    assert {p.name for p in out.iterdir()} >= {"results.json", "results.csv", "table.md", "training-mlp.png"}
+    records = payload["records"]
+    assert {(r["s"], r["m"], r["clock"]) for r in records} == {(s, m, "measured") for s in (1, 2) for m in (1.0, 2.0)}
+    by = {(r["scheme"], r["s"], r["m"]): r for r in records}
+    for s in (1, 2):
+        # one partition per worker per step for PGC after the warm-up, s + 1 for GC
+        assert by[("pgc-fr", s, 1.0)]["load"] == 1 and by[("gc-fr", s, 1.0)]["load"] == s + 1
+        assert by[("pgc-fr", s, 1.0)]["max_staleness"] == s and by[("gc-fr", s, 1.0)]["max_staleness"] == 0
+        # the same delays: IS-SGD and PGC wait for the same order statistic, GC adds s * t_c per step
+        t_c = payload["config"]["compute_times"]["mlp"]["measured"]
+        assert by[("gc-fr", s, 1.0)]["step_time"] == pytest.approx(by[("is-sgd", s, 1.0)]["step_time"] + s * t_c)
+        # m = 2 s doubles the delay part of every step
+        delay_part = [by[("is-sgd", s, m)]["step_time"] - t_c for m in (1.0, 2.0)]
+        assert delay_part[1] == pytest.approx(2 * delay_part[0])
+        # FR is exact: the same trajectory as DGD (float32 sums in a different order)
+        assert by[("gc-fr", s, 1.0)]["final_loss"] == pytest.approx(by[("dgd", s, 1.0)]["final_loss"], rel=1e-4)
+    assert by[("dgd", 1, 1.0)]["step_time"] > by[("is-sgd", 1, 1.0)]["step_time"]  # waits for all 12
+    curves = {(c["scheme"], c["s"]): c for c in payload["curves"]}
+    assert curves[("dgd", 0)]["steps"] == [5, 10] and len(curves[("pgc-cr", 2)]["train_loss"]) == 2
+
+
+def test_imagenet32_loader_reads_the_official_npz_layout(tmp_path):
+    """Two tiny synthetic batches in the downsampled-ImageNet format: channel-major rows, labels 1..1000."""
+    import numpy as np
+
+    from torchgcc.experiments import training_study  # noqa: F401  (registers "imagenet32")
+    from torchgcc.experiments.data import load_dataset
+
+    rng = np.random.default_rng(0)
+    for name, count in (("train_data_batch_1.npz", 6), ("train_data_batch_2.npz", 4), ("val_data.npz", 3)):
+        np.savez(tmp_path / name, data=rng.integers(0, 256, (count, 3072), dtype=np.uint8),
+                 labels=rng.integers(1, 1001, count))
+    split = load_dataset("imagenet32", data_dir=tmp_path)
+    assert split.train_x.shape == (10, 3, 32, 32) and split.test_x.shape == (3, 3, 32, 32)
+    assert split.num_classes == 1000 and 0 <= int(split.train_y.min()) and int(split.train_y.max()) < 1000
+    raw = np.load(tmp_path / "train_data_batch_1.npz")
+    assert int(split.train_y[0]) == int(raw["labels"][0]) - 1
+    # channel-major: the standardised first pixel of channel 1 comes from column 1024 of the raw row
+    column = np.concatenate([np.load(tmp_path / f)["data"][:, 1024] for f in
+                             ("train_data_batch_1.npz", "train_data_batch_2.npz")]).astype(np.float64) / 255
+    assert torch.corrcoef(torch.stack([split.train_x[:, 1, 0, 0].double(), torch.from_numpy(column)]))[0, 1] > 0.99
+    with pytest.raises(ValueError, match="needs --data-dir"):
+        load_dataset("imagenet32")

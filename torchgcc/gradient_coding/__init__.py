@@ -1,0 +1,54 @@
+"""Straggler-resilient training: gradient codes, pipelined gradient coding, a virtual-clock simulator and a
+torch.distributed runtime.
+
+- :mod:`~torchgcc.gradient_coding.codes`: FR, CR (Tandon et al. 2017) and the baselines DGD, IS-SGD, IS-GC.
+- :mod:`~torchgcc.gradient_coding.pipelined`: pipelined gradient coding (PGC-FR, PGC-CR; Su & Li 2026).
+- :mod:`~torchgcc.gradient_coding.worker`: the worker's coded gradient (one backward pass) and the update.
+- :mod:`~torchgcc.gradient_coding.simulator`: one process, real gradients, virtual clock.
+- :mod:`~torchgcc.gradient_coding.runtime`: a coordinator and worker ranks under torchrun.
+- :mod:`~torchgcc.gradient_coding.schemes`: the schemes by name (``"dgd"``, ``"gc-fr"``, ``"pgc-cr"``...).
+"""
+
+from torchgcc.gradient_coding.clock import DelaySchedule, expected_step_time, first_arrivals
+from torchgcc.gradient_coding.codes import (
+    CyclicRepetitionCode,
+    FractionalRepetitionCode,
+    GradientCode,
+    IgnoreStragglersCode,
+    IgnoreStragglersGCCode,
+    UncodedCode,
+    UndecodableError,
+    recovery_error,
+)
+from torchgcc.gradient_coding.partitions import PartitionedData
+from torchgcc.gradient_coding.pipelined import PipelinedGradientCode, staleness
+from torchgcc.gradient_coding.schemes import SCHEMES, list_schemes, make_scheme
+from torchgcc.gradient_coding.simulator import Simulation, StepRecord, measure_compute_time
+from torchgcc.gradient_coding.worker import GradientWorker, apply_update, combine, weighted_gradient
+
+__all__ = [
+    "CyclicRepetitionCode",
+    "DelaySchedule",
+    "FractionalRepetitionCode",
+    "GradientCode",
+    "GradientWorker",
+    "IgnoreStragglersCode",
+    "IgnoreStragglersGCCode",
+    "PartitionedData",
+    "PipelinedGradientCode",
+    "SCHEMES",
+    "Simulation",
+    "StepRecord",
+    "UncodedCode",
+    "UndecodableError",
+    "apply_update",
+    "combine",
+    "expected_step_time",
+    "first_arrivals",
+    "list_schemes",
+    "make_scheme",
+    "measure_compute_time",
+    "recovery_error",
+    "staleness",
+    "weighted_gradient",
+]
