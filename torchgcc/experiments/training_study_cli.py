@@ -11,12 +11,12 @@ Examples::
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.console import Console
 
 from torchgcc.experiments.data import list_datasets
-from torchgcc.experiments.options import apply_threads
+from torchgcc.cli import UsageError
+from torchgcc.experiments.options import apply_threads, output_dir
 from torchgcc.experiments.training_study import QUICK_STUDY, TrainingStudy, run_training_study, with_overrides
 from torchgcc.experiments.training_study_report import write_training_results
 from torchgcc.gradient_coding import list_schemes
@@ -87,10 +87,10 @@ def run_training(args: argparse.Namespace) -> int:
                            target_loss=args.target_loss, eval_every=args.eval_every, reference_models=references)
     unknown = [name for name in study.schemes if name not in list_schemes()]
     if unknown:
-        raise SystemExit(f"--schemes: unknown {unknown}; choose among {list_schemes()}")
+        raise UsageError(f"--schemes: unknown {unknown}; choose among {list_schemes()}")
     console = Console()
     runs, config = run_training_study(study, progress=args.progress)
-    paths = write_training_results(Path(args.out), runs, config, console=console)
+    paths = write_training_results(output_dir(args), runs, config, console=console)
     for path in paths.values():
         console.print(f"wrote {path}")
     return 0
