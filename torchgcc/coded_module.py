@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from torchgcc.codes import Code
+from torchgcc.codes.maps import eager_under_compile
 from torchgcc.stragglers import StragglerModel
 
 __all__ = ["CodedModule", "group_samples", "ungroup_samples"]
@@ -75,7 +76,7 @@ class CodedModule(nn.Module):
         self.last_mask = mask
         return ungroup_samples(self.code.decoder(results, mask), num_samples)
 
-    @torch.compiler.disable  # the straggler model's generator advances eagerly, also under torch.compile
+    @eager_under_compile  # the straggler model's generator advances eagerly, also under torch.compile
     def draw_mask(self, num_groups: int, device: Optional[torch.device] = None) -> torch.Tensor:
         """A ``(B, N)`` mask on ``device`` (the results' device in :meth:`forward`) from the straggler model (all
         True without one)."""

@@ -8,7 +8,7 @@ pattern by the code's ``fit_matrix`` (float64), cached per mask, and applied to 
 from __future__ import annotations
 
 from collections import OrderedDict
-from functools import lru_cache
+from functools import lru_cache, wraps
 import importlib.util
 
 import numpy as np
@@ -24,6 +24,20 @@ NONFINITE_POLICIES = ("error", "straggle")
 #: ``"triton"`` (one fused kernel launch for every mask of the batch, no cache) or ``"auto"`` (triton for CUDA data
 #: when the decoder has a kernel and triton is installed, banded otherwise).
 BACKENDS = ("auto", "banded", "triton")
+
+
+def eager_under_compile(fn):
+    """Run ``fn`` eagerly under ``torch.compile`` (a graph break, as ``torch.compiler.disable``), for code Dynamo cannot
+    trace (host-side caches, numpy, kernel launches). Applied at call time, so importing torchgcc imports neither
+    Dynamo nor triton."""
+
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        if torch.compiler.is_compiling():
+            return torch.compiler.disable(fn)(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return wrapper
 
 
 @lru_cache(maxsize=None)
@@ -224,7 +238,7 @@ class Decoder(_Float64Buffers):
         """
         return self.decode_matrix(mask)
 
-    @torch.compiler.disable
+    @eager_under_compile
     def decode_matrix(self, mask: torch.Tensor) -> torch.Tensor:
         """``(B, K, N)`` float64 decode matrices for a ``(B, N)`` bool mask: one fused launch on the triton backend,
         else from the cache where possible."""
@@ -233,7 +247,7 @@ class Decoder(_Float64Buffers):
         matrices, inverse = self.unique_matrices(mask)
         return matrices if len(matrices) == len(mask) else matrices[inverse]
 
-    @torch.compiler.disable
+    @eager_under_compile
     def unique_matrices(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Matrices of the distinct rows of ``mask`` ``(U, ...)``, in order of first appearance, and each group's
         row index ``(B,)``.
