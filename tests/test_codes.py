@@ -166,6 +166,7 @@ def test_casting_the_code_keeps_float64_points(code):
     assert code.beta.dtype == torch.float64 and code.encoder.matrix.dtype == torch.float64
 
 
+@pytest.mark.cuda
 @requires_cuda
 def test_cuda_matches_cpu(code):
     mask = random_masks(8, N, 3, seed=6)
