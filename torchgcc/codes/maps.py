@@ -2,7 +2,9 @@
 
 An encoder is a fixed linear map from the K inputs to the N coded inputs. A decoder maps the results of the workers
 that arrived to estimates of the K outputs; its matrix depends on which workers arrived, so it is built per straggler
-pattern by the code's ``fit_matrix`` (float64), cached per mask, and applied to the results in their own dtype.
+pattern (float64) and applied to the results in their own dtype: on the banded backend by the code's ``fit_matrix``
+on the distinct masks, cached per mask; on the triton backend by the code's fused kernel, for every mask of the batch
+in one launch (see :data:`BACKENDS`).
 """
 
 from __future__ import annotations
