@@ -12,7 +12,7 @@ One program per mask ``(B, N)`` row writes that mask's ``(K, N)`` decode matrix,
   Work O(N K) per mask; the recurrences are those of :mod:`torchgcc.functional.banded`.
 - :func:`berrut_decode_matrices`: Berrut's rational interpolant through the survivors (closed form, two sweeps).
 
-Everything is float64. The kernels are launched on CUDA tensors; with the environment variable ``TRITON_INTERPRET=1``
+Everything is float64, one warp per mask (the K points are its lanes). The kernels are launched on CUDA tensors; with the environment variable ``TRITON_INTERPRET=1``
 set before this module is imported, Triton's interpreter runs them on CPU tensors (slow, for testing).
 
 This module imports ``triton`` at import time; ``torchgcc`` imports it only when a decoder uses the ``"triton"``
@@ -56,13 +56,17 @@ def _spline_kernel(
     f_row = e_row + N
     z_rows = z_ptr + pid * N * BLOCK_K
 
-    # Sweep 0: compact the survivors (knots and their columns); zero the straggler columns.
+    # Sweep 0: compact the survivors (knots and their columns), zero the straggler columns, and count the knots at
+    # or left of every point.
     n = tl.program_id(0) * 0
+    count = tl.zeros([BLOCK_K], dtype=tl.int32)
     for j in range(0, N):
         arrived = tl.load(mask_row + j) != 0
-        tl.store(knots + n, tl.load(beta_ptr + j), mask=arrived)
+        knot = tl.load(beta_ptr + j)
+        tl.store(knots + n, knot, mask=arrived)
         tl.store(index + n, j, mask=arrived)
         tl.store(out_row + offs * N + j, zeros, mask=kmask & (tl.load(mask_row + j) == 0))
+        count += (arrived & (knot <= alpha)).to(tl.int32)
         n += arrived.to(tl.int32)
     nf = n.to(tl.float64)
     if SPACING:
@@ -72,9 +76,6 @@ def _spline_kernel(
     last = tl.maximum(n - 1, 0)  # loads are clamped to the survivors (masks with n < 2 are rejected by the caller)
 
     # Interval of every point: knots[idx] <= alpha < knots[idx + 1], clamped to the end intervals.
-    count = tl.zeros([BLOCK_K], dtype=tl.int32)
-    for i in range(0, n):
-        count += (tl.load(knots + i) <= alpha).to(tl.int32)
     idx = tl.minimum(tl.maximum(count - 1, 0), tl.maximum(n - 2, 0))
     t_left = tl.load(knots + idx, mask=kmask, other=0.0)
     h_at = tl.load(knots + tl.minimum(idx + 1, last), mask=kmask, other=1.0) - t_left
@@ -245,7 +246,7 @@ def spline_decode_matrices(
             _spline_kernel[(groups,)](
                 mask_u8, beta, alpha, out, knots, index, bands, z,
                 num_workers, num_inputs, 0.0 if lam is None else float(lam), float(ratio),
-                SPACING=lam is None, BLOCK_K=block,
+                SPACING=lam is None, BLOCK_K=block, num_warps=1,
             )
     return out
 
@@ -260,5 +261,7 @@ def berrut_decode_matrices(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.
     block = max(triton.next_power_of_2(alpha.shape[0]), 2)
     if groups:
         with _quiet():
-            _berrut_kernel[(groups,)](mask_u8, beta, alpha, out, num_workers, alpha.shape[0], BLOCK_K=block)
+            _berrut_kernel[(groups,)](
+                mask_u8, beta, alpha, out, num_workers, alpha.shape[0], BLOCK_K=block, num_warps=1
+            )
     return out
