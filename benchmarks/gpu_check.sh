@@ -30,9 +30,14 @@ step pytest_cuda 120 "$PYTHON" -m pytest -m cuda -q -p no:cacheprovider tests
 step decode 110 "$PYTHON" benchmarks/decode.py --device "$DEVICE" --out "$OUT/decode.json"
 step fused_kernel 50 "$PYTHON" benchmarks/fused_kernel_check.py --device "$DEVICE" --workers 8 33 64 1024 \
   --out "$OUT/fused_kernel.json"
+# torchgcc profile writes <--out folder>/profile.json (older versions took --output FILE instead)
+if "$PYTHON" -m torchgcc profile --help | grep -q -- "--output"; then OUT_FLAG=output; else OUT_FLAG=out; fi
 for model in resnet18 vit_base_patch16_224; do
-  step "profile_$model" 70 "$PYTHON" -m torchgcc profile --device "$DEVICE" --model "$model" --num-inputs 16 --num-workers 64 \
-    --output "$OUT/profile_$model.json"
+  mkdir -p "$OUT/profile_$model"
+  target="$OUT/profile_$model"
+  [ "$OUT_FLAG" = output ] && target="$OUT/profile_$model/profile.json"
+  step "profile_$model" 70 "$PYTHON" -m torchgcc profile --device "$DEVICE" --model "$model" --num-inputs 16 \
+    --num-workers 64 "--$OUT_FLAG" "$target"
 done
 
 "$PYTHON" - "$OUT" "$START" <<'PYEOF'
@@ -44,7 +49,8 @@ import torch
 out, start = Path(sys.argv[1]), float(sys.argv[2])
 steps = ["pytest_cuda", "decode", "fused_kernel", "profile_resnet18", "profile_vit_base_patch16_224"]
 figures = {"decode": "decode.json", "fused_kernel": "fused_kernel.json",
-           "profile_resnet18": "profile_resnet18.json", "profile_vit_base_patch16_224": "profile_vit_base_patch16_224.json"}
+           "profile_resnet18": "profile_resnet18/profile.json",
+           "profile_vit_base_patch16_224": "profile_vit_base_patch16_224/profile.json"}
 
 
 def read(path):
