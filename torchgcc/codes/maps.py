@@ -206,9 +206,10 @@ class Decoder(_Float64Buffers):
             return self._unflatten(self.apply_matrices(matrices, flat), y)
         out = self.apply_matrices(matrices, flat)
         # A NaN or Inf anywhere in a worker's column (straggler or not) reaches every row of the product, since
-        # 0 * NaN and 0 * Inf are NaN: checking the first estimates is enough. isfinite().all() cannot overflow
-        # (a float16 sum of 512 x 1000 logits does).
-        finite = torch.isfinite(out[:, 0]).all()
+        # 0 * NaN and 0 * Inf are NaN, and it survives a sum: checking the sum of the first estimates is enough.
+        # The sum accumulates in float64, where finite float32/float16/bfloat16 values cannot overflow (a float16
+        # sum of 512 x 1000 logits does).
+        finite = torch.isfinite(out[:, 0].sum(dtype=torch.float64))
         if fused:  # one read-back for both checks
             short, finite = torch.stack([(mask.count_nonzero(dim=1) < self.min_arrived).any(), finite]).tolist()
             if short:
