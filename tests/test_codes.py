@@ -166,6 +166,7 @@ def test_casting_the_code_keeps_float64_points(code):
     assert code.beta.dtype == torch.float64 and code.encoder.matrix.dtype == torch.float64
 
 
+@pytest.mark.cuda
 @requires_cuda
 def test_cuda_matches_cpu(code):
     mask = random_masks(8, N, 3, seed=6)
@@ -304,3 +305,17 @@ def test_overflowing_but_finite_results_are_decoded_not_rejected():
     y = torch.full((2, N, 4), 1e38, dtype=torch.float32)  # finite; the decoder's finiteness probe (a sum) overflows
     y[~mask] = float("nan")
     torch.testing.assert_close(code.decoder(y, mask), torch.full((2, K, 4), 1e38), rtol=1e-5, atol=0)
+
+
+def test_check_false_skips_validation_and_keeps_straggle_policy():
+    y = torch.randn(3, 10, 4, dtype=torch.float64)
+    mask = random_masks(3, 10, 3, seed=5)
+    reference = torchgcc.GCC(4, 10).decoder(y, mask)
+    unchecked = torchgcc.GCC(4, 10, check=False).decoder
+    torch.testing.assert_close(unchecked(y, mask), reference, rtol=0, atol=0)
+    poisoned = y.clone()
+    poisoned[1, (~mask[1]).nonzero()[0, 0]] = float("nan")  # a straggler slot
+    assert torch.isnan(unchecked(poisoned, mask)[1]).all()  # documented: not zeroed without check
+    assert torch.isfinite(unchecked(poisoned, mask)[[0, 2]]).all()
+    straggle = torchgcc.GCC(4, 10, check=False, nonfinite="straggle").decoder
+    torch.testing.assert_close(straggle(poisoned, mask), reference, rtol=0, atol=0)

@@ -111,3 +111,11 @@ def test_make_latency_model_by_name():
         make_latency_model("weibull")
     with pytest.raises(ValueError, match="positive"):
         ShiftedExponential(shift=-1.0)
+
+
+def test_samplers_draw_the_same_masks_when_asked_for_the_cpu():
+    for make in (lambda: FixedStragglers(3, seed=4), lambda: FixedStragglers(3, "contiguous", seed=4),
+                 lambda: BernoulliStragglers(0.3, min_arrived=2, seed=4), lambda: LatencyStragglers(num_stragglers=3, seed=4)):
+        assert torch.equal(make().sample(6, 10, device="cpu"), make().sample(6, 10))
+        sampler = make()
+        assert sampler.generator_for(None) is sampler.generator is sampler.generator_for(torch.device("cpu"))

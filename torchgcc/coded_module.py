@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from torchgcc.codes import Code
+from torchgcc.codes.maps import eager_under_compile
 from torchgcc.stragglers import StragglerModel
 
 __all__ = ["CodedModule", "group_samples", "ungroup_samples"]
@@ -69,17 +70,19 @@ class CodedModule(nn.Module):
         groups, workers = coded.shape[:2]
         results = self.run_model(coded.reshape((groups * workers,) + coded.shape[2:]))
         results = results.reshape((groups, workers) + results.shape[1:])
-        mask = self.draw_mask(groups) if mask is None else mask
+        mask = self.draw_mask(groups, results.device) if mask is None else mask
         if mask.shape != (groups, workers):
             raise ValueError(f"mask must have shape (B, N) = {(groups, workers)} for {num_samples} samples, got {tuple(mask.shape)}")
         self.last_mask = mask
         return ungroup_samples(self.code.decoder(results, mask), num_samples)
 
-    def draw_mask(self, num_groups: int) -> torch.Tensor:
-        """A ``(B, N)`` mask from the straggler model (all True without one)."""
+    @eager_under_compile  # the straggler model's generator advances eagerly, also under torch.compile
+    def draw_mask(self, num_groups: int, device: Optional[torch.device] = None) -> torch.Tensor:
+        """A ``(B, N)`` mask on ``device`` (the results' device in :meth:`forward`) from the straggler model (all
+        True without one)."""
         if self.stragglers is None:
-            return torch.ones(num_groups, self.code.num_workers, dtype=torch.bool)
-        return self.stragglers.sample(num_groups, self.code.num_workers)
+            return torch.ones(num_groups, self.code.num_workers, dtype=torch.bool, device=device)
+        return self.stragglers.sample(num_groups, self.code.num_workers, device=device)
 
     def run_model(self, inputs: torch.Tensor) -> torch.Tensor:
         """``model`` on ``(B * N, *in)`` coded inputs, in chunks of ``chunk_size``."""

@@ -1,7 +1,9 @@
 """Straggler models: seeded samplers of ``(B, N)`` bool masks, True where the worker's result arrived.
 
-Every model owns a ``torch.Generator`` (``seed=`` makes runs reproducible) and draws one mask row per group and step
-on the CPU; move the mask to the data's device as needed.
+Every model owns a ``torch.Generator`` (``seed=`` makes runs reproducible) and draws one mask row per group and step,
+on the CPU or, with ``sample(..., device=...)``, directly on the data's device from a generator of that device seeded
+with the same seed (reproducible per device, but a different stream from the CPU's; no host synchronisation except
+:class:`BernoulliStragglers`' redraws when ``min_arrived > 0``).
 
 - :class:`FixedStragglers`: exactly S stragglers, placed at random, as a random contiguous block, or in the worst
   place for a spline decoder (the contiguous block that leaves the largest gap between surviving points).
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import torch
 
@@ -41,23 +43,42 @@ __all__ = [
 
 PLACEMENTS = ("random", "contiguous", "worst")
 
+Device = Union[str, torch.device, None]
+
 
 class StragglerModel(ABC):
     """A seeded sampler of straggler masks."""
 
     def __init__(self, seed: Optional[int] = None) -> None:
-        self.generator = torch.Generator()
-        if seed is None:
-            self.generator.seed()
+        self.seed = seed
+        self.generator = self._new_generator(torch.device("cpu"))
+        self._device_generators: dict[torch.device, torch.Generator] = {}
+
+    def _new_generator(self, device: torch.device) -> torch.Generator:
+        generator = torch.Generator(device)
+        if self.seed is None:
+            generator.seed()
         else:
-            self.generator.manual_seed(seed)
+            generator.manual_seed(self.seed)
+        return generator
+
+    def generator_for(self, device: Device) -> torch.Generator:
+        """The generator that draws on ``device``: :attr:`generator` for the CPU, else one per device (seeded alike)."""
+        device = torch.device("cpu" if device is None else device)
+        if device.type == "cpu":
+            return self.generator
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if device not in self._device_generators:
+            self._device_generators[device] = self._new_generator(device)
+        return self._device_generators[device]
 
     @abstractmethod
-    def sample(self, num_groups: int, num_workers: int) -> torch.Tensor:
-        """A ``(num_groups, num_workers)`` bool mask, True = result arrived."""
+    def sample(self, num_groups: int, num_workers: int, device: Device = None) -> torch.Tensor:
+        """A ``(num_groups, num_workers)`` bool mask on ``device`` (default CPU), True = result arrived."""
 
-    def __call__(self, num_groups: int, num_workers: int) -> torch.Tensor:
-        return self.sample(num_groups, num_workers)
+    def __call__(self, num_groups: int, num_workers: int, device: Device = None) -> torch.Tensor:
+        return self.sample(num_groups, num_workers, device)
 
 
 class FixedStragglers(StragglerModel):
@@ -91,18 +112,21 @@ class FixedStragglers(StragglerModel):
         self.placement = placement
         self.points = points
 
-    def sample(self, num_groups: int, num_workers: int) -> torch.Tensor:
+    def sample(self, num_groups: int, num_workers: int, device: Device = None) -> torch.Tensor:
         s = self.num_stragglers
         if s >= num_workers:
             raise ValueError(f"num_stragglers={s} leaves no worker out of N={num_workers}")
+        generator = self.generator_for(device)
+        device = generator.device
         if self.placement == "random":
-            order = torch.rand(num_groups, num_workers, generator=self.generator).argsort(dim=1)
+            order = torch.rand(num_groups, num_workers, generator=generator, device=device).argsort(dim=1)
             return order >= s  # the first S of a random permutation straggle
         if self.placement == "contiguous":
-            start = torch.randint(0, num_workers - s + 1, (num_groups, 1), generator=self.generator)
+            start = torch.randint(0, num_workers - s + 1, (num_groups, 1), generator=generator, device=device)
         else:
-            start = torch.full((num_groups, 1), worst_block_start(resolve_points(self.points, num_workers), s))
-        index = torch.arange(num_workers)
+            worst = worst_block_start(resolve_points(self.points, num_workers), s)
+            start = torch.full((num_groups, 1), worst, device=device)
+        index = torch.arange(num_workers, device=device)
         return (index < start) | (index >= start + s)
 
     def __repr__(self) -> str:
@@ -139,15 +163,19 @@ class BernoulliStragglers(StragglerModel):
         self.p = p
         self.min_arrived = min_arrived
 
-    def sample(self, num_groups: int, num_workers: int) -> torch.Tensor:
+    def sample(self, num_groups: int, num_workers: int, device: Device = None) -> torch.Tensor:
         if self.min_arrived > num_workers:
             raise ValueError(f"min_arrived={self.min_arrived} exceeds N={num_workers}")
-        mask = torch.rand(num_groups, num_workers, generator=self.generator) >= self.p
+        generator = self.generator_for(device)
+        mask = torch.rand(num_groups, num_workers, generator=generator, device=generator.device) >= self.p
+        if self.min_arrived == 0:
+            return mask
         for _ in range(10_000):
             short = mask.sum(dim=1) < self.min_arrived
             if not short.any():
                 return mask
-            mask[short] = torch.rand(int(short.sum()), num_workers, generator=self.generator) >= self.p
+            redraw = torch.rand(int(short.sum()), num_workers, generator=generator, device=generator.device)
+            mask[short] = redraw >= self.p
         raise RuntimeError(f"could not draw {self.min_arrived} arrivals with p={self.p} in 10000 tries")
 
     def __repr__(self) -> str:
@@ -159,7 +187,7 @@ class LatencyModel(ABC):
 
     @abstractmethod
     def sample(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-        """float64 latencies of the given shape."""
+        """float64 latencies of the given shape, on the generator's device."""
 
 
 class ShiftedExponential(LatencyModel):
@@ -170,7 +198,7 @@ class ShiftedExponential(LatencyModel):
         self.shift, self.scale = shift, scale
 
     def sample(self, shape, generator):
-        u = torch.rand(shape, generator=generator, dtype=torch.float64)
+        u = torch.rand(shape, generator=generator, dtype=torch.float64, device=generator.device)
         return self.shift - self.scale * torch.log1p(-u)
 
     def __repr__(self) -> str:
@@ -185,7 +213,7 @@ class Pareto(LatencyModel):
         self.scale, self.shape = scale, shape
 
     def sample(self, shape, generator):
-        u = torch.rand(shape, generator=generator, dtype=torch.float64)
+        u = torch.rand(shape, generator=generator, dtype=torch.float64, device=generator.device)
         return self.scale * (1 - u) ** (-1 / self.shape)
 
     def __repr__(self) -> str:
@@ -202,9 +230,10 @@ class Bimodal(LatencyModel):
         self.fast, self.slow, self.p_slow, self.jitter = fast, slow, p_slow, jitter
 
     def sample(self, shape, generator):
-        slow = torch.rand(shape, generator=generator, dtype=torch.float64) < self.p_slow
+        slow = torch.rand(shape, generator=generator, dtype=torch.float64, device=generator.device) < self.p_slow
         base = torch.where(slow, self.slow, self.fast)
-        noise = 1 + self.jitter * (2 * torch.rand(shape, generator=generator, dtype=torch.float64) - 1)
+        jitter = torch.rand(shape, generator=generator, dtype=torch.float64, device=generator.device)
+        noise = 1 + self.jitter * (2 * jitter - 1)
         return base * noise
 
     def __repr__(self) -> str:
@@ -289,9 +318,9 @@ class LatencyStragglers(StragglerModel):
         self.num_stragglers = num_stragglers
         self.deadline = deadline
 
-    def sample_delays(self, num_groups: int, num_workers: int) -> torch.Tensor:
-        """``(num_groups, num_workers)`` float64 latencies in seconds."""
-        return self.latency.sample((num_groups, num_workers), self.generator)
+    def sample_delays(self, num_groups: int, num_workers: int, device: Device = None) -> torch.Tensor:
+        """``(num_groups, num_workers)`` float64 latencies in seconds, on ``device`` (default CPU)."""
+        return self.latency.sample((num_groups, num_workers), self.generator_for(device))
 
     def mask_from_delays(self, delays: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The arrival mask ``(B, N)`` and step latency ``(B,)`` for given worker latencies ``(B, N)``."""
@@ -304,12 +333,14 @@ class LatencyStragglers(StragglerModel):
             step = step.clamp(max=self.deadline)
         return delays <= step.unsqueeze(-1), step
 
-    def sample_with_latency(self, num_groups: int, num_workers: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """A mask ``(B, N)`` and the simulated step latency ``(B,)`` in seconds."""
-        return self.mask_from_delays(self.sample_delays(num_groups, num_workers))
+    def sample_with_latency(
+        self, num_groups: int, num_workers: int, device: Device = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A mask ``(B, N)`` and the simulated step latency ``(B,)`` in seconds, on ``device``."""
+        return self.mask_from_delays(self.sample_delays(num_groups, num_workers, device))
 
-    def sample(self, num_groups: int, num_workers: int) -> torch.Tensor:
-        return self.sample_with_latency(num_groups, num_workers)[0]
+    def sample(self, num_groups: int, num_workers: int, device: Device = None) -> torch.Tensor:
+        return self.sample_with_latency(num_groups, num_workers, device)[0]
 
     def __repr__(self) -> str:
         return f"LatencyStragglers({self.latency!r}, num_stragglers={self.num_stragglers}, deadline={self.deadline})"

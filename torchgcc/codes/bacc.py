@@ -16,8 +16,15 @@ __all__ = ["BACC", "BerrutDecoder"]
 class BerrutDecoder(Decoder):
     """Berrut's rational interpolant through the surviving ``(beta_n, y_n)``, evaluated at ``alpha``."""
 
+    has_fused_kernel = True
+
     def fit_matrix(self, knots: torch.Tensor) -> torch.Tensor:
         return berrut_matrix(knots, self.alpha)
+
+    def fused_matrices(self, mask: torch.Tensor) -> torch.Tensor:
+        from torchgcc.functional.fused_decode import berrut_decode_matrices  # imports triton
+
+        return berrut_decode_matrices(mask, self.beta, self.alpha)
 
 
 class BACC(Code):

@@ -26,6 +26,9 @@ class Code(nn.Module):
         beta: worker points, likewise with N values.
         nonfinite: the decoder's handling of a NaN/Inf result from a worker that arrived (see :class:`Decoder`).
         cache_size: how many per-mask decode matrices the decoder keeps.
+        backend: how the decoder builds its matrices, ``"auto"``, ``"banded"`` or ``"triton"`` (see
+            :data:`torchgcc.codes.maps.BACKENDS`; ``"triton"`` raises ``ValueError`` for a decoder without a kernel).
+        check: validate every decode (``True``) or never synchronise with the host (``False``; see :class:`Decoder`).
     """
 
     encoder: Encoder
@@ -40,6 +43,8 @@ class Code(nn.Module):
         beta: PointSpec = "chebyshev2",
         nonfinite: str = "error",
         cache_size: int = 4096,
+        backend: str = "auto",
+        check: bool = True,
     ) -> None:
         super().__init__()
         for name, value in (("num_inputs", num_inputs), ("num_workers", num_workers)):
@@ -50,7 +55,7 @@ class Code(nn.Module):
         self.num_inputs = num_inputs
         self.num_workers = num_workers
         self._points = (resolve_points(alpha, num_inputs, name="alpha"), resolve_points(beta, num_workers, name="beta"))
-        self._decoder_options = {"nonfinite": nonfinite, "cache_size": cache_size}
+        self._decoder_options = {"nonfinite": nonfinite, "cache_size": cache_size, "backend": backend, "check": check}
 
     @property
     def alpha(self) -> torch.Tensor:

@@ -53,8 +53,15 @@ class SplineDecoder(Decoder):
         """The smoothing parameter used for a fit to ``num_points`` results."""
         return spacing_lambda(num_points) if self.lam is None else self.lam
 
+    has_fused_kernel = True
+
     def fit_matrix(self, knots: torch.Tensor) -> torch.Tensor:
         return smoothing_spline_matrix(knots, self.alpha, self.lam_for(knots.shape[-1]))
+
+    def fused_matrices(self, mask: torch.Tensor) -> torch.Tensor:
+        from torchgcc.functional.fused_decode import spline_decode_matrices  # imports triton
+
+        return spline_decode_matrices(mask, self.beta, self.alpha, self.lam, ratio=BANDWIDTH_RATIO)
 
 
 class GCVSplineDecoder(Decoder):

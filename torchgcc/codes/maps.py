@@ -2,20 +2,50 @@
 
 An encoder is a fixed linear map from the K inputs to the N coded inputs. A decoder maps the results of the workers
 that arrived to estimates of the K outputs; its matrix depends on which workers arrived, so it is built per straggler
-pattern by the code's ``fit_matrix`` (float64), cached per mask, and applied to the results in their own dtype.
+pattern (float64) and applied to the results in their own dtype: on the banded backend by the code's ``fit_matrix``
+on the distinct masks, cached per mask; on the triton backend by the code's fused kernel, for every mask of the batch
+in one launch (see :data:`BACKENDS`).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import lru_cache, wraps
+import importlib.util
+
 import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Encoder", "Decoder", "NONFINITE_POLICIES"]
+__all__ = ["Encoder", "Decoder", "NONFINITE_POLICIES", "BACKENDS", "triton_available"]
 
 #: What a decoder does with a non-finite value from a worker whose result arrived.
 NONFINITE_POLICIES = ("error", "straggle")
+
+#: How a decoder builds its matrices: ``"banded"`` (batched torch recurrences, deduplicated and cached per mask),
+#: ``"triton"`` (one fused kernel launch for every mask of the batch, no cache) or ``"auto"`` (triton for CUDA data
+#: when the decoder has a kernel and triton is installed, banded otherwise).
+BACKENDS = ("auto", "banded", "triton")
+
+
+def eager_under_compile(fn):
+    """Run ``fn`` eagerly under ``torch.compile`` (a graph break, as ``torch.compiler.disable``), for code Dynamo cannot
+    trace (host-side caches, numpy, kernel launches). Applied at call time, so importing torchgcc imports neither
+    Dynamo nor triton."""
+
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        if torch.compiler.is_compiling():
+            return torch.compiler.disable(fn)(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@lru_cache(maxsize=None)
+def triton_available() -> bool:
+    """Whether the ``triton`` package can be imported (it is not imported here)."""
+    return importlib.util.find_spec("triton") is not None
 
 
 class _Float64Buffers(nn.Module):
@@ -75,11 +105,22 @@ class Decoder(_Float64Buffers):
         nonfinite: ``"error"`` raises on a NaN/Inf result from a worker that arrived, naming group and worker;
             ``"straggle"`` treats such a worker as a straggler.
         cache_size: how many per-mask decode matrices to keep (least recently used are evicted; 0 disables).
+        backend: one of :data:`BACKENDS`. ``"triton"`` needs a decoder with a fused kernel
+            (``has_fused_kernel``: the spline decoders with a fixed lambda or the spacing rule, and Berrut).
+        check: ``True`` validates every call: too few arrived results raise ``ValueError``, and so does a
+            non-finite result from a worker that arrived (``nonfinite="error"``); this reads one flag back from the
+            device per call on the triton path. ``False`` skips both checks and never synchronises with the host:
+            masks must have at least ``min_arrived`` survivors, and a NaN/Inf anywhere in a group's results (also
+            at a straggler position, unless ``nonfinite="straggle"``) makes that group's estimates NaN.
 
-    ``mask`` is bool with True where the result arrived. Values at straggler positions are never read into the
-    estimate, so NaN or Inf there cannot reach the output. Distinct masks in a batch are solved together, grouped
-    by their number of survivors.
+    ``mask`` is bool with True where the result arrived. With ``check=True``, values at straggler positions are
+    never read into the estimate, so NaN or Inf there cannot reach the output. On the banded backend distinct masks
+    in a batch are solved together, grouped by their number of survivors, and cached; the triton backend builds
+    one matrix per group in one launch, without deduplication (which would need the masks on the host).
     """
+
+    #: Whether :meth:`fused_matrices` is implemented (a Triton kernel for this decoder).
+    has_fused_kernel = False
 
     alpha: torch.Tensor
     beta: torch.Tensor
@@ -92,12 +133,22 @@ class Decoder(_Float64Buffers):
         min_arrived: int,
         nonfinite: str = "error",
         cache_size: int = 4096,
+        backend: str = "auto",
+        check: bool = True,
     ) -> None:
         super().__init__()
         if nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         if cache_size < 0:
             raise ValueError(f"cache_size must be >= 0, got {cache_size}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if backend == "triton" and not self.has_fused_kernel:
+            raise ValueError(f"backend='triton' is not available for {type(self).__name__}; use 'auto' or 'banded'")
+        if not isinstance(check, bool):
+            raise TypeError(f"check must be True or False, got {check!r}")
+        self.backend = backend
+        self.check = check
         self.register_buffer("alpha", alpha.detach().to(torch.float64))
         self.register_buffer("beta", beta.detach().to(torch.float64))
         self.min_arrived = min_arrived
@@ -128,18 +179,42 @@ class Decoder(_Float64Buffers):
         """
         raise NotImplementedError
 
+    def fused_matrices(self, mask: torch.Tensor) -> torch.Tensor:
+        """``(B, K, N)`` float64 decode matrices of every row of ``mask`` from one fused kernel launch (no cache)."""
+        raise NotImplementedError(f"{type(self).__name__} has no fused kernel")
+
+    def uses_fused_kernel(self, device: torch.device) -> bool:
+        """Whether matrices for data on ``device`` come from :meth:`fused_matrices` (see :data:`BACKENDS`)."""
+        if self.backend == "auto":
+            return self.has_fused_kernel and device.type == "cuda" and triton_available()
+        return self.backend == "triton"
+
     def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         mask = self._check(y, mask)
         flat = y.reshape(y.shape[0], self.num_workers, -1)
+        fused = self.uses_fused_kernel(flat.device)
+        if self.check and not fused:  # the banded path reads the masks on the host anyway
+            self._check_counts(mask)
         if self.nonfinite == "straggle":
             mask = mask & torch.isfinite(flat).all(dim=-1)
-            self._check_counts(mask)
-        matrices = self.matrices(flat, mask).to(y.dtype)
-        out = matrices @ flat
+            if self.check and not fused:
+                self._check_counts(mask)
+        matrices = self.matrices(flat, mask)
+        if not self.check:
+            if self.nonfinite == "straggle":  # zero the non-finite results now treated as stragglers
+                flat = _zero_stragglers(flat, mask)
+            return self._unflatten(self.apply_matrices(matrices, flat), y)
+        out = self.apply_matrices(matrices, flat)
         # A NaN or Inf anywhere in a worker's column (straggler or not) reaches every row of the product, since
         # 0 * NaN and 0 * Inf are NaN, and it survives a sum: checking the sum of the first estimates is enough.
-        # (A finite sum that overflows only sends the call down the careful path below.)
-        if not torch.isfinite(out[:, 0].sum()):
+        # The sum accumulates in float64, where finite float32/float16/bfloat16 values cannot overflow (a float16
+        # sum of 512 x 1000 logits does).
+        finite = torch.isfinite(out[:, 0].sum(dtype=torch.float64))
+        if fused:  # one read-back for both checks
+            short, finite = torch.stack([(mask.count_nonzero(dim=1) < self.min_arrived).any(), finite]).tolist()
+            if short:
+                self._check_counts(mask)
+        if not finite:
             # Either a straggler slot holds NaN/Inf (0 * NaN is NaN) or an arrived result is non-finite.
             bad = mask & ~torch.isfinite(flat).all(dim=-1)
             if bad.any():
@@ -148,7 +223,14 @@ class Decoder(_Float64Buffers):
                     f"non-finite result from worker {worker} in group {group} (and {int(bad.sum()) - 1} more); "
                     "pass nonfinite='straggle' to treat such workers as stragglers"
                 )
-            out = matrices @ torch.where(mask.unsqueeze(-1), flat, torch.zeros((), dtype=flat.dtype, device=flat.device))
+            out = self.apply_matrices(matrices, _zero_stragglers(flat, mask))
+        return self._unflatten(out, y)
+
+    def apply_matrices(self, matrices: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+        """``(B, K, N) @ (B, N, d) -> (B, K, d)`` in the results' dtype (the float64 matrices are cast to it)."""
+        return matrices.to(flat.dtype) @ flat
+
+    def _unflatten(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return out.reshape((y.shape[0], self.num_inputs) + y.shape[2:])
 
     def matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -159,11 +241,16 @@ class Decoder(_Float64Buffers):
         """
         return self.decode_matrix(mask)
 
+    @eager_under_compile
     def decode_matrix(self, mask: torch.Tensor) -> torch.Tensor:
-        """``(B, K, N)`` float64 decode matrices for a ``(B, N)`` bool mask, from the cache where possible."""
+        """``(B, K, N)`` float64 decode matrices for a ``(B, N)`` bool mask: one fused launch on the triton backend,
+        else from the cache where possible."""
+        if self.uses_fused_kernel(mask.device):
+            return self.fused_matrices(mask)
         matrices, inverse = self.unique_matrices(mask)
         return matrices if len(matrices) == len(mask) else matrices[inverse]
 
+    @eager_under_compile
     def unique_matrices(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Matrices of the distinct rows of ``mask`` ``(U, ...)``, in order of first appearance, and each group's
         row index ``(B,)``.
@@ -230,9 +317,7 @@ class Decoder(_Float64Buffers):
             raise ValueError(f"mask must have shape (B, N) = {tuple(y.shape[:2])}, got {tuple(mask.shape)}")
         if not y.is_floating_point():
             raise TypeError(f"results must be floating point, got {y.dtype}")
-        mask = mask.to(y.device)
-        self._check_counts(mask)
-        return mask
+        return mask.to(y.device)
 
     def _check_counts(self, mask: torch.Tensor) -> None:
         counts = mask.count_nonzero(dim=1)
@@ -243,3 +328,8 @@ class Decoder(_Float64Buffers):
                 f"group {group} has {int(counts[group])} arrived results but this decoder needs at least "
                 f"{self.min_arrived} ({len(short)} group(s) short)"
             )
+
+
+def _zero_stragglers(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``flat`` ``(B, N, d)`` with the rows of the workers that did not arrive set to zero."""
+    return torch.where(mask.unsqueeze(-1), flat, torch.zeros((), dtype=flat.dtype, device=flat.device))

@@ -1,0 +1,80 @@
+"""torch.compile of the decoder and of CodedModule (Dynamo + AOTAutograd on CPU; the decode matrices are built
+eagerly behind ``torch.compiler.disable``), and the float16 decode staying on its fast path."""
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import torchgcc
+from conftest import random_masks
+from torchgcc.stragglers import FixedStragglers
+
+MATMULS = {"mm", "bmm", "matmul", "baddbmm", "addmm"}
+
+
+class CountMatmuls(TorchDispatchMode):
+    """Counts the matrix products dispatched inside the ``with`` block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in MATMULS:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def small_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.Tanh(), torch.nn.Linear(32, 5))
+
+
+def test_compiled_coded_module_matches_eager_and_draws_the_same_masks():
+    torch._dynamo.reset()
+    model, code = small_model(), torchgcc.GCC(num_inputs=4, num_workers=16)
+    eager = torchgcc.CodedModule(model, code, FixedStragglers(4, seed=0))
+    compiled = torch.compile(torchgcc.CodedModule(model, code, FixedStragglers(4, seed=0)), backend="aot_eager")
+    x = torch.randn(10, 12)
+    for _ in range(2):  # the second call reuses the compiled graphs and draws a new mask
+        torch.testing.assert_close(compiled(x), eager(x), rtol=0, atol=1e-6)
+
+
+def test_compiled_decoders_match_eager():
+    torch._dynamo.reset()
+    y = torch.randn(3, 16, 7)
+    mask = random_masks(3, 16, 5, seed=1)
+    for code in (torchgcc.GCC(4, 16), torchgcc.BACC(4, 16), torchgcc.GCC(4, 16, nonfinite="straggle")):
+        compiled = torch.compile(code.decoder, backend="aot_eager")
+        torch.testing.assert_close(compiled(y, mask), code.decoder(y, mask), rtol=0, atol=0)
+
+
+def test_compiled_decoder_keeps_the_errors():
+    torch._dynamo.reset()
+    code = torchgcc.GCC(4, 8)
+    compiled = torch.compile(code.decoder, backend="aot_eager")
+    y = torch.randn(2, 8, 3)
+    y[1, 2, 0] = float("nan")
+    mask = torch.ones(2, 8, dtype=torch.bool)
+    try:
+        compiled(y, mask)
+    except ValueError as error:
+        assert "worker 2 in group 1" in str(error)
+    else:
+        raise AssertionError("a NaN from an arrived worker must raise")
+
+
+def test_float16_decode_of_large_logits_takes_the_fast_path():
+    """512 groups x 1000 outputs around 4: the old probe ``out[:, 0].sum()`` overflows float16 (it is about 2e6),
+    which sent every call down the careful path (a second matrix product). The decode makes exactly one product."""
+    code = torchgcc.GCC(num_inputs=4, num_workers=16)
+    generator = torch.Generator().manual_seed(0)
+    y = (4 + torch.randn(512, 16, 1000, generator=generator)).half()
+    mask = random_masks(512, 16, 4, seed=0)
+    code.decoder.decode_matrix(mask)  # warm the cache: only the decode itself is counted
+    with CountMatmuls() as counter:
+        out = code.decoder(y, mask)
+    assert counter.count == 1
+    assert torch.isinf(out[:, 0].sum())  # what the old probe saw
+    assert torch.isfinite(out).all()
+    reference = code.decoder.decode_matrix(mask) @ y.double()
+    torch.testing.assert_close(out.double(), reference, rtol=2e-2, atol=2e-2)

@@ -1,0 +1,124 @@
+"""CUDA checks of the GPU-native decode (marked ``cuda``, skipped without a device; run by benchmarks/gpu_check.sh).
+
+None of these has run on this project's build machine (it has no GPU).
+"""
+
+import warnings
+
+import pytest
+import torch
+
+import torchgcc
+from conftest import random_masks, requires_cuda
+from torchgcc.stragglers import BernoulliStragglers, FixedStragglers, LatencyStragglers
+
+pytestmark = [pytest.mark.cuda, requires_cuda]
+
+LAMBDAS = [0.0, 1e-6, "spacing"]
+
+
+def every_straggler_count(num_workers: int, keep: int) -> torch.Tensor:
+    """One seeded random mask per straggler count 0..N-keep."""
+    return torch.cat([random_masks(1, num_workers, s, seed=s) for s in range(num_workers - keep + 1)])
+
+
+@pytest.mark.parametrize("lam", LAMBDAS)
+@pytest.mark.parametrize("num_workers", [8, 64, 257, 1024])
+def test_spline_kernel_equals_the_cpu_path(num_workers, lam):
+    masks = every_straggler_count(num_workers, keep=2)
+    cpu = torchgcc.GCC(16, num_workers, lambda_dec=lam).decoder.decode_matrix(masks)
+    gpu = torchgcc.GCC(16, num_workers, lambda_dec=lam).cuda()
+    assert gpu.decoder.uses_fused_kernel(torch.device("cuda"))
+    torch.testing.assert_close(gpu.decoder.decode_matrix(masks.cuda()).cpu(), cpu, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("num_workers", [8, 64, 1024])
+def test_berrut_kernel_equals_the_cpu_path(num_workers):
+    masks = every_straggler_count(num_workers, keep=1)
+    cpu = torchgcc.BACC(16, num_workers).decoder.decode_matrix(masks)
+    gpu = torchgcc.BACC(16, num_workers).cuda().decoder.decode_matrix(masks.cuda()).cpu()
+    torch.testing.assert_close(gpu, cpu, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_decode_on_cuda(dtype):
+    code = torchgcc.GCC(8, 32).cuda()
+    y = torch.randn(64, 32, 100, device="cuda")
+    mask = FixedStragglers(6, seed=0).sample(64, 32, device="cuda")
+    out = code.decoder(y.to(dtype), mask)
+    assert out.dtype == dtype and out.device.type == "cuda"
+    reference = code.decoder.decode_matrix(mask) @ y.to(dtype).double()
+    torch.testing.assert_close(out.double(), reference, rtol=3e-2, atol=3e-2)
+
+
+def test_device_moves_keep_the_results_and_clear_the_cache():
+    code = torchgcc.GCC(4, 16)
+    y, mask = torch.randn(5, 16, 3), random_masks(5, 16, 4, seed=1)
+    expected = code.decoder(y, mask)
+    code.cuda()
+    assert code.beta.device.type == "cuda" and not code.decoder._cache
+    torch.testing.assert_close(code.decoder(y.cuda(), mask.cuda()).cpu(), expected)
+    torch.testing.assert_close(code.decoder(y.cuda(), mask).cpu(), expected)  # a CPU mask follows the results
+    code.cpu()
+    torch.testing.assert_close(code.decoder(y, mask), expected)
+    half = torchgcc.GCC(4, 16).to("cuda", torch.bfloat16)
+    assert half.beta.dtype == torch.float64
+
+
+def test_coded_module_on_cuda_draws_masks_on_the_device():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)).cuda()
+    coded = torchgcc.CodedModule(model, torchgcc.GCC(4, 16).cuda(), FixedStragglers(4, seed=0))
+    out = coded(torch.randn(12, 6, device="cuda"))
+    assert out.shape == (12, 3) and coded.last_mask.device.type == "cuda"
+    assert (coded.last_mask.sum(dim=1) == 12).all()
+
+
+@pytest.mark.parametrize(
+    "sampler", [FixedStragglers(3, seed=0), FixedStragglers(3, "contiguous", seed=0), BernoulliStragglers(0.2, seed=0),
+                LatencyStragglers(num_stragglers=3, seed=0)], ids=repr)
+def test_samplers_draw_on_the_device(sampler):
+    mask = sampler.sample(7, 16, device="cuda")
+    assert mask.device.type == "cuda" and mask.dtype == torch.bool and mask.shape == (7, 16)
+
+
+@pytest.mark.parametrize("make", [lambda: torchgcc.GCC(16, 64, check=False), lambda: torchgcc.BACC(16, 64, check=False)])
+def test_no_host_sync_under_check_false(make):
+    code = make().cuda()
+    stragglers = FixedStragglers(16, seed=0)
+    y = torch.randn(512, 64, 100, device="cuda")
+    code.decoder(y, stragglers.sample(512, 64, device="cuda"))  # compile the kernel first
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        mask = stragglers.sample(512, 64, device="cuda")
+        out = code.decoder(y, mask)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    reference = torchgcc.GCC(16, 64).decoder if isinstance(code, torchgcc.GCC) else torchgcc.BACC(16, 64).decoder
+    torch.testing.assert_close(out.cpu(), reference(y.cpu(), mask.cpu()), rtol=1e-4, atol=1e-4)
+
+
+def test_default_mode_syncs_at_most_once_and_keeps_the_errors():
+    code = torchgcc.GCC(16, 64).cuda()
+    y = torch.randn(512, 64, 100, device="cuda")
+    mask = FixedStragglers(16, seed=0).sample(512, 64, device="cuda")
+    code.decoder(y, mask)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            code.decoder(y, mask)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert len([w for w in caught if "synchroniz" in str(w.message)]) <= 1
+    short = mask.clone()
+    short[3] = False
+    short[3, 5] = True
+    with pytest.raises(ValueError, match="group 3 has 1 arrived results but this decoder needs at least 2"):
+        code.decoder(y, short)
+    bad = y.clone()
+    bad[7, int(mask[7].nonzero()[0]), 0] = float("nan")
+    with pytest.raises(ValueError, match="in group 7"):
+        code.decoder(bad, mask)
