@@ -100,7 +100,16 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None] | No
                    _stragglers_arguments, _stragglers),
     "polynomial": ("Fig. 3: GCC vs LCC on a quadratic task as S crosses LCC's recovery threshold", None, _polynomial),
     "rates": ("Fig. 4: log-log MSE vs N, worst-case and Bernoulli stragglers, with fitted slopes", None, _rates),
+    "adversarial": ("adversarial workers: worst-case error vs N for q = N^a, plain, adversarial-lambda and robust "
+                    "decoders beside BACC (x sin x and LeNet5)", None, lambda args: _lazy("adversarial")(args)),
 }
+
+
+def _lazy(module: str) -> Callable[[argparse.Namespace], int]:
+    """The ``run`` of ``torchgcc.experiments.<module>``, imported when the experiment runs."""
+    import importlib
+
+    return importlib.import_module(f"torchgcc.experiments.{module}").run
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
