@@ -102,6 +102,8 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None] | No
     "rates": ("Fig. 4: log-log MSE vs N, worst-case and Bernoulli stragglers, with fitted slopes", None, _rates),
     "adversarial": ("adversarial workers: worst-case error vs N for q = N^a, plain, adversarial-lambda and robust "
                     "decoders beside BACC (x sin x and LeNet5)", None, lambda args: _lazy("adversarial")(args)),
+    "manifold": ("manifold-aware grouping (our reconstruction) vs standard GCC: LeNet5, ViT, Swiss-roll polynomial",
+                 None, lambda args: _lazy("manifold")(args)),
 }
 
 
