@@ -104,6 +104,8 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None] | No
                     "decoders beside BACC (x sin x and LeNet5)", None, lambda args: _lazy("adversarial")(args)),
     "manifold": ("manifold-aware grouping (our reconstruction) vs standard GCC: LeNet5, ViT, Swiss-roll polynomial",
                  None, lambda args: _lazy("manifold")(args)),
+    "noisy": ("noisy workers: MSE vs N and vs sigma for noise-aware, natural, GCV GCC and BACC; bf16 workers",
+              None, lambda args: _lazy("noisy")(args)),
 }
 
 
