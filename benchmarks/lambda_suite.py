@@ -32,7 +32,7 @@ from torchgcc.experiments.training import load_or_train
 from torchgcc.noise import LowPrecisionWorkers
 from torchgcc.stragglers import FixedStragglers
 
-RULES = {"natural": 0.0, "spacing": "spacing", "gcv": "gcv"}
+RULES = {"natural": 0.0, "spacing": "spacing", "gcv": "gcv", "adaptive": "adaptive"}
 BASELINES = ("natural", "spacing", "gcv")
 
 

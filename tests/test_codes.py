@@ -277,7 +277,8 @@ def test_default_gcc_beats_bacc_on_a_tanh_mlp(stragglers):
 
 
 def test_default_lambdas_follow_the_documented_rule():
-    code = torchgcc.GCC(num_inputs=4, num_workers=41)
+    assert torchgcc.GCC(num_inputs=4, num_workers=41).lambda_dec == "adaptive"  # tested in test_lambda_rule.py
+    code = torchgcc.GCC(num_inputs=4, num_workers=41, lambda_dec="spacing")
     assert code.lambda_enc == 0.0 and code.lambda_dec == "spacing"
     mask = random_masks(2, 41, 10, seed=13)  # 31 results: lambda = (0.2 * 2 / 30)^4
     knots = code.beta[mask[0]]

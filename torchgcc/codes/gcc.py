@@ -10,13 +10,16 @@ from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.functional import gcv_scores, smoothing_spline_matrix
 
-__all__ = ["GCC", "SplineDecoder", "GCVSplineDecoder", "spacing_lambda", "BANDWIDTH_RATIO", "GCV_GRID", "LAMBDA_RULES"]
+__all__ = ["GCC", "SplineDecoder", "GCVSplineDecoder", "FlooredGCVSplineDecoder", "spacing_lambda", "BANDWIDTH_RATIO", "GCV_GRID", "LAMBDA_RULES"]
 
 #: The default decoder smooths at this fraction of the mean spacing of the points it fits (see :func:`spacing_lambda`).
 BANDWIDTH_RATIO = 0.2
 
 #: Named decoder smoothing rules accepted by ``GCC(lambda_dec=...)`` besides explicit numbers.
-LAMBDA_RULES = ("spacing", "gcv")
+LAMBDA_RULES = ("spacing", "gcv", "adaptive")
+
+#: Bandwidth ratio of the smallest smoothing that ``lambda_dec="adaptive"`` considers.
+ADAPTIVE_FLOOR_RATIO = 0.12
 
 
 def spacing_lambda(num_points: int, bandwidth_ratio: float = BANDWIDTH_RATIO) -> float:
@@ -78,21 +81,45 @@ class GCVSplineDecoder(Decoder):
         The rows at the surviving workers form the hat matrix that GCV scores.
         """
         points = torch.cat([self.alpha, self.beta])
-        return smoothing_spline_matrix(knots.unsqueeze(1), points, self.grid)
+        return smoothing_spline_matrix(knots.unsqueeze(1), points, self.grid_for(knots.shape[-1]))
+
+    def grid_for(self, num_points: int) -> torch.Tensor:
+        """``(L,)`` candidate smoothing parameters for a fit to ``num_points`` results."""
+        return self.grid
 
     def matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         candidates, inverse = self.unique_matrices(mask)  # (U, L, K + N, N): one mask's candidates at a time
         k = self.num_inputs
         clean = flat.to(torch.float64)  # only survivors' rows are read
         best = torch.empty(len(mask), dtype=torch.long, device=mask.device)
+        chosen = torch.empty(len(mask), dtype=torch.float64, device=mask.device)
         for u, candidate in enumerate(candidates):
             groups = (inverse == u).nonzero().squeeze(1)
             survivors = mask[groups[0]].nonzero().squeeze(1)
             hat = candidate[:, k + survivors][:, :, survivors]  # (L, n, n)
             scores = gcv_scores(hat.unsqueeze(1), clean[groups][:, survivors].unsqueeze(0))  # (L, G)
             best[groups] = scores.argmin(dim=0)
-        self.last_lambda = self.grid[best]
+            chosen[groups] = self.grid_for(len(survivors)).to(chosen.device)[best[groups]]
+        self.last_lambda = chosen
         return candidates[inverse, best, :k, :]
+
+
+class FlooredGCVSplineDecoder(GCVSplineDecoder):
+    """GCV over a short grid that starts at a floor: ``lam = spacing_lambda(n, floor_ratio) * 10^(j/2)``,
+    ``j = 0 .. 12``, for a fit to ``n`` results (``lambda_dec="adaptive"``).
+
+    The floor keeps the light smoothing that rough networks gain from (the ViT) at a bandwidth ratio small enough to
+    cost little on exact smooth results (0.12 of the spacing, against 0.2 for ``"spacing"``); above it GCV smooths
+    as much as noisy results warrant. 13 candidates instead of GCV's 23. Chosen by ``benchmarks/lambda_suite.py``.
+    """
+
+    def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, floor_ratio: float = ADAPTIVE_FLOOR_RATIO,
+                 **kwargs) -> None:
+        super().__init__(alpha, beta, grid=10.0 ** (torch.arange(13, dtype=torch.float64) / 2), **kwargs)
+        self.floor_ratio = floor_ratio
+
+    def grid_for(self, num_points: int) -> torch.Tensor:
+        return spacing_lambda(num_points, self.floor_ratio) * self.grid
 
 
 class GCC(Code):
@@ -105,8 +132,10 @@ class GCC(Code):
     group by generalized cross-validation. Needs at least two arrived results.
 
     Defaults: ``lambda_enc = 0``, so the encoder passes exactly through the inputs and ``f(u_e(alpha_k)) = f(x_k)``
-    (encoder smoothing adds a bias that does not shrink with N); ``lambda_dec = "spacing"`` applies
-    :func:`spacing_lambda` to each straggler pattern: a light smoothing at a fifth of the surviving points' spacing.
+    (encoder smoothing adds a bias that does not shrink with N); ``lambda_dec = "adaptive"``
+    (:class:`FlooredGCVSplineDecoder`): GCV per group over a short grid that starts at a light floor, chosen over
+    ``"spacing"`` (:func:`spacing_lambda`), ``"gcv"`` and interpolation by ``benchmarks/lambda_suite.py`` (within 10%
+    of the best of those three at every workload and S measured there).
     ``options`` are those of :class:`Code` (points, non-finite policy, cache size).
     """
 
@@ -116,7 +145,7 @@ class GCC(Code):
         num_workers: int,
         *,
         lambda_enc: float = 0.0,
-        lambda_dec: Union[float, str] = "spacing",
+        lambda_dec: Union[float, str] = "adaptive",
         **options: Any,
     ) -> None:
         super().__init__(num_inputs, num_workers, **options)
@@ -130,8 +159,9 @@ class GCC(Code):
             self.encoder = Encoder(smoothing_spline_matrix(alpha, beta, self.lambda_enc))
         else:  # one input: the spline through one point is the constant
             self.encoder = Encoder(torch.ones(num_workers, 1, dtype=torch.float64))
-        if self.lambda_dec == "gcv":
-            self.decoder = GCVSplineDecoder(alpha, beta, min_arrived=2, **self._decoder_options)
+        if self.lambda_dec in ("gcv", "adaptive"):
+            rule = GCVSplineDecoder if self.lambda_dec == "gcv" else FlooredGCVSplineDecoder
+            self.decoder = rule(alpha, beta, min_arrived=2, **self._decoder_options)
         else:
             lam = None if self.lambda_dec == "spacing" else self.lambda_dec
             self.decoder = SplineDecoder(alpha, beta, lam=lam, min_arrived=2, **self._decoder_options)

@@ -67,7 +67,7 @@ def _rates(args: argparse.Namespace) -> int:
     slopes = fit_slopes(records)
     title = (f"Fig. 4 analogue: smooth f, K={experiment.num_inputs}, worst-case S={experiment.num_stragglers} "
              f"and Bernoulli(p) stragglers\n"
-             f"GCC lambdas: {gcc_options(args) or 'library defaults (lambda_dec follows the spacing of the arrived results)'}")
+             f"GCC lambdas: {gcc_options(args) or 'library defaults (lambda_dec adaptive: GCV above a light floor)'}")
     out = Path(args.out)
     publish(out, config=config, records=records, setting="N", title=title, console=console, slopes=slopes)
     plot_rates(records, out / "rates.png", num_stragglers=experiment.num_stragglers, slopes=slopes, title=title)
