@@ -123,3 +123,18 @@ def test_adversarial_lambda_and_coded_module_attack():
     with torch.no_grad():
         reference = model(x)
         assert (robust(x) - reference).abs().max() < 0.05 and (plain(x) - reference).abs().max() > 1.0
+
+
+def test_attacked_scheme_corrupts_a_fixed_rank_before_decoding():
+    from torchgcc.attacks import AttackedScheme
+    from torchgcc.distributed.schemes import make_scheme
+
+    scheme = make_scheme("gcc", num_inputs=4, num_workers=12)
+    attacked = AttackedScheme(scheme, ConstantAttack(value=1e3, workers=[5]))
+    x = torch.randn(8, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    coded = attacked.encode(x)  # (N, B, 3): identity computation
+    mask = torch.ones(attacked.num_groups(8), 12, dtype=torch.bool)
+    clean = scheme.decode(coded, mask, 8)
+    assert (attacked.decode(coded, mask, 8) - clean).abs().max() > 1.0
+    mask[:, 5] = False  # the adversarial rank straggles: nothing to corrupt
+    torch.testing.assert_close(attacked.decode(coded, mask, 8), scheme.decode(coded, mask, 8))

@@ -27,7 +27,7 @@ import torch
 from torchgcc.functional import smoothing_spline_matrix
 from torchgcc.points import PointSpec, resolve_points
 
-__all__ = ["Attack", "ComposedAttack", "RandomAttack", "ConcentratedAttack", "GreedyAttack", "SignFlipAttack",
+__all__ = ["Attack", "AttackedScheme", "ComposedAttack", "RandomAttack", "ConcentratedAttack", "GreedyAttack", "SignFlipAttack",
            "ConstantAttack", "ATTACKS"]
 
 
@@ -235,3 +235,23 @@ def _check_bound(bound: float) -> float:
     if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not 0 < bound < float("inf"):
         raise ValueError(f"bound (M) must be a finite number > 0, got {bound!r}")
     return float(bound)
+
+
+class AttackedScheme:
+    """A distributed scheme (:mod:`torchgcc.distributed.schemes`) whose arrived results pass through ``attack``
+    before decoding: makes worker ranks adversarial in the executor, e.g.
+    ``AttackedScheme(make_scheme("gcc", ...), ConstantAttack(value=1e3, workers=[2]))``.
+
+    Everything but :meth:`decode` is the wrapped scheme's.
+    """
+
+    def __init__(self, scheme, attack: Attack) -> None:
+        self.scheme, self.attack = scheme, attack
+
+    def __getattr__(self, name: str):
+        return getattr(self.scheme, name)
+
+    def decode(self, results: torch.Tensor, mask: torch.Tensor, num_samples: int) -> torch.Tensor:
+        """``(N, B, *out)`` results and ``(B, N)`` mask, corrupted by the attack, then the scheme's decode."""
+        attacked = self.attack(results.movedim(0, 1), mask.to(results.device)).movedim(1, 0)
+        return self.scheme.decode(attacked, mask, num_samples)
