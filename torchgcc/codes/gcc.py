@@ -9,6 +9,7 @@ import torch
 from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.functional import gcv_scores, smoothing_spline_matrix
+from torchgcc.functional.spline_gcv import spline_gcv_scores
 
 __all__ = ["GCC", "SplineDecoder", "GCVSplineDecoder", "FlooredGCVSplineDecoder", "spacing_lambda", "BANDWIDTH_RATIO", "GCV_GRID", "LAMBDA_RULES"]
 
@@ -81,45 +82,62 @@ class GCVSplineDecoder(Decoder):
         The rows at the surviving workers form the hat matrix that GCV scores.
         """
         points = torch.cat([self.alpha, self.beta])
-        return smoothing_spline_matrix(knots.unsqueeze(1), points, self.grid_for(knots.shape[-1]))
-
-    def grid_for(self, num_points: int) -> torch.Tensor:
-        """``(L,)`` candidate smoothing parameters for a fit to ``num_points`` results."""
-        return self.grid
+        return smoothing_spline_matrix(knots.unsqueeze(1), points, self.grid)
 
     def matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         candidates, inverse = self.unique_matrices(mask)  # (U, L, K + N, N): one mask's candidates at a time
         k = self.num_inputs
         clean = flat.to(torch.float64)  # only survivors' rows are read
         best = torch.empty(len(mask), dtype=torch.long, device=mask.device)
-        chosen = torch.empty(len(mask), dtype=torch.float64, device=mask.device)
         for u, candidate in enumerate(candidates):
             groups = (inverse == u).nonzero().squeeze(1)
             survivors = mask[groups[0]].nonzero().squeeze(1)
             hat = candidate[:, k + survivors][:, :, survivors]  # (L, n, n)
             scores = gcv_scores(hat.unsqueeze(1), clean[groups][:, survivors].unsqueeze(0))  # (L, G)
             best[groups] = scores.argmin(dim=0)
-            chosen[groups] = self.grid_for(len(survivors)).to(chosen.device)[best[groups]]
-        self.last_lambda = chosen
+        self.last_lambda = self.grid[best]
         return candidates[inverse, best, :k, :]
 
 
-class FlooredGCVSplineDecoder(GCVSplineDecoder):
-    """GCV over a short grid that starts at a floor: ``lam = spacing_lambda(n, floor_ratio) * 10^(j/2)``,
-    ``j = 0 .. 12``, for a fit to ``n`` results (``lambda_dec="adaptive"``).
+class FlooredGCVSplineDecoder(Decoder):
+    """GCV per group over a short grid that starts at a floor (``lambda_dec="adaptive"``, the default):
+    ``lam = spacing_lambda(n, floor_ratio) * 10^(j/2)``, ``j = 0 .. 12``, for a fit to ``n`` results.
 
     The floor keeps the light smoothing that rough networks gain from (the ViT) at a bandwidth ratio small enough to
     cost little on exact smooth results (0.12 of the spacing, against 0.2 for ``"spacing"``); above it GCV smooths
-    as much as noisy results warrant. 13 candidates instead of GCV's 23. Chosen by ``benchmarks/lambda_suite.py``.
+    as much as noisy results warrant. The scores come from :func:`torchgcc.functional.spline_gcv_scores` in O(n)
+    per candidate, without hat matrices, and only the chosen ``(K, n)`` decode matrix is formed per group; nothing is
+    cached (the choice depends on the data). Chosen by ``benchmarks/lambda_suite.py``.
     """
+
+    grid: torch.Tensor
 
     def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, floor_ratio: float = ADAPTIVE_FLOOR_RATIO,
                  **kwargs) -> None:
-        super().__init__(alpha, beta, grid=10.0 ** (torch.arange(13, dtype=torch.float64) / 2), **kwargs)
+        super().__init__(alpha, beta, **kwargs)
         self.floor_ratio = floor_ratio
+        self.register_buffer("grid", 10.0 ** (torch.arange(13, dtype=torch.float64) / 2))
+        #: ``(B,)`` smoothing parameters chosen in the last call.
+        self.last_lambda: torch.Tensor | None = None
 
-    def grid_for(self, num_points: int) -> torch.Tensor:
-        return spacing_lambda(num_points, self.floor_ratio) * self.grid
+    def matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(len(mask), self.num_inputs, self.num_workers, dtype=torch.float64, device=flat.device)
+        self.last_lambda = torch.empty(len(mask), dtype=torch.float64, device=flat.device)
+        counts = mask.count_nonzero(dim=1)
+        for count in counts.unique().tolist():
+            rows = (counts == count).nonzero().squeeze(1)
+            survivors = mask[rows].nonzero()[:, 1].view(len(rows), count)
+            knots = self.beta[survivors]  # (G, n)
+            candidates = spacing_lambda(count, self.floor_ratio) * self.grid
+            if count >= 4:
+                y = flat[rows.unsqueeze(1), survivors].to(torch.float64)
+                lam = candidates[spline_gcv_scores(knots, y, candidates).argmin(dim=1)]  # (G,)
+            else:  # too few results to score: the floor
+                lam = candidates[:1].expand(len(rows))
+            fitted = smoothing_spline_matrix(knots, self.alpha, lam)  # (G, K, n)
+            out[rows] = out[rows].scatter(-1, survivors.unsqueeze(1).expand_as(fitted), fitted)
+            self.last_lambda[rows] = lam
+        return out
 
 
 class GCC(Code):
