@@ -49,3 +49,15 @@ def test_adaptive_reproduces_straight_lines():
     y = (2 * code.beta - 1).view(1, 20, 1).expand(3, 20, 1)
     mask = FixedStragglers(6, seed=0).sample(3, 20)
     torch.testing.assert_close(code.decoder(y, mask), (2 * code.alpha - 1).view(1, 5, 1).expand(3, 5, 1))
+
+
+def test_banded_gcv_scores_match_hat_matrices():
+    from torchgcc.functional import gcv_scores, smoothing_spline_matrix
+    from torchgcc.functional.spline_gcv import spline_gcv_scores
+
+    g = torch.Generator().manual_seed(0)
+    knots = torch.sort(torch.rand(3, 20, generator=g, dtype=torch.float64) * 2 - 1).values
+    y = torch.randn(3, 20, 2, generator=g, dtype=torch.float64)
+    lams = torch.logspace(-8, -1, 5, dtype=torch.float64)
+    hat = smoothing_spline_matrix(knots.unsqueeze(1), knots.unsqueeze(1), lams.view(1, -1))  # (3, 5, 20, 20)
+    torch.testing.assert_close(spline_gcv_scores(knots, y, lams), gcv_scores(hat, y.unsqueeze(1)), rtol=1e-9, atol=0)

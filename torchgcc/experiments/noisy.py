@@ -40,13 +40,13 @@ def noise_aware_lambda(sigma: float, num_points: int, c: float = NOISE_C) -> flo
 @dataclass(frozen=True)
 class NoisyExperiment:
     num_inputs: int = 8
-    workers: tuple[int, ...] = (32, 64, 128, 256, 512)
+    workers: tuple[int, ...] = (32, 45, 64, 91, 128, 181, 256)
     sigma: float = 1e-2
     sigmas: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1)
     sigma_workers: int = 128
     num_stragglers: int = 4
-    samples: int = 256
-    repeats: int = 4
+    samples: int = 128
+    repeats: int = 2
     seed: int = 0
 
 
