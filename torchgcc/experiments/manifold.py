@@ -20,7 +20,7 @@ from torchgcc.experiments.evaluate import evaluate_coded, model_outputs
 from torchgcc.manifold import ORDERS, manifold_order
 from torchgcc.stragglers import FixedStragglers
 
-__all__ = ["ManifoldExperiment", "run_manifold", "swiss_roll"]
+__all__ = ["ManifoldExperiment", "cubic_polynomial", "run_manifold", "swiss_roll"]
 
 
 @dataclass(frozen=True)
@@ -34,24 +34,19 @@ class ManifoldExperiment:
     seed: int = 0
 
 
-def swiss_roll(samples: int, *, dim: int = 50, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Points on a Swiss roll in R^3 mapped into R^``dim`` by a random orthonormal map, and the cubic polynomial
-    ``f(x) = (x w_1)^3 + (x w_2)^2 (x w_3)`` (3 outputs with permuted roles) on them. Returns ``(inputs (M, dim),
-    f)``-outputs ``(M, 3)``."""
+def swiss_roll(samples: int, *, dim: int = 50, seed: int = 0) -> torch.Tensor:
+    """``(samples, dim)`` float64 points of a Swiss roll in R^3, mapped into R^``dim`` by a random orthonormal map."""
     g = torch.Generator().manual_seed(seed)
     t = 1.5 * math.pi * (1 + 2 * torch.rand(samples, generator=g, dtype=torch.float64))
     height = 10 * torch.rand(samples, generator=g, dtype=torch.float64)
     roll = torch.stack([t * torch.cos(t), height, t * torch.sin(t)], dim=1) / 10
     basis, _ = torch.linalg.qr(torch.randn(dim, 3, generator=g, dtype=torch.float64))
-    x = roll @ basis.T
-    w = torch.randn(dim, 3, generator=g, dtype=torch.float64)
-    z = x @ w
-    y = torch.stack([z[:, 0] ** 3 + z[:, 1] ** 2 * z[:, 2], z[:, 1] ** 3 + z[:, 2] ** 2 * z[:, 0],
-                     z[:, 2] ** 3 + z[:, 0] ** 2 * z[:, 1]], dim=1)
-    return x, y
+    return roll @ basis.T
 
 
-def _cubic(w: torch.Tensor):
+def cubic_polynomial(w: torch.Tensor):
+    """``f(x) = (z_1^3 + z_2^2 z_3, z_2^3 + z_3^2 z_1, z_3^3 + z_1^2 z_2)`` with ``z = x w`` (``w`` ``(dim, 3)``)."""
+
     def f(x: torch.Tensor) -> torch.Tensor:
         z = x @ w
         return torch.stack([z[:, 0] ** 3 + z[:, 1] ** 2 * z[:, 2], z[:, 1] ** 3 + z[:, 2] ** 2 * z[:, 0],
@@ -69,8 +64,8 @@ def run_manifold(experiment: ManifoldExperiment, *, progress: bool = True) -> tu
     for workload in experiment.workloads:
         if workload == "swissroll":
             g = torch.Generator().manual_seed(experiment.seed)
-            x, _ = swiss_roll(experiment.swissroll_samples, seed=experiment.seed)
-            model = _cubic(torch.randn(x.shape[1], 3, generator=g, dtype=torch.float64))
+            x = swiss_roll(experiment.swissroll_samples, seed=experiment.seed)
+            model = cubic_polynomial(torch.randn(x.shape[1], 3, generator=g, dtype=torch.float64))
             classification = False
         else:
             split = load_dataset("digits", seed=experiment.seed)
