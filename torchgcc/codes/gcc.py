@@ -139,6 +139,10 @@ class FlooredGCVSplineDecoder(Decoder):
             self.last_lambda[rows] = lam
         return out
 
+    def decode_matrix(self, mask: torch.Tensor) -> torch.Tensor:
+        raise TypeError("the adaptive decoder's matrices depend on the results: call matrices(results, mask) or the "
+                        "decoder itself, or pick a mask-only rule (lambda_dec='spacing' or a number)")
+
 
 class GCC(Code):
     """General Coded Computing with cubic smoothing splines (the optimum in the second-order Sobolev space).
