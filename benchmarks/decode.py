@@ -76,7 +76,7 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     B, N, K, S, d = args.groups, args.num_workers, args.num_inputs, args.num_stragglers, args.outputs
-    code = torchgcc.GCC(num_inputs=K, num_workers=N)
+    code = torchgcc.GCC(num_inputs=K, num_workers=N, lambda_dec="spacing")  # the cached, mask-only decoder
     mask = FixedStragglers(S, seed=args.seed).sample(B, N)
     y = torch.randn(B, N, d)  # float32 results
     matrices = code.decoder.decode_matrix(mask).float()
@@ -95,7 +95,7 @@ def main() -> None:
 
     scaling = []
     for n in args.scaling_workers:
-        big = torchgcc.GCC(num_inputs=K, num_workers=n)
+        big = torchgcc.GCC(num_inputs=K, num_workers=n, lambda_dec="spacing")
         big_mask = FixedStragglers(n // 4, seed=args.seed).sample(args.scaling_groups, n)
 
         seconds = timed(lambda: big.decoder.decode_matrix(big_mask), max(1, args.repeats // 2), setup=big.decoder.clear_cache)
