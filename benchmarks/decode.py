@@ -92,8 +92,8 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     B, N, K, S, d = args.groups, args.num_workers, args.num_inputs, args.num_stragglers, args.outputs
-    code = torchgcc.GCC(num_inputs=K, num_workers=N).to(device)
-    unchecked = torchgcc.GCC(num_inputs=K, num_workers=N, check=False).to(device)
+    code = torchgcc.GCC(num_inputs=K, num_workers=N, lambda_dec="spacing").to(device)  # the cached, mask-only decoder
+    unchecked = torchgcc.GCC(num_inputs=K, num_workers=N, lambda_dec="spacing", check=False).to(device)
     mask = FixedStragglers(S, seed=args.seed).sample(B, N, device=device)
     y = torch.randn(B, N, d, device=device)  # float32 results
     matrices = code.decoder.decode_matrix(mask).float()
@@ -116,7 +116,7 @@ def main() -> None:
 
     construction = []  # cold construction of B distinct masks
     for n in sizes:
-        sized = torchgcc.GCC(num_inputs=K, num_workers=n).to(device)
+        sized = torchgcc.GCC(num_inputs=K, num_workers=n, lambda_dec="spacing").to(device)
         sized_mask = FixedStragglers(n // 4, seed=args.seed).sample(B, n, device=device)
         repeats = args.repeats if n <= 1024 else max(1, args.repeats // 3)
         t = timed(timer, lambda: sized.decoder.decode_matrix(sized_mask), repeats, setup=sized.decoder.clear_cache)
@@ -126,7 +126,7 @@ def main() -> None:
     scaling = []
     if on_cpu:
         for n in args.scaling_workers:
-            big = torchgcc.GCC(num_inputs=K, num_workers=n)
+            big = torchgcc.GCC(num_inputs=K, num_workers=n, lambda_dec="spacing")
             big_mask = FixedStragglers(n // 4, seed=args.seed).sample(args.scaling_groups, n)
             t = timed(timer, lambda: big.decoder.decode_matrix(big_mask), max(1, args.repeats // 2), setup=big.decoder.clear_cache)
             scaling.append({"N": n, "seconds": t})

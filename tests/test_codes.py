@@ -140,6 +140,8 @@ def test_unknown_code_and_bad_lambdas_raise():
 
 
 def test_decode_matrices_are_cached_and_distinct_masks_solved_together(code, monkeypatch):
+    if getattr(code, "lambda_dec", None) == "adaptive":  # the default's matrices depend on the data: nothing cached
+        code = build("gcc", lambda_dec="spacing")
     calls = []
     original = type(code.decoder).fit_matrix
     monkeypatch.setattr(type(code.decoder), "fit_matrix", lambda self, knots: calls.append(knots.shape) or original(self, knots))
@@ -278,7 +280,8 @@ def test_default_gcc_beats_bacc_on_a_tanh_mlp(stragglers):
 
 
 def test_default_lambdas_follow_the_documented_rule():
-    code = torchgcc.GCC(num_inputs=4, num_workers=41)
+    assert torchgcc.GCC(num_inputs=4, num_workers=41).lambda_dec == "adaptive"  # tested in test_lambda_rule.py
+    code = torchgcc.GCC(num_inputs=4, num_workers=41, lambda_dec="spacing")
     assert code.lambda_enc == 0.0 and code.lambda_dec == "spacing"
     mask = random_masks(2, 41, 10, seed=13)  # 31 results: lambda = (0.2 * 2 / 30)^4
     knots = code.beta[mask[0]]

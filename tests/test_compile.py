@@ -65,8 +65,9 @@ def test_compiled_decoder_keeps_the_errors():
 
 def test_float16_decode_of_large_logits_takes_the_fast_path():
     """512 groups x 1000 outputs around 4: the old probe ``out[:, 0].sum()`` overflows float16 (it is about 2e6),
-    which sent every call down the careful path (a second matrix product). The decode makes exactly one product."""
-    code = torchgcc.GCC(num_inputs=4, num_workers=16)
+    which sent every call down the careful path (a second matrix product). The decode makes exactly one product
+    (the mask-only spacing rule; the adaptive default's matrices depend on the results)."""
+    code = torchgcc.GCC(num_inputs=4, num_workers=16, lambda_dec="spacing")
     generator = torch.Generator().manual_seed(0)
     y = (4 + torch.randn(512, 16, 1000, generator=generator)).half()
     mask = random_masks(512, 16, 4, seed=0)

@@ -42,7 +42,7 @@ def test_berrut_kernel_equals_the_cpu_path(num_workers):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_low_precision_decode_on_cuda(dtype):
-    code = torchgcc.GCC(8, 32).cuda()
+    code = torchgcc.GCC(8, 32, lambda_dec="spacing").cuda()
     y = torch.randn(64, 32, 100, device="cuda")
     mask = FixedStragglers(6, seed=0).sample(64, 32, device="cuda")
     out = code.decoder(y.to(dtype), mask)
@@ -52,7 +52,7 @@ def test_low_precision_decode_on_cuda(dtype):
 
 
 def test_device_moves_keep_the_results_and_clear_the_cache():
-    code = torchgcc.GCC(4, 16)
+    code = torchgcc.GCC(4, 16, lambda_dec="spacing")
     y, mask = torch.randn(5, 16, 3), random_masks(5, 16, 4, seed=1)
     expected = code.decoder(y, mask)
     code.cuda()
@@ -61,14 +61,14 @@ def test_device_moves_keep_the_results_and_clear_the_cache():
     torch.testing.assert_close(code.decoder(y.cuda(), mask).cpu(), expected)  # a CPU mask follows the results
     code.cpu()
     torch.testing.assert_close(code.decoder(y, mask), expected)
-    half = torchgcc.GCC(4, 16).to("cuda", torch.bfloat16)
+    half = torchgcc.GCC(4, 16, lambda_dec="spacing").to("cuda", torch.bfloat16)
     assert half.beta.dtype == torch.float64
 
 
 def test_coded_module_on_cuda_draws_masks_on_the_device():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)).cuda()
-    coded = torchgcc.CodedModule(model, torchgcc.GCC(4, 16).cuda(), FixedStragglers(4, seed=0))
+    coded = torchgcc.CodedModule(model, torchgcc.GCC(4, 16, lambda_dec="spacing").cuda(), FixedStragglers(4, seed=0))
     out = coded(torch.randn(12, 6, device="cuda"))
     assert out.shape == (12, 3) and coded.last_mask.device.type == "cuda"
     assert (coded.last_mask.sum(dim=1) == 12).all()
@@ -82,7 +82,7 @@ def test_samplers_draw_on_the_device(sampler):
     assert mask.device.type == "cuda" and mask.dtype == torch.bool and mask.shape == (7, 16)
 
 
-@pytest.mark.parametrize("make", [lambda: torchgcc.GCC(16, 64, check=False), lambda: torchgcc.BACC(16, 64, check=False)])
+@pytest.mark.parametrize("make", [lambda: torchgcc.GCC(16, 64, lambda_dec="spacing", check=False), lambda: torchgcc.BACC(16, 64, check=False)])
 def test_no_host_sync_under_check_false(make):
     code = make().cuda()
     stragglers = FixedStragglers(16, seed=0)
@@ -95,12 +95,12 @@ def test_no_host_sync_under_check_false(make):
         out = code.decoder(y, mask)
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    reference = torchgcc.GCC(16, 64).decoder if isinstance(code, torchgcc.GCC) else torchgcc.BACC(16, 64).decoder
+    reference = torchgcc.GCC(16, 64, lambda_dec="spacing").decoder if isinstance(code, torchgcc.GCC) else torchgcc.BACC(16, 64).decoder
     torch.testing.assert_close(out.cpu(), reference(y.cpu(), mask.cpu()), rtol=1e-4, atol=1e-4)
 
 
 def test_default_mode_syncs_at_most_once_and_keeps_the_errors():
-    code = torchgcc.GCC(16, 64).cuda()
+    code = torchgcc.GCC(16, 64, lambda_dec="spacing").cuda()
     y = torch.randn(512, 64, 100, device="cuda")
     mask = FixedStragglers(16, seed=0).sample(512, 64, device="cuda")
     code.decoder(y, mask)

@@ -63,7 +63,7 @@ def test_backend_option_is_validated():
 @pytest.mark.skipif(INTERPRETED, reason="the interpreter accepts CPU tensors")
 def test_triton_backend_on_cpu_without_the_interpreter_says_what_to_do():
     pytest.importorskip("triton")
-    code = torchgcc.GCC(4, 8, backend="triton")
+    code = torchgcc.GCC(4, 8, lambda_dec="spacing", backend="triton")
     with pytest.raises(ValueError, match="use backend='banded'"):
         code.decoder.decode_matrix(torch.ones(2, 8, dtype=torch.bool))
 
@@ -105,7 +105,8 @@ def test_interpreted_berrut_kernel_equals_the_banded_path_also_at_nodes():
 
 @interpreted
 def test_interpreted_decode_matches_banded_and_keeps_the_errors():
-    fused, banded = torchgcc.GCC(4, 8, backend="triton"), torchgcc.GCC(4, 8, backend="banded")
+    fused = torchgcc.GCC(4, 8, lambda_dec="spacing", backend="triton")
+    banded = torchgcc.GCC(4, 8, lambda_dec="spacing", backend="banded")
     y = torch.randn(3, 8, 5)
     mask = random_masks(3, 8, 3, seed=2)
     torch.testing.assert_close(fused.decoder(y, mask), banded.decoder(y, mask), rtol=1e-6, atol=1e-6)

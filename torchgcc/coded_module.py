@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -43,6 +43,14 @@ class CodedModule(nn.Module):
     arrive when neither is given), and the decoder estimates the outputs of the original samples. Gradients flow
     through encoder and decoder into ``model``.
 
+    Options for the settings of the GCC family (all off by default):
+
+    - ``noise``: ``noise(results, mask) -> results`` applied to the workers' results (:mod:`torchgcc.noise`);
+    - ``attack``: ``attack(results, mask) -> results`` after the noise, corrupting arrived results as adversarial
+      workers would (:mod:`torchgcc.attacks`); pair it with a robust code (:class:`torchgcc.codes.robust.RobustGCC`);
+    - ``grouping``: ``grouping(x) -> permutation (M,)`` choosing which samples are coded together and in which order
+      (:class:`torchgcc.manifold.ManifoldGrouping`); outputs come back in the caller's order.
+
     Attributes:
         last_mask: the ``(B, N)`` mask of the last forward.
     """
@@ -54,6 +62,9 @@ class CodedModule(nn.Module):
         stragglers: Optional[StragglerModel] = None,
         *,
         chunk_size: Optional[int] = None,
+        noise: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
+        attack: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
+        grouping: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
     ) -> None:
         super().__init__()
         if chunk_size is not None and chunk_size < 1:
@@ -63,9 +74,13 @@ class CodedModule(nn.Module):
         self.stragglers = stragglers
         self.chunk_size = chunk_size
         self.last_mask: Optional[torch.Tensor] = None
+        self.noise, self.attack, self.grouping = noise, attack, grouping
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         num_samples = x.shape[0]
+        perm = None if self.grouping is None else self.grouping(x)
+        if perm is not None:
+            x = x[perm]
         coded = self.code.encoder(group_samples(x, self.code.num_inputs))  # (B, N, *in)
         groups, workers = coded.shape[:2]
         results = self.run_model(coded.reshape((groups * workers,) + coded.shape[2:]))
@@ -74,7 +89,12 @@ class CodedModule(nn.Module):
         if mask.shape != (groups, workers):
             raise ValueError(f"mask must have shape (B, N) = {(groups, workers)} for {num_samples} samples, got {tuple(mask.shape)}")
         self.last_mask = mask
-        return ungroup_samples(self.code.decoder(results, mask), num_samples)
+        if self.noise is not None:
+            results = self.noise(results, mask)
+        if self.attack is not None:
+            results = self.attack(results, mask.to(results.device))
+        out = ungroup_samples(self.code.decoder(results, mask), num_samples)
+        return out if perm is None else out[torch.argsort(perm)]
 
     @eager_under_compile  # the straggler model's generator advances eagerly, also under torch.compile
     def draw_mask(self, num_groups: int, device: Optional[torch.device] = None) -> torch.Tensor:

@@ -9,14 +9,18 @@ import torch
 from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.functional import gcv_scores, smoothing_spline_matrix
+from torchgcc.functional.spline_gcv import spline_gcv_scores
 
-__all__ = ["GCC", "SplineDecoder", "GCVSplineDecoder", "spacing_lambda", "BANDWIDTH_RATIO", "GCV_GRID", "LAMBDA_RULES"]
+__all__ = ["GCC", "SplineDecoder", "GCVSplineDecoder", "FlooredGCVSplineDecoder", "spacing_lambda", "BANDWIDTH_RATIO", "GCV_GRID", "LAMBDA_RULES"]
 
 #: The default decoder smooths at this fraction of the mean spacing of the points it fits (see :func:`spacing_lambda`).
 BANDWIDTH_RATIO = 0.2
 
 #: Named decoder smoothing rules accepted by ``GCC(lambda_dec=...)`` besides explicit numbers.
-LAMBDA_RULES = ("spacing", "gcv")
+LAMBDA_RULES = ("spacing", "gcv", "adaptive")
+
+#: Bandwidth ratio of the smallest smoothing that ``lambda_dec="adaptive"`` considers.
+ADAPTIVE_FLOOR_RATIO = 0.12
 
 
 def spacing_lambda(num_points: int, bandwidth_ratio: float = BANDWIDTH_RATIO) -> float:
@@ -102,6 +106,51 @@ class GCVSplineDecoder(Decoder):
         return candidates[inverse, best, :k, :]
 
 
+class FlooredGCVSplineDecoder(Decoder):
+    """GCV per group over a short grid that starts at a floor (``lambda_dec="adaptive"``, the default):
+    ``lam = spacing_lambda(n, floor_ratio) * 10^(j/2)``, ``j = 0 .. 12``, for a fit to ``n`` results.
+
+    The floor keeps the light smoothing that rough networks gain from (the ViT) at a bandwidth ratio small enough to
+    cost little on exact smooth results (0.12 of the spacing, against 0.2 for ``"spacing"``); above it GCV smooths
+    as much as noisy results warrant. The scores come from :func:`torchgcc.functional.spline_gcv_scores` in O(n)
+    per candidate, without hat matrices, and only the chosen ``(K, n)`` decode matrix is formed per group; nothing is
+    cached (the choice depends on the data). Chosen by ``benchmarks/lambda_suite.py``.
+    """
+
+    grid: torch.Tensor
+
+    def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, floor_ratio: float = ADAPTIVE_FLOOR_RATIO,
+                 **kwargs) -> None:
+        super().__init__(alpha, beta, **kwargs)
+        self.floor_ratio = floor_ratio
+        self.register_buffer("grid", 10.0 ** (torch.arange(13, dtype=torch.float64) / 2))
+        #: ``(B,)`` smoothing parameters chosen in the last call.
+        self.last_lambda: torch.Tensor | None = None
+
+    def matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(len(mask), self.num_inputs, self.num_workers, dtype=torch.float64, device=flat.device)
+        self.last_lambda = torch.empty(len(mask), dtype=torch.float64, device=flat.device)
+        counts = mask.count_nonzero(dim=1)
+        for count in counts.unique().tolist():
+            rows = (counts == count).nonzero().squeeze(1)
+            survivors = mask[rows].nonzero()[:, 1].view(len(rows), count)
+            knots = self.beta[survivors]  # (G, n)
+            candidates = spacing_lambda(count, self.floor_ratio) * self.grid
+            if count >= 4:
+                y = flat[rows.unsqueeze(1), survivors].to(torch.float64)
+                lam = candidates[spline_gcv_scores(knots, y, candidates).argmin(dim=1)]  # (G,)
+            else:  # too few results to score: the floor
+                lam = candidates[:1].expand(len(rows))
+            fitted = smoothing_spline_matrix(knots, self.alpha, lam)  # (G, K, n)
+            out[rows] = out[rows].scatter(-1, survivors.unsqueeze(1).expand_as(fitted), fitted)
+            self.last_lambda[rows] = lam
+        return out
+
+    def decode_matrix(self, mask: torch.Tensor) -> torch.Tensor:
+        raise TypeError("the adaptive decoder's matrices depend on the results: call matrices(results, mask) or the "
+                        "decoder itself, or pick a mask-only rule (lambda_dec='spacing' or a number)")
+
+
 class GCC(Code):
     """General Coded Computing with cubic smoothing splines (the optimum in the second-order Sobolev space).
 
@@ -112,8 +161,10 @@ class GCC(Code):
     group by generalized cross-validation. Needs at least two arrived results.
 
     Defaults: ``lambda_enc = 0``, so the encoder passes exactly through the inputs and ``f(u_e(alpha_k)) = f(x_k)``
-    (encoder smoothing adds a bias that does not shrink with N); ``lambda_dec = "spacing"`` applies
-    :func:`spacing_lambda` to each straggler pattern: a light smoothing at a fifth of the surviving points' spacing.
+    (encoder smoothing adds a bias that does not shrink with N); ``lambda_dec = "adaptive"``
+    (:class:`FlooredGCVSplineDecoder`): GCV per group over a short grid that starts at a light floor, chosen over
+    ``"spacing"`` (:func:`spacing_lambda`), ``"gcv"`` and interpolation by ``benchmarks/lambda_suite.py`` (within 10%
+    of the best of those three at every workload and S measured there).
     ``options`` are those of :class:`Code` (points, non-finite policy, cache size).
     """
 
@@ -123,7 +174,7 @@ class GCC(Code):
         num_workers: int,
         *,
         lambda_enc: float = 0.0,
-        lambda_dec: Union[float, str] = "spacing",
+        lambda_dec: Union[float, str] = "adaptive",
         **options: Any,
     ) -> None:
         super().__init__(num_inputs, num_workers, **options)
@@ -137,8 +188,9 @@ class GCC(Code):
             self.encoder = Encoder(smoothing_spline_matrix(alpha, beta, self.lambda_enc))
         else:  # one input: the spline through one point is the constant
             self.encoder = Encoder(torch.ones(num_workers, 1, dtype=torch.float64))
-        if self.lambda_dec == "gcv":
-            self.decoder = GCVSplineDecoder(alpha, beta, min_arrived=2, **self._decoder_options)
+        if self.lambda_dec in ("gcv", "adaptive"):
+            rule = GCVSplineDecoder if self.lambda_dec == "gcv" else FlooredGCVSplineDecoder
+            self.decoder = rule(alpha, beta, min_arrived=2, **self._decoder_options)
         else:
             lam = None if self.lambda_dec == "spacing" else self.lambda_dec
             self.decoder = SplineDecoder(alpha, beta, lam=lam, min_arrived=2, **self._decoder_options)

@@ -47,13 +47,13 @@ def output_dir(args: argparse.Namespace) -> Path:
 
 
 def parse_lambda(text: str) -> Union[float, str]:
-    """``"gcv"`` or a non-negative float (argparse ``type=``)."""
-    if text == "gcv":
+    """A named rule (``"adaptive"``, ``"gcv"``, ``"spacing"``) or a non-negative float (argparse ``type=``)."""
+    if text in ("adaptive", "gcv", "spacing"):
         return text
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'gcv' or a number >= 0, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected adaptive, gcv, spacing or a number >= 0, got {text!r}") from None
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"lambda must be >= 0, got {text!r}")
     return value
@@ -61,8 +61,8 @@ def parse_lambda(text: str) -> Union[float, str]:
 
 def _non_negative(text: str) -> float:
     value = parse_lambda(text)
-    if value == "gcv":
-        raise argparse.ArgumentTypeError("--lambda-enc takes a number >= 0 ('gcv' is for the decoder only)")
+    if isinstance(value, str):
+        raise argparse.ArgumentTypeError(f"--lambda-enc takes a number >= 0 ({value!r} is for the decoder only)")
     return value
 
 
@@ -77,8 +77,9 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, name: str) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help=f"output folder (default: a fresh ./torchgcc-results/{name}/<date>-<time>)")
     parser.set_defaults(out_name=name)
-    parser.add_argument("--lambda-dec", type=parse_lambda, default=None, metavar="gcv|FLOAT",
-                        help="GCC decoder smoothing: a number >= 0 or 'gcv' (generalized cross-validation per group); "
+    parser.add_argument("--lambda-dec", type=parse_lambda, default=None, metavar="adaptive|gcv|spacing|FLOAT",
+                        help="GCC decoder smoothing: a number >= 0, 'adaptive' (GCV above a light floor), 'gcv' "
+                             "(generalized cross-validation per group) or 'spacing'; "
                              "default: the library default")
     parser.add_argument("--lambda-enc", type=_non_negative, default=None, metavar="FLOAT",
                         help="GCC encoder smoothing, a number >= 0; default: the library default")

@@ -72,7 +72,7 @@ def _rates(args: argparse.Namespace) -> int:
     slopes = fit_slopes(records)
     title = (f"Fig. 4 analogue: smooth f, K={experiment.num_inputs}, worst-case S={experiment.num_stragglers} "
              f"and Bernoulli(p) stragglers\n"
-             f"GCC lambdas: {gcc_options(args) or 'library defaults (lambda_dec follows the spacing of the arrived results)'}")
+             f"GCC lambdas: {gcc_options(args) or 'library defaults (lambda_dec adaptive: GCV above a light floor)'}")
     out = output_dir(args)
     publish(out, config=config, records=records, setting="N", title=title, console=console, slopes=slopes)
     plot_rates(records, out / "rates.png", num_stragglers=experiment.num_stragglers, slopes=slopes, title=title)
@@ -107,7 +107,20 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None] | No
     "polynomial": ("Fig. 3: GCC vs LCC on a quadratic task as S crosses LCC's recovery threshold", None, _polynomial),
     "rates": ("Fig. 4: log-log MSE vs N, worst-case and Bernoulli stragglers, with fitted slopes", None, _rates),
     "training": ("Gradient coding: DGD, IS-SGD, GC, IS-GC, PGC under stragglers", add_training_arguments, run_training),
+    "adversarial": ("adversarial workers: worst-case error vs N for q = N^a, plain, adversarial-lambda and robust "
+                    "decoders beside BACC (x sin x and LeNet5)", None, lambda args: _lazy("adversarial")(args)),
+    "manifold": ("manifold-aware grouping (our reconstruction) vs standard GCC: LeNet5, ViT, Swiss-roll polynomial",
+                 None, lambda args: _lazy("manifold")(args)),
+    "noisy": ("noisy workers: MSE vs N and vs sigma for noise-aware, natural, GCV GCC and BACC; bf16 workers",
+              None, lambda args: _lazy("noisy")(args)),
 }
+
+
+def _lazy(module: str) -> Callable[[argparse.Namespace], int]:
+    """The ``run`` of ``torchgcc.experiments.<module>``, imported when the experiment runs."""
+    import importlib
+
+    return importlib.import_module(f"torchgcc.experiments.{module}").run
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,0 +1,258 @@
+"""Adversarial workers: seeded, composable attack models that corrupt the results that arrived.
+
+Threat model of "General Coded Computing: Adversarial Settings" (arXiv 2502.08058): ``q`` of the workers whose
+results arrive are controlled by one omniscient adversary and return arbitrary values bounded by ``M``. An attack is
+called as ``attack(results, mask) -> results`` with ``results`` ``(B, N, *out)`` and ``mask`` ``(B, N)`` (True =
+arrived); it records the ``(B, N)`` bool tensor of the workers it corrupted in ``last_corrupted``. Attacks compose
+with ``+`` (applied left to right) and never touch straggler slots.
+
+- :class:`RandomAttack`: ``q`` random arrived workers return ``+M`` (or ``+-M`` with a random sign per worker);
+- :class:`ConcentratedAttack`: a block of ``q`` consecutive arrived workers at the middle of the points return ``+M``
+  (the strongest attack on a smoothing spline in arXiv 2505.17356);
+- :class:`GreedyAttack`: ``q`` times, the currently best-fitting worker (smallest residual against a smoothing spline
+  of the current results) is pushed by ``M * sign(fit - y)`` and clipped to ``[-M, M]`` (arXiv 2505.17356);
+- :class:`SignFlipAttack`: ``q`` random arrived workers return ``-y``;
+- :class:`ConstantAttack`: ``q`` arrived workers (random, or the fixed ``workers=``, e.g. a distributed rank that is
+  adversarial) return one constant.
+
+Positions are drawn among the arrived workers of each group from the attack's own generator (``seed=``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from torchgcc.functional import smoothing_spline_matrix
+from torchgcc.points import PointSpec, resolve_points
+
+__all__ = ["Attack", "AttackedScheme", "ComposedAttack", "RandomAttack", "ConcentratedAttack", "GreedyAttack", "SignFlipAttack",
+           "ConstantAttack", "ATTACKS"]
+
+
+class Attack:
+    """Base class: choose ``q`` arrived workers per group (:meth:`positions`) and replace their results
+    (:meth:`values`)."""
+
+    def __init__(self, q: int, *, seed: Optional[int] = None) -> None:
+        if isinstance(q, bool) or not isinstance(q, int) or q < 0:
+            raise ValueError(f"q must be a non-negative integer (the number of adversarial workers), got {q!r}")
+        self.q = q
+        self.generator = torch.Generator()
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(seed)
+        #: ``(B, N)`` bool: the workers corrupted in the last call.
+        self.last_corrupted: Optional[torch.Tensor] = None
+
+    def __call__(self, results: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if results.ndim < 2 or mask.shape != results.shape[:2] or mask.dtype != torch.bool:
+            raise ValueError(f"attack expects results (B, N, *out) and a bool mask (B, N), got {tuple(results.shape)} "
+                             f"and {tuple(mask.shape)} {mask.dtype}")
+        arrived = mask.cpu().count_nonzero(dim=1)
+        if self.q > int(arrived.min()):
+            raise ValueError(f"q={self.q} adversaries but a group has only {int(arrived.min())} arrived results")
+        corrupted = self.positions(mask.cpu()).to(results.device)
+        self.last_corrupted = corrupted
+        if self.q == 0:
+            return results
+        view = corrupted.view(corrupted.shape + (1,) * (results.ndim - 2))
+        return torch.where(view, self.values(results, corrupted), results)
+
+    def positions(self, mask: torch.Tensor) -> torch.Tensor:
+        """``(B, N)`` bool: ``q`` uniformly random arrived workers per group."""
+        keys = torch.rand(mask.shape, generator=self.generator).masked_fill(~mask, 2.0)
+        rank = keys.argsort(dim=1).argsort(dim=1)
+        return rank < self.q
+
+    def values(self, results: torch.Tensor, corrupted: torch.Tensor) -> torch.Tensor:
+        """What the corrupted workers return, ``results``' shape (only entries at ``corrupted`` are used)."""
+        raise NotImplementedError
+
+    def __add__(self, other: "Attack") -> "ComposedAttack":
+        return ComposedAttack([self, other])
+
+
+class ComposedAttack(Attack):
+    """Several attacks applied in turn; ``last_corrupted`` is the union of theirs."""
+
+    def __init__(self, attacks: Sequence[Attack]) -> None:
+        flat: list[Attack] = []
+        for attack in attacks:
+            flat += attack.attacks if isinstance(attack, ComposedAttack) else [attack]
+        super().__init__(sum(a.q for a in flat), seed=0)
+        self.attacks = flat
+
+    def __call__(self, results: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        corrupted = torch.zeros(mask.shape, dtype=torch.bool, device=results.device)
+        for attack in self.attacks:
+            results = attack(results, mask)
+            corrupted |= attack.last_corrupted
+        self.last_corrupted = corrupted
+        return results
+
+    def __repr__(self) -> str:
+        return " + ".join(map(repr, self.attacks))
+
+
+class RandomAttack(Attack):
+    """``q`` random arrived workers return ``+M`` in every output (``random_sign=True``: ``+M`` or ``-M`` drawn per
+    output entry, which also scrambles the order of a classifier's logits)."""
+
+    def __init__(self, q: int, bound: float, *, random_sign: bool = False, seed: Optional[int] = None) -> None:
+        super().__init__(q, seed=seed)
+        self.bound = _check_bound(bound)
+        self.random_sign = random_sign
+
+    def values(self, results, corrupted):
+        if not self.random_sign:
+            return torch.full_like(results, self.bound)
+        sign = torch.randint(0, 2, results.shape, generator=self.generator).to(results) * 2 - 1
+        return self.bound * sign
+
+    def __repr__(self) -> str:
+        return f"RandomAttack(q={self.q}, bound={self.bound:g}, random_sign={self.random_sign})"
+
+
+class ConcentratedAttack(Attack):
+    """A block of ``q`` consecutive arrived workers centred on the middle arrived worker returns ``+M``.
+
+    Worker points are ascending, so consecutive workers are neighbours on [-1, 1] and the block sits at the median
+    point: the strongest of the attacks on a smoothing spline studied in arXiv 2505.17356. Deterministic.
+    """
+
+    def __init__(self, q: int, bound: float, *, seed: Optional[int] = None) -> None:
+        super().__init__(q, seed=seed)
+        self.bound = _check_bound(bound)
+
+    def positions(self, mask):
+        order = mask.long().cumsum(dim=1) - 1  # index of each arrived worker among the arrived ones
+        start = (mask.count_nonzero(dim=1).unsqueeze(1) - self.q) // 2
+        return mask & (order >= start) & (order < start + self.q)
+
+    def values(self, results, corrupted):
+        return torch.full_like(results, self.bound)
+
+    def __repr__(self) -> str:
+        return f"ConcentratedAttack(q={self.q}, bound={self.bound:g})"
+
+
+class GreedyAttack(Attack):
+    """``q`` rounds: fit a smoothing spline (parameter ``lam``) to the current arrived results at the worker
+    ``points``, take the not yet corrupted worker with the smallest residual norm, and move its result by
+    ``M * sign(fit - y)`` (sign +1 where the residual is 0), clipped to ``[-M, M]``. Deterministic."""
+
+    def __init__(self, q: int, bound: float, *, points: PointSpec = "chebyshev2", lam: float = 1e-4,
+                 seed: Optional[int] = None) -> None:
+        super().__init__(q, seed=seed)
+        self.bound = _check_bound(bound)
+        self.points = points
+        self.lam = lam
+
+    def __call__(self, results, mask):
+        super().__call__(results, mask)  # validates and fills last_corrupted with placeholders
+        beta = resolve_points(self.points, mask.shape[1])
+        out = results.clone()
+        corrupted = torch.zeros_like(mask, device="cpu")
+        for group in range(mask.shape[0]):
+            survivors = mask[group].cpu().nonzero().squeeze(1)
+            hat = smoothing_spline_matrix(beta[survivors], beta[survivors], self.lam).to(results.device)
+            for _ in range(self.q):
+                y = out[group, survivors.to(results.device)].reshape(len(survivors), -1)
+                fit = hat.to(y.dtype) @ y
+                residual = (fit - y).norm(dim=1).cpu().double()
+                residual[corrupted[group, survivors]] = float("inf")
+                pick = int(residual.argmin())
+                direction = torch.where(fit[pick] >= y[pick], 1.0, -1.0).to(y)
+                pushed = (y[pick] + self.bound * direction).clamp(-self.bound, self.bound)
+                out[group, int(survivors[pick])] = pushed.reshape(results.shape[2:])
+                corrupted[group, survivors[pick]] = True
+        self.last_corrupted = corrupted.to(results.device)
+        return out
+
+    def positions(self, mask):
+        return torch.zeros_like(mask)  # chosen round by round in __call__
+
+    def values(self, results, corrupted):
+        return results
+
+    def __repr__(self) -> str:
+        return f"GreedyAttack(q={self.q}, bound={self.bound:g}, lam={self.lam:g})"
+
+
+class SignFlipAttack(Attack):
+    """``q`` random arrived workers return ``-y`` (bounded by ``M`` whenever the honest results are)."""
+
+    def values(self, results, corrupted):
+        return -results
+
+    def __repr__(self) -> str:
+        return f"SignFlipAttack(q={self.q})"
+
+
+class ConstantAttack(Attack):
+    """Arrived workers return ``value`` in every output: ``q`` random ones, or those in ``workers`` (fixed ranks;
+    a listed worker that straggles corrupts nothing)."""
+
+    def __init__(self, q: int = 0, value: float = 0.0, *, workers: Sequence[int] = (),
+                 seed: Optional[int] = None) -> None:
+        super().__init__(q if not workers else len(workers), seed=seed)
+        self.value = float(value)
+        self.workers = tuple(int(w) for w in workers)
+
+    def __call__(self, results, mask):
+        if self.workers and max(self.workers) >= mask.shape[1]:
+            raise ValueError(f"workers {self.workers} must lie in 0..{mask.shape[1] - 1}")
+        if self.workers:  # fixed ranks: only those that arrived, however many
+            corrupted = torch.zeros_like(mask)
+            corrupted[:, list(self.workers)] = True
+            corrupted &= mask
+            self.last_corrupted = corrupted
+            view = corrupted.view(corrupted.shape + (1,) * (results.ndim - 2))
+            return torch.where(view, torch.full_like(results, self.value), results)
+        return super().__call__(results, mask)
+
+    def values(self, results, corrupted):
+        return torch.full_like(results, self.value)
+
+    def __repr__(self) -> str:
+        return f"ConstantAttack(q={self.q}, value={self.value:g}, workers={self.workers})"
+
+
+#: Attack models by name, for experiments and command lines: ``name -> class(q, bound, seed=...)``.
+ATTACKS = {
+    "random": RandomAttack,
+    "concentrated": ConcentratedAttack,
+    "greedy": GreedyAttack,
+    "signflip": lambda q, bound, **kw: SignFlipAttack(q, **kw),
+    "constant": lambda q, bound, **kw: ConstantAttack(q, bound, **kw),
+}
+
+
+def _check_bound(bound: float) -> float:
+    if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not 0 < bound < float("inf"):
+        raise ValueError(f"bound (M) must be a finite number > 0, got {bound!r}")
+    return float(bound)
+
+
+class AttackedScheme:
+    """A distributed scheme (:mod:`torchgcc.distributed.schemes`) whose arrived results pass through ``attack``
+    before decoding: makes worker ranks adversarial in the executor, e.g.
+    ``AttackedScheme(make_scheme("gcc", ...), ConstantAttack(value=1e3, workers=[2]))``.
+
+    Everything but :meth:`decode` is the wrapped scheme's.
+    """
+
+    def __init__(self, scheme, attack: Attack) -> None:
+        self.scheme, self.attack = scheme, attack
+
+    def __getattr__(self, name: str):
+        return getattr(self.scheme, name)
+
+    def decode(self, results: torch.Tensor, mask: torch.Tensor, num_samples: int) -> tuple[torch.Tensor, list[int]]:
+        """``(N, B, *out)`` results and ``(B, N)`` mask, corrupted by the attack, then the scheme's decode
+        (estimates and the inputs left without a result, as every scheme returns them)."""
+        attacked = self.attack(results.movedim(0, 1), mask.to(results.device)).movedim(1, 0)
+        return self.scheme.decode(attacked, mask, num_samples)
