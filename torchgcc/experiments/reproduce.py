@@ -75,6 +75,12 @@ def _rates(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sagc(args: argparse.Namespace) -> int:
+    from torchgcc.experiments.sagc import run
+
+    return run(args)
+
+
 def _stragglers_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=list_models(), default="lenet5", help="classifier (default lenet5)")
     parser.add_argument("--data", choices=list_datasets(), default="digits",
@@ -100,6 +106,7 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None] | No
                    _stragglers_arguments, _stragglers),
     "polynomial": ("Fig. 3: GCC vs LCC on a quadratic task as S crosses LCC's recovery threshold", None, _polynomial),
     "rates": ("Fig. 4: log-log MSE vs N, worst-case and Bernoulli stragglers, with fitted slopes", None, _rates),
+    "sagc": ("SAGC: synchronous GRPO with static G in {4, 8, 16} vs straggler-aware adaptive G, 3 seeds", None, _sagc),
 }
 
 
