@@ -202,3 +202,11 @@ def test_group_size_hook_drives_the_controller():
     assert other.group_size == group and other.controller.events == 1
     with pytest.raises(ValueError, match="exactly one"):
         group_size_controller((4, 8), prompts_per_step=2, budget=0.2)
+
+
+def test_results_watched_until_the_deadline_count_as_late():
+    controller = StragglerAwareController([3], budget=0.1, threshold=DeadlineThreshold(1.0),
+                                          event_model=WaitForFastest(4), warmup=0)
+    # waited for 3 of 4; the 4th was not back by the deadline, so it exceeded it although the step ended at 0.6
+    assert controller.observe([0.2, 0.4, 0.6, math.inf], watched_until=1.0) is False
+    assert (controller.risk.exceeded, controller.risk.within) == pytest.approx((1.0, 3.0))

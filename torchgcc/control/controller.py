@@ -140,12 +140,15 @@ class StragglerAwareController:
             self.index, self.held = target, 0
         return self.size
 
-    def observe(self, durations: torch.Tensor | Sequence[float], size: Optional[int] = None) -> bool:
+    def observe(self, durations: torch.Tensor | Sequence[float], size: Optional[int] = None, *,
+                watched_until: Optional[float] = None) -> bool:
         """Record one step's unit durations ``(units,)`` in seconds; returns whether it was a straggler event.
 
-        ``size`` is the size the step ran with (default: the current size). Units whose result was never seen
-        (cancelled stragglers) are given as ``inf``: they count as exceedances when the step ran past the threshold
-        and are left out of the posterior otherwise (their exceedance is unknown).
+        ``size`` is the size the step ran with (default: the current size). Units whose result was not seen by
+        ``watched_until`` seconds (default: the largest finite duration, i.e. the end of the step) are given as
+        ``inf``: they count as exceedances when ``watched_until`` reached the threshold and are left out of the
+        posterior otherwise (their exceedance is unknown). An executor that records late arrivals up to the
+        deadline passes ``watched_until=deadline`` and loses no information.
         """
         size = self.size if size is None else int(size)
         if size not in self.sizes.tolist():
@@ -163,7 +166,8 @@ class StragglerAwareController:
         threshold = self.threshold(durations[seen])
         exceeded, total = int((durations[seen] > threshold).sum()), int(seen.sum())
         censored = durations.numel() - total
-        if censored and float(durations[seen].max()) >= threshold:
+        watched = float(durations[seen].max()) if watched_until is None else float(watched_until)
+        if censored and watched >= threshold:
             exceeded, total = exceeded + censored, total + censored
         event = exceeded >= int(self.event_model.at_least(torch.tensor(size)))
         self.risk.update(exceeded, total)

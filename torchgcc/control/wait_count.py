@@ -96,13 +96,16 @@ class WaitCountController:
         """S for the next step (wait for ``N - S`` results)."""
         return self.num_workers - self.controller.choose()
 
-    def observe(self, latencies: torch.Tensor | Sequence[float], stragglers: Optional[int] = None) -> bool:
+    def observe(self, latencies: torch.Tensor | Sequence[float], stragglers: Optional[int] = None, *,
+                watched_until: Optional[float] = None) -> bool:
         """Record the ``(N,)`` worker latencies of a step run with ``stragglers`` (default: the current S).
 
-        Latencies of results cancelled before they arrived are ``inf``. Returns whether the step missed the deadline.
+        Results not seen by ``watched_until`` seconds (default: the end of the step) are ``inf``; an executor that
+        keeps recording late arrivals until the deadline passes ``watched_until=deadline``. Returns whether the step
+        missed the deadline.
         """
         size = None if stragglers is None else self.num_workers - int(stragglers)
-        return self.controller.observe(latencies, size=size)
+        return self.controller.observe(latencies, size=size, watched_until=watched_until)
 
     def use_fallback(self, enabled: bool = True) -> None:
         """Switch to the static fallback S (``enabled=False`` resumes adaptive choices)."""

@@ -81,6 +81,12 @@ def _sagc(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _adaptive_wait(args: argparse.Namespace) -> int:
+    from torchgcc.experiments.adaptive_wait import run
+
+    return run(args)
+
+
 def _stragglers_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=list_models(), default="lenet5", help="classifier (default lenet5)")
     parser.add_argument("--data", choices=list_datasets(), default="digits",
@@ -107,6 +113,8 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None] | No
     "polynomial": ("Fig. 3: GCC vs LCC on a quadratic task as S crosses LCC's recovery threshold", None, _polynomial),
     "rates": ("Fig. 4: log-log MSE vs N, worst-case and Bernoulli stragglers, with fitted slopes", None, _rates),
     "sagc": ("SAGC: synchronous GRPO with static G in {4, 8, 16} vs straggler-aware adaptive G, 3 seeds", None, _sagc),
+    "adaptive-wait": ("coded inference, N=24, K=8: adaptive wait count N - S vs every fixed S as the latency tail "
+                      "changes mid-run", None, _adaptive_wait),
 }
 
 

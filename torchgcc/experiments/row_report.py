@@ -68,7 +68,7 @@ def publish_rows(
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     paths["table"] = Path(out_dir) / "table.md"
     paths["table"].write_text(f"{title}\n\n" + "\n".join(lines) + "\n")
-    table = Table(title=title, caption="value ± 95% CI half-width over seeds where shown")
+    table = Table(title=title, caption="value ± 95% CI half-width where shown")
     for name in header:
         table.add_column(name, justify="right")
     for row in rows:
