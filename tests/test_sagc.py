@@ -98,10 +98,11 @@ def test_seed_mean_ci_uses_student_t():
 
 
 def test_grpo_loop_learns_and_follows_the_hook():
-    controller = group_size_controller((4, 8), prompts_per_step=4, budget=0.3, kappa=8.0, warmup=0, hold=1)
-    records = train_grpo(GRPOConfig(steps=60, seed=0), GroupSizeHook(controller), progress=False)
-    assert [r["step"] for r in records] == list(range(60))
-    assert {r["G"] for r in records} <= {4, 8} and controller.steps == 60
+    config = GRPOConfig(steps=50, prompts_per_step=8, rollout_slots=32, seed=0)
+    controller = group_size_controller((4, 8), prompts_per_step=8, budget=0.3, kappa=8.0, warmup=0, hold=1)
+    records = train_grpo(config, GroupSizeHook(controller), progress=False)
+    assert [r["step"] for r in records] == list(range(50))
+    assert {r["G"] for r in records} <= {4, 8} and controller.steps == 50
     assert all(b["clock"] > a["clock"] for a, b in zip(records, records[1:]))
     early = sum(r["reward"] for r in records[:10]) / 10
     late = sum(r["reward"] for r in records[-10:]) / 10
@@ -110,7 +111,7 @@ def test_grpo_loop_learns_and_follows_the_hook():
 
 def test_run_sagc_summaries(tmp_path):
     tiny = replace(SAGC, static_sizes=(4,), candidate_sizes=(4, 8), seeds=(0, 1),
-                   grpo=replace(SAGC.grpo, steps=6), window=2, warmup=0, hold=1)
+                   grpo=replace(SAGC.grpo, steps=6, prompts_per_step=4), window=2, warmup=0, hold=1)
     records, config, histories = run_sagc(tiny, progress=False)
     assert [r["scheme"] for r in records] == ["static G=4", "sagc"]
     static = records[0]

@@ -44,20 +44,20 @@ class SAGCExperiment:
     candidate_sizes: tuple[int, ...] = (4, 6, 8, 12, 16)
     seeds: tuple[int, ...] = (0, 1, 2)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
-    budget: float = 0.25
-    kappa: float = 8.0
+    budget: float = 0.3
+    kappa: float = 40.0
     eta: float = 1.0
     hold: int = 5
     max_step: int = 1
     warmup: int = 10
-    reward_target: float = 0.6
+    reward_target: float = 0.9
     window: int = 20
 
 
-#: The full run: 300 steps of 4 prompts, 3 seeds.
+#: The full run: 240 steps of 16 prompts, 3 seeds.
 SAGC = SAGCExperiment()
-#: ``--quick``: 120 steps, 2 seeds, a lower reward target.
-QUICK = replace(SAGC, seeds=(0, 1), grpo=replace(SAGC.grpo, steps=120), reward_target=0.45)
+#: ``--quick``: 100 steps, 2 seeds, a lower reward target.
+QUICK = replace(SAGC, seeds=(0, 1), grpo=replace(SAGC.grpo, steps=100), reward_target=0.8)
 
 
 def time_to_target(steps: list[dict[str, Any]], target: float, window: int) -> float:

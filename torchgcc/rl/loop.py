@@ -52,16 +52,16 @@ def makespan(durations: torch.Tensor, slots: int) -> float:
 class GRPOConfig:
     """Settings of one GRPO run (the group size comes from the hook)."""
 
-    steps: int = 300
-    prompts_per_step: int = 4
-    max_span: int = 6
+    steps: int = 240
+    prompts_per_step: int = 16
+    max_span: int = 3
     hidden: int = 128
     lr: float = 3e-3
     clip: float = 0.2
     inner_epochs: int = 2
     token_seconds: float = 0.05
-    rollout_slots: int = 16
-    delay_shape: float = 2.0
+    rollout_slots: int = 64
+    delay_shape: float = 1.5
     seed: int = 0
 
 
