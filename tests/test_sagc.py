@@ -120,3 +120,15 @@ def test_run_sagc_summaries(tmp_path):
     events = [float(sum(step["event"] for step in run)) / 6 for run in histories["static G=4"]]
     assert static["event_rate"] == pytest.approx(sum(events) / 2)
     assert sum(records[1]["G_distribution"].values()) == pytest.approx(1.0)
+
+
+def test_rl_script_runs_and_writes_json(tmp_path, capsys):
+    from torchgcc.rl.__main__ import main
+
+    out = tmp_path / "run.json"
+    assert main(["--sagc", "4,8", "--steps", "3", "--out", str(out)]) == 0
+    assert "straggler-event rate" in capsys.readouterr().out
+    import json
+
+    payload = json.loads(out.read_text())
+    assert len(payload["records"]) == 3 and payload["controller"]["sizes"] == [4, 8]
