@@ -210,3 +210,25 @@ def test_results_watched_until_the_deadline_count_as_late():
     # waited for 3 of 4; the 4th was not back by the deadline, so it exceeded it although the step ended at 0.6
     assert controller.observe([0.2, 0.4, 0.6, math.inf], watched_until=1.0) is False
     assert (controller.risk.exceeded, controller.risk.within) == pytest.approx((1.0, 3.0))
+
+
+def test_wait_count_controller_drives_coded_module_through_its_mask():
+    import torchgcc
+    from torchgcc.stragglers import LatencyStragglers
+
+    n, deadline = 8, 1.3
+    module = torchgcc.CodedModule(torch.nn.Linear(3, 2).double(), torchgcc.make_code("gcc", num_inputs=4, num_workers=n))
+    latency = LatencyStragglers("shifted_exponential", seed=0, shift=1.0, scale=0.2)
+    waiter = LatencyStragglers(latency.latency)
+    policy = WaitCountController(n, deadline=deadline, budget=0.05, stragglers=range(5), warmup=2)
+    x = torch.randn(8, 3, dtype=torch.float64)
+    for _ in range(20):
+        s = policy.choose()
+        waiter.num_stragglers = s
+        delays = latency.sample_delays(1, n)
+        mask, step_latency = waiter.mask_from_delays(delays)
+        y = module(x, mask=mask.expand(2, n))
+        assert y.shape == (8, 2) and int(module.last_mask[0].sum()) == n - s
+        seen = delays[0].masked_fill(delays[0] > deadline, math.inf)
+        assert policy.observe(seen, stragglers=s, watched_until=deadline) == bool(step_latency[0] > deadline)
+    assert policy.controller.steps == 20
