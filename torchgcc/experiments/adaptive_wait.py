@@ -43,6 +43,7 @@ from torchgcc.control.wait_count import WaitCountController  # noqa: E402
 from torchgcc.experiments.data import load_dataset  # noqa: E402
 from torchgcc.experiments.evaluate import evaluate_coded, mean_ci, model_outputs  # noqa: E402
 from torchgcc.experiments.options import apply_threads  # noqa: E402
+from torchgcc.experiments.plots import _save as save_figure  # noqa: E402
 from torchgcc.experiments.row_report import publish_rows, value_ci  # noqa: E402
 from torchgcc.experiments.training import load_or_train  # noqa: E402
 from torchgcc.stragglers import FixedStragglers, LatencyStragglers  # noqa: E402
@@ -203,11 +204,7 @@ def plot_adaptive_wait(records: list[dict[str, Any]], adaptive_s: list[int], pat
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _number(key: str, digits: int):

@@ -30,6 +30,7 @@ from rich.console import Console  # noqa: E402
 import torchgcc  # noqa: E402
 from torchgcc.control.group_size import GroupSizeHook, group_size_controller  # noqa: E402
 from torchgcc.experiments.options import apply_threads  # noqa: E402
+from torchgcc.experiments.plots import _save as save_figure  # noqa: E402
 from torchgcc.experiments.row_report import publish_rows, seed_mean_ci, value_ci  # noqa: E402
 from torchgcc.rl.loop import GRPOConfig, train_grpo  # noqa: E402
 
@@ -128,7 +129,8 @@ def plot_sagc(histories: dict[str, list[list[dict[str, Any]]]], records: list[di
             curve.plot(clock, trailing, color=f"C{index}", alpha=0.9 if seed_index == 0 else 0.35, lw=1.2,
                        label=scheme if seed_index == 0 else None)
     curve.axhline(experiment.reward_target, ls="--", color="grey", lw=1, label="reward target")
-    curve.set(xlabel="wall-clock (s, simulated delays included)", ylabel=f"reward, trailing {experiment.window}-step mean")
+    curve.set(xlabel="wall-clock (s, simulated delays included)",
+              ylabel=f"reward, trailing {experiment.window}-step mean")
     curve.legend(fontsize=7)
     names = [record["scheme"] for record in records]
     rates = [record["event_rate"] for record in records]
@@ -141,11 +143,7 @@ def plot_sagc(histories: dict[str, list[list[dict[str, Any]]]], records: list[di
     sizes.bar([str(g) for g in distribution], list(distribution.values()), color=f"C{len(names) - 1}")
     sizes.set(xlabel="group size G", ylabel="fraction of steps", title="SAGC's chosen G (all seeds)")
     fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _columns(experiment: SAGCExperiment) -> list:

@@ -4,7 +4,8 @@
     python -m torchgcc.rl --sagc 4,6,8,12,16 --budget 0.3       # G chosen per step by the controller
 
 Prints the reward every 20 steps and a summary (event rate, wall-clock, chosen G); ``--out`` writes the per-step
-records and the controller's state as JSON. Plain PyTorch, no Lightning: the loop is :func:`torchgcc.rl.loop.train_grpo`.
+records and the controller's state as JSON. Plain PyTorch, no Lightning: the loop is
+:func:`torchgcc.rl.loop.train_grpo`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     records = train_grpo(config, hook)
     for start in range(0, len(records), 20):
         window = records[start:start + 20]
-        print(f"steps {start:4d}-{start + len(window) - 1:4d}: reward {sum(r['reward'] for r in window) / len(window):.3f}"
+        reward = sum(r["reward"] for r in window) / len(window)
+        print(f"steps {start:4d}-{start + len(window) - 1:4d}: reward {reward:.3f}"
               f"  mean G {sum(r['G'] for r in window) / len(window):.1f}  clock {window[-1]['clock']:.0f} s")
     controller = hook.controller
     print(f"straggler-event rate {controller.event_rate:.3f} (budget {args.budget}), wall-clock "

@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -70,8 +70,8 @@ def train_grpo(config: GRPOConfig, hook: GroupSizeHook, *, progress: bool = True
     """Run ``config.steps`` GRPO steps with group sizes from ``hook``; returns one record per step.
 
     Record keys: ``step``, ``G``, ``reward`` (mean over the step's rollouts), ``answer_tokens`` (mean),
-    ``event`` (straggler event), ``rollout_seconds`` (the barrier: the makespan on the slots), ``update_seconds`` (measured),
-    ``generate_seconds`` (measured), ``clock`` (cumulative wall-clock in seconds, simulated delays included).
+    ``event`` (straggler event), ``rollout_seconds`` (the barrier: the makespan on the slots),
+    ``update_seconds`` (measured), ``generate_seconds`` (measured), ``clock`` (cumulative wall-clock in seconds, simulated delays included).
     The policy's initialisation and the prompt stream depend only on ``config.seed``, not on the group sizes.
     """
     task = CountdownTask(max_span=config.max_span)
