@@ -39,7 +39,10 @@ __all__ = ["QUICK", "SAGC", "SAGCExperiment", "run", "run_sagc", "time_to_target
 
 @dataclass(frozen=True)
 class SAGCExperiment:
-    """Settings of the comparison; ``grpo`` holds the GRPO run settings except the seed and the group size."""
+    """Settings of the comparison; ``grpo`` holds the GRPO run settings except the seed and the group size.
+
+    ``fallback`` is SAGC's static group size during warm-up (and its fallback): the G a user would otherwise pick.
+    """
 
     static_sizes: tuple[int, ...] = (4, 8, 16)
     candidate_sizes: tuple[int, ...] = (4, 6, 8, 12, 16)
@@ -51,6 +54,7 @@ class SAGCExperiment:
     hold: int = 5
     max_step: int = 1
     warmup: int = 10
+    fallback: int = 8
     reward_target: float = 0.9
     window: int = 20
 
@@ -70,10 +74,11 @@ def time_to_target(steps: list[dict[str, Any]], target: float, window: int) -> f
 
 
 def _controller(experiment: SAGCExperiment, sizes: tuple[int, ...], seed: int):
+    """A static scheme is a controller with one size; SAGC starts from (and falls back to) ``experiment.fallback``."""
+    fallback = experiment.fallback if len(sizes) > 1 else sizes[0]
     return group_size_controller(sizes, prompts_per_step=experiment.grpo.prompts_per_step, budget=experiment.budget,
                                  kappa=experiment.kappa, eta=experiment.eta, hold=experiment.hold,
-                                 max_step=experiment.max_step, warmup=experiment.warmup,
-                                 fallback=min(sizes), seed=seed)
+                                 max_step=experiment.max_step, warmup=experiment.warmup, fallback=fallback, seed=seed)
 
 
 def run_sagc(experiment: SAGCExperiment, *, progress: bool = True) -> tuple[list[dict], dict, dict]:
