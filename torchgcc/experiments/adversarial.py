@@ -30,7 +30,8 @@ import torchgcc
 from torchgcc.attacks import ATTACKS, Attack, RandomAttack
 from torchgcc.codes.robust import RobustGCC
 from torchgcc.coded_module import group_samples, ungroup_samples
-from torchgcc.experiments.evaluate import mean_ci, model_outputs
+from torchgcc.experiments.evaluate import model_outputs
+from torchgcc.metrics import mean_ci
 from torchgcc.stragglers import FixedStragglers
 from torchgcc import metrics
 
@@ -83,7 +84,7 @@ def evaluate_attacked(f: Callable[[torch.Tensor], torch.Tensor], code: torchgcc.
     """Coded inference of ``f`` with ``attack`` corrupting the arrived results of every group under ``masks``
     ``(B, N)``; MSE (and RelAcc) against ``reference`` with 95% CIs over groups, and the detection rate when the
     decoder reports flagged workers."""
-    k = code.alpha.numel()
+    k = code.num_inputs
     coded = code.encoder(group_samples(inputs, k))
     results = model_outputs(f, coded.flatten(0, 1)).unflatten(0, coded.shape[:2])
     results = results.repeat((len(masks) // len(coded),) + (1,) * (results.ndim - 1))
@@ -94,7 +95,7 @@ def evaluate_attacked(f: Callable[[torch.Tensor], torch.Tensor], code: torchgcc.
     stats = {"mse": per_group.mean().item(), "mse_ci": mean_ci(per_group)[1], "groups": len(per_group)}
     if classification:
         agree = (decoded.argmax(-1) == truth.argmax(-1)).double().mean(dim=1)
-        stats["relacc"], stats["relacc_ci"] = agree.mean().item(), mean_ci(agree)[1]
+        stats["agreement"], stats["agreement_ci"] = agree.mean().item(), mean_ci(agree)[1]
     flagged = getattr(code.decoder, "last_flagged", None)
     if flagged is not None and attack.q > 0:
         caught = (flagged | ~attack.last_corrupted).all(dim=1).double()
@@ -188,7 +189,7 @@ def acceptance(records: list[dict[str, Any]], attacks: tuple[str, ...] = ("conce
                 "slope": slopes[f"xsinx a={a:g} {scheme}"], "bound": 1.2 * (a - 1) + 0.15,
                 "natural_over_robust_at_largest_N": at["natural"] / at[scheme], "largest_N": largest}
     case = [r for r in records if r["workload"] == "lenet5_case"]
-    out["lenet5_case"] = {f"{r['scheme']} {r['attack']}": {k: r.get(k) for k in ("mse", "relacc", "detection")}
+    out["lenet5_case"] = {f"{r['scheme']} {r['attack']}": {k: r.get(k) for k in ("mse", "agreement", "detection")}
                           for r in case}
     return out
 

@@ -115,6 +115,6 @@ def run(args) -> int:
     for r in records:
         if r["scheme"] != "standard":
             console.print(f"{r['workload']} S={r['S']} {r['scheme']}: MSE ratio to standard {r['ratio']:.3f}"
-                          + (f", RelAcc {100 * r['relacc']:.1f}%" if "relacc" in r else ""))
+                          + (f", RelAcc {100 * r['agreement']:.1f}%" if "agreement" in r else ""))
     console.print(f"wrote {out}/results.json, results.csv, table.md")
     return 0

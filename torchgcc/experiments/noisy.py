@@ -20,7 +20,8 @@ import torch
 
 import torchgcc
 from torchgcc.coded_module import group_samples
-from torchgcc.experiments.evaluate import mean_ci, model_outputs
+from torchgcc.experiments.evaluate import model_outputs
+from torchgcc.metrics import mean_ci
 from torchgcc.experiments.rates import SmoothMLP
 from torchgcc.noise import GaussianNoise, LowPrecisionWorkers
 from torchgcc.stragglers import FixedStragglers

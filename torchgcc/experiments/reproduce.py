@@ -81,6 +81,18 @@ def _rates(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sagc(args: argparse.Namespace) -> int:
+    from torchgcc.experiments.sagc import run
+
+    return run(args)
+
+
+def _adaptive_wait(args: argparse.Namespace) -> int:
+    from torchgcc.experiments.adaptive_wait import run
+
+    return run(args)
+
+
 def _stragglers_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=list_models(), default="lenet5", help="classifier (default lenet5)")
     parser.add_argument("--data", choices=list_datasets(), default="digits",
@@ -113,6 +125,9 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None] | No
                  None, lambda args: _lazy("manifold")(args)),
     "noisy": ("noisy workers: MSE vs N and vs sigma for noise-aware, natural, GCV GCC and BACC; bf16 workers",
               None, lambda args: _lazy("noisy")(args)),
+    "sagc": ("SAGC: synchronous GRPO with static G in {4, 8, 16} vs straggler-aware adaptive G, 3 seeds", None, _sagc),
+    "adaptive-wait": ("coded inference, N=24, K=8: adaptive wait count N - S vs every fixed S as the latency tail "
+                      "changes mid-run", None, _adaptive_wait),
 }
 
 

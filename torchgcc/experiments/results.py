@@ -32,12 +32,12 @@ __all__ = ["REQUIRED_KEYS", "read_results", "write_results"]
 REQUIRED_KEYS: tuple[str, ...] = ("scheme", "N", "K", "mse", "mse_ci")
 
 
-def _check_records(records: Sequence[Mapping[str, Any]]) -> None:
+def _check_records(records: Sequence[Mapping[str, Any]], required: Sequence[str]) -> None:
     for index, record in enumerate(records):
-        missing = [key for key in REQUIRED_KEYS if key not in record]
+        missing = [key for key in required if key not in record]
         if missing:
             raise ValueError(f"record {index} lacks {missing}: {dict(record)}")
-        if "S" not in record and "p" not in record:
+        if required is REQUIRED_KEYS and "S" not in record and "p" not in record:
             raise ValueError(f"record {index} has neither 'S' nor 'p': {dict(record)}")
 
 
@@ -61,14 +61,16 @@ def write_results(
     *,
     config: Mapping[str, Any],
     records: Sequence[Mapping[str, Any]],
+    required: Sequence[str] = REQUIRED_KEYS,
     **extra: Any,
 ) -> dict[str, Path]:
     """Write ``results.json`` and ``results.csv`` into ``out_dir`` (created if needed).
 
     ``extra`` adds top-level JSON entries beside ``config`` and ``records`` (e.g. ``slopes={...}``).
-    Non-finite floats are written as JSON ``null`` (and empty CSV cells). Returns ``{"json": path, "csv": path}``.
+    Non-finite floats are written as JSON ``null`` (and empty CSV cells). Every record must hold the ``required``
+    keys (default: the coded-inference keys above, plus ``S`` or ``p``). Returns ``{"json": path, "csv": path}``.
     """
-    _check_records(records)
+    _check_records(records, required)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     payload = {"config": _plain(config), "records": _plain(list(records)), **_plain(extra)}

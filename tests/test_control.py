@@ -1,0 +1,234 @@
+"""torchgcc.control: the straggler-aware controller and its parts, against closed forms and scipy."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import scipy.stats
+import torch
+
+from torchgcc.control import (AllMustFinish, BetaTailRisk, DeadlineThreshold, DualVariable, GroupSizeHook,
+                              RelativeThreshold, StragglerAwareController, WaitCountController, WaitForFastest,
+                              beta_binomial_sf, group_size_controller, normalised_utility)
+
+GRID = tuple(range(2, 33, 2))
+
+
+def test_beta_binomial_tail_matches_scipy():
+    at_least = torch.tensor([0, 1, 3, 7, 20, 21])
+    trials = torch.tensor([20, 20, 20, 20, 20, 20])
+    for alpha, beta in [(1.0, 1.0), (0.5, 30.0), (4.0, 200.0)]:
+        expected = [scipy.stats.betabinom.sf(m - 1, 20, alpha, beta) for m in at_least.tolist()]
+        assert torch.allclose(beta_binomial_sf(at_least, trials, alpha, beta),
+                              torch.tensor(expected, dtype=torch.float64), atol=1e-10)
+
+
+def test_dual_variable_is_a_projected_virtual_queue():
+    dual = DualVariable(0.1, eta=2.0)
+    values = [dual.update(event) for event in [1, 0, 0, 0, 0, 0, 1]]
+    expected, lam = [], 0.0
+    for event in [1, 0, 0, 0, 0, 0, 1]:
+        lam = max(0.0, lam + 2.0 * (event - 0.1))
+        expected.append(lam)
+    assert values == pytest.approx(expected)
+    with pytest.raises(ValueError, match="budget"):
+        DualVariable(1.5)
+
+
+def test_tail_risk_counts_and_forgets():
+    risk = BetaTailRisk((1.0, 9.0), discount=0.5)
+    risk.update(3, 4)
+    risk.update(0, 2)
+    # data counts: exceeded 0.5 * 3 + 0 = 1.5, within 0.5 * 1 + 2 = 2.5
+    assert (risk.alpha, risk.beta) == pytest.approx((2.5, 11.5))
+    assert risk.mean == pytest.approx(2.5 / 14)
+    with pytest.raises(ValueError, match="exceeded"):
+        risk.update(5, 4)
+
+
+def test_thresholds():
+    durations = torch.tensor([1.0, 2.0, 3.0, 10.0, 4.0])
+    assert DeadlineThreshold(2.5)(durations) == 2.5
+    assert RelativeThreshold(2.0)(durations) == pytest.approx(6.0)  # 2 x median 3
+    with pytest.raises(ValueError, match="kappa"):
+        RelativeThreshold(0.5)
+
+
+def test_event_models_give_binomial_tails_when_q_is_known():
+    risk = BetaTailRisk((0.1 * 1e6, 0.9 * 1e6))  # q = 0.1 with negligible uncertainty
+    group = AllMustFinish(units_per_size=3)
+    sizes = torch.tensor([1, 2, 4])
+    got = risk.probability_at_least(group.at_least(sizes), group.units(sizes))
+    assert torch.allclose(got, 1 - 0.9 ** (3 * sizes.double()), atol=1e-5)
+    wait = WaitForFastest(num_workers=24)
+    waits = torch.tensor([8, 16, 20, 24])
+    got = risk.probability_at_least(wait.at_least(waits), wait.units(waits))
+    expected = torch.tensor([scipy.stats.binom.sf(24 - k, 24, 0.1) for k in waits.tolist()], dtype=torch.float64)
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_utilities_are_scaled_to_unit_range():
+    sizes = torch.tensor([2, 4, 8])
+    assert torch.allclose(normalised_utility("log", sizes), torch.tensor([0.0, 0.5, 1.0], dtype=torch.float64))
+    assert torch.allclose(normalised_utility([3.0, 1.0, 2.0], sizes), torch.tensor([1.0, 0.0, 0.5], dtype=torch.float64))
+    with pytest.raises(ValueError, match="one value per size"):
+        normalised_utility([1.0], sizes)
+    with pytest.raises(ValueError, match="unknown utility"):
+        normalised_utility("cubic", sizes)
+
+
+def pareto_stream(controller: StragglerAwareController, steps: int, shape_of_step, seed: int) -> list[int]:
+    """Run ``controller`` on i.i.d. Pareto(1, shape) unit durations; returns the chosen sizes."""
+    generator = torch.Generator().manual_seed(seed)
+    chosen = []
+    for step in range(steps):
+        size = controller.choose()
+        chosen.append(size)
+        u = torch.rand(size, generator=generator, dtype=torch.float64)
+        controller.observe((1 - u) ** (-1 / shape_of_step(step)))
+    return chosen
+
+
+def static_event_probability(size: int, shape: float, deadline: float) -> float:
+    return 1 - (1 - deadline ** -shape) ** size  # P(max of `size` Pareto(1, shape) > deadline)
+
+
+@pytest.mark.parametrize("drift", [False, True], ids=["stationary", "drifting"])
+def test_controller_holds_the_budget_and_uses_large_sizes(drift):
+    budget, deadline, steps = 0.1, 6.0, 1000
+    shape_of_step = (lambda t: 2.0 if t >= steps // 2 else 3.0) if drift else (lambda t: 3.0)
+    controller = StragglerAwareController(GRID, budget=budget, threshold=DeadlineThreshold(deadline), seed=0)
+    chosen = pareto_stream(controller, steps, shape_of_step, seed=1)
+    # the largest static size whose long-run event probability (averaged over the halves) meets the budget
+    feasible = [g for g in GRID if sum(static_event_probability(g, shape_of_step(t), deadline)
+                                       for t in (0, steps - 1)) / 2 <= budget]
+    best_static = max(feasible)
+    assert best_static == (6 if drift else 22)  # closed form: q = deadline^-shape
+    assert controller.steps == steps
+    assert controller.event_rate <= budget + 0.02
+    assert sum(chosen) / steps >= best_static - 2  # one grid step
+    if drift:  # it adapts: large groups while the tail is light, small ones once it is heavy
+        assert sum(chosen[400:500]) > 1.5 * sum(chosen[-100:])
+
+
+def test_hold_bounded_step_and_warmup():
+    controller = StragglerAwareController(GRID, budget=0.1, threshold=DeadlineThreshold(6.0), hold=4, max_step=2,
+                                          warmup=7, fallback=10, seed=0)
+    chosen = pareto_stream(controller, 300, lambda t: 3.0, seed=2)
+    assert chosen[:7] == [10] * 7
+    index = [GRID.index(size) for size in chosen]
+    changes = [t for t in range(1, len(chosen)) if chosen[t] != chosen[t - 1]]
+    assert changes and all(abs(index[t] - index[t - 1]) <= 2 for t in changes)
+    assert all(b - a >= 4 for a, b in zip(changes, changes[1:]))
+    controller.use_fallback()
+    assert controller.choose() == 10
+    controller.use_fallback(False)
+
+
+def test_state_dict_round_trip_resumes_identically():
+    make = lambda: StragglerAwareController(GRID, budget=0.1, threshold=RelativeThreshold(3.0), hold=2, seed=5)  # noqa: E731
+    first = make()
+    pareto_stream(first, 120, lambda t: 2.5, seed=3)
+    state = first.state_dict()
+    second = make()
+    second.load_state_dict(state)
+    assert second.state_dict()["risk"] == state["risk"] and second.dual.value == first.dual.value
+    assert pareto_stream(first, 80, lambda t: 2.5, seed=4) == pareto_stream(second, 80, lambda t: 2.5, seed=4)
+    assert first.size_distribution() == second.size_distribution()
+
+
+def test_observe_validates_and_handles_cancelled_results():
+    controller = StragglerAwareController([2, 4], budget=0.1, threshold=DeadlineThreshold(1.0), warmup=0)
+    assert controller.choose() == 2
+    with pytest.raises(ValueError, match="runs 2 units"):
+        controller.observe([0.5, 0.5, 0.5])
+    with pytest.raises(ValueError, match="NaN or negative"):
+        controller.observe([0.5, float("nan")])
+    # the step ended at 0.5 < 1.0: the cancelled result's exceedance is unknown, so it is left out
+    assert controller.observe([0.5, math.inf]) is False
+    assert (controller.risk.exceeded, controller.risk.within) == pytest.approx((0.0, 1.0))
+    # the step ran to 1.5 >= 1.0: the cancelled result was late too
+    assert controller.observe([1.5, math.inf]) is True
+    assert controller.risk.exceeded == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="not one of the sizes"):
+        StragglerAwareController([2, 4], budget=0.1, threshold=DeadlineThreshold(1.0), fallback=3)
+    with pytest.raises(ValueError, match="distinct"):
+        StragglerAwareController([2, 2], budget=0.1, threshold=DeadlineThreshold(1.0))
+
+
+def test_wait_count_controller_meets_a_deadline_budget():
+    n, deadline, budget = 24, 2.0, 0.02
+    policy = WaitCountController(n, deadline=deadline, budget=budget, stragglers=range(0, 17), seed=0)
+    generator = torch.Generator().manual_seed(0)
+    chosen = []
+    for _ in range(1000):
+        s = policy.choose()
+        chosen.append(s)
+        latencies = 1.0 - 0.3 * torch.log1p(-torch.rand(n, generator=generator, dtype=torch.float64))
+        policy.observe(latencies)
+    late = policy.controller.event_rate
+    assert late <= budget + 0.02
+    # closed form: a worker is late w.p. q = exp(-(2 - 1) / 0.3); the most results one may wait for at the budget
+    q = math.exp(-1 / 0.3)
+    best_fixed = min(s for s in range(17) if scipy.stats.binom.sf(s, n, q) <= budget)
+    assert sum(chosen[200:]) / 800 <= best_fixed + 1
+    assert set(policy.stragglers_distribution()) == set(range(17))
+
+
+def test_wait_count_controller_accuracy_floor_and_errors():
+    accuracy = {s: 1.0 - 0.02 * s for s in range(24)}
+    policy = WaitCountController(24, deadline=2.0, accuracy=accuracy, min_accuracy=0.8)
+    assert sorted(24 - k for k in policy.controller.sizes.tolist()) == list(range(11))
+    assert policy.choose() == 10  # warm-up: the fallback is the fastest allowed S
+    with pytest.raises(ValueError, match="needs accuracy"):
+        WaitCountController(24, deadline=2.0, min_accuracy=0.8)
+    with pytest.raises(ValueError, match=r"\[0, N - 1"):
+        WaitCountController(24, deadline=2.0, stragglers=[30])
+
+
+def test_group_size_hook_drives_the_controller():
+    controller = group_size_controller((4, 8), prompts_per_step=2, budget=0.2, deadline=3.0, warmup=0)
+    hook = GroupSizeHook(controller)
+    group = hook.on_step_begin(None, None, None)  # TrainerCallback-style arguments are accepted and ignored
+    with pytest.raises(RuntimeError, match="record_rollouts"):
+        hook.on_step_end()
+    hook.record_rollouts(torch.ones(2 * group - 1))
+    hook.record_rollouts([4.0])
+    assert hook.on_step_end() is True and controller.events == 1
+    state = hook.state_dict()
+    other = GroupSizeHook(group_size_controller((4, 8), prompts_per_step=2, budget=0.2, deadline=3.0))
+    other.load_state_dict(state)
+    assert other.group_size == group and other.controller.events == 1
+    with pytest.raises(ValueError, match="exactly one"):
+        group_size_controller((4, 8), prompts_per_step=2, budget=0.2)
+
+
+def test_results_watched_until_the_deadline_count_as_late():
+    controller = StragglerAwareController([3], budget=0.1, threshold=DeadlineThreshold(1.0),
+                                          event_model=WaitForFastest(4), warmup=0)
+    # waited for 3 of 4; the 4th was not back by the deadline, so it exceeded it although the step ended at 0.6
+    assert controller.observe([0.2, 0.4, 0.6, math.inf], watched_until=1.0) is False
+    assert (controller.risk.exceeded, controller.risk.within) == pytest.approx((1.0, 3.0))
+
+
+def test_wait_count_controller_drives_coded_module_through_its_mask():
+    import torchgcc
+    from torchgcc.stragglers import LatencyStragglers
+
+    n, deadline = 8, 1.3
+    module = torchgcc.CodedModule(torch.nn.Linear(3, 2).double(), torchgcc.make_code("gcc", num_inputs=4, num_workers=n))
+    latency = LatencyStragglers("shifted_exponential", seed=0, shift=1.0, scale=0.2)
+    waiter = LatencyStragglers(latency.latency)
+    policy = WaitCountController(n, deadline=deadline, budget=0.05, stragglers=range(5), warmup=2)
+    x = torch.randn(8, 3, dtype=torch.float64)
+    for _ in range(20):
+        s = policy.choose()
+        waiter.num_stragglers = s
+        delays = latency.sample_delays(1, n)
+        mask, step_latency = waiter.mask_from_delays(delays)
+        y = module(x, mask=mask.expand(2, n))
+        assert y.shape == (8, 2) and int(module.last_mask[0].sum()) == n - s
+        seen = delays[0].masked_fill(delays[0] > deadline, math.inf)
+        assert policy.observe(seen, stragglers=s, watched_until=deadline) == bool(step_latency[0] > deadline)
+    assert policy.controller.steps == 20

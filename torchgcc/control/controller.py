@@ -1,0 +1,217 @@
+"""``StragglerAwareController``: pick a size per step under a long-run budget on straggler events.
+
+This is our design in the spirit of SAGC ("Faster Synchronous On-Policy RL via Straggler-Aware Group Sizing",
+arXiv 2606.02218). Only SAGC's abstract and secondary descriptions are public: an online constrained optimisation
+that keeps the benefit of large groups while bounding the long-run rate of straggler events, a posterior of
+straggler risk learned from completed samples, changes only at stable step boundaries, static sizes as fallback.
+The equations below are ours, not the paper's.
+
+At step ``t`` the controller picks, from the candidate sizes ``g_1 < ... < g_n``,
+
+    g_t = argmax_g  U(g) - lambda_t * P_t(event | g)
+
+where ``U`` is a utility normalised to ``[0, 1]`` (:mod:`~torchgcc.control.utilities`), ``P_t`` is the
+Beta-binomial posterior predictive of an event (:mod:`~torchgcc.control.event_models`,
+:class:`~torchgcc.control.tail_risk.BetaTailRisk`) and ``lambda`` is a dual variable updated with the observed
+event ``e_t``: ``lambda_{t+1} = max(0, lambda_t + eta (e_t - budget))`` (:class:`~torchgcc.control.dual.DualVariable`).
+The dual update alone bounds the realised event rate by ``budget + lambda_T / (eta T)``; the posterior makes the
+penalty anticipate the risk of a size it has not tried. A chosen size is held for ``hold`` steps, a change moves at
+most ``max_step`` positions of the candidate grid, and the controller returns the static ``fallback`` size during
+``warmup`` steps or after :meth:`use_fallback`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+
+from torchgcc.control.dual import DualVariable
+from torchgcc.control.event_models import AllMustFinish, EventModel, make_event_model
+from torchgcc.control.tail_risk import BetaTailRisk
+from torchgcc.control.thresholds import StragglerThreshold, make_threshold
+from torchgcc.control.utilities import UtilitySpec, normalised_utility
+
+__all__ = ["StragglerAwareController"]
+
+
+class StragglerAwareController:
+    """Chooses a size per step from ``sizes``, holding the long-run straggler-event rate at ``budget``.
+
+    Use: ``size = controller.choose()`` before a step, run the step with ``size``, then
+    ``controller.observe(durations)`` with the durations of the step's units.
+
+    Args:
+        sizes: candidate sizes (distinct positive integers; sorted internally).
+        budget: the allowed long-run fraction of steps with a straggler event, epsilon in ``[0, 1)``.
+        threshold: when a unit straggles (:class:`~torchgcc.control.thresholds.DeadlineThreshold` or
+            :class:`~torchgcc.control.thresholds.RelativeThreshold`).
+        event_model: how a size maps to units and events (default :class:`AllMustFinish` with one unit per size).
+        utility: a name in :data:`~torchgcc.control.utilities.UTILITIES` or one value per (sorted) size.
+        eta: step size of the dual update.
+        hold: steps a chosen size is kept before the next change (>= 1).
+        max_step: most grid positions one change may move (>= 1).
+        fallback: the static size used during warm-up and after :meth:`use_fallback` (default: the smallest).
+        warmup: steps that use ``fallback`` while the posterior collects its first observations.
+        discount: forgetting factor of the tail-risk posterior (memory about ``1 / (1 - discount)`` steps).
+        prior: Beta prior pseudo-counts ``(alpha0, beta0)`` of the per-unit exceedance probability.
+        seed: seed of the generator that breaks ties between equally scored sizes.
+    """
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        *,
+        budget: float,
+        threshold: StragglerThreshold,
+        event_model: Optional[EventModel] = None,
+        utility: UtilitySpec = "log",
+        eta: float = 1.0,
+        hold: int = 1,
+        max_step: int = 1,
+        fallback: Optional[int] = None,
+        warmup: int = 10,
+        discount: float = 0.98,
+        prior: tuple[float, float] = (1.0, 1.0),
+        seed: int = 0,
+    ) -> None:
+        values = sorted({int(size) for size in sizes})
+        if not values or len(values) != len(list(sizes)):
+            raise ValueError(f"sizes must be distinct integers, at least one, got {list(sizes)!r}")
+        self.event_model = event_model if event_model is not None else AllMustFinish()
+        for size in values:
+            self.event_model.check_size(size)
+        if not isinstance(hold, int) or hold < 1 or not isinstance(max_step, int) or max_step < 1:
+            raise ValueError(f"hold and max_step must be positive integers, got hold={hold!r}, max_step={max_step!r}")
+        if not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+        fallback = values[0] if fallback is None else fallback
+        if fallback not in values:
+            raise ValueError(f"fallback={fallback!r} is not one of the sizes {values}")
+        self.sizes = torch.tensor(values, dtype=torch.int64)
+        self.utility = normalised_utility(utility, self.sizes)
+        self.threshold = threshold
+        self.dual = DualVariable(budget, eta=eta)
+        self.risk = BetaTailRisk(prior, discount=discount)
+        self.hold, self.max_step, self.warmup = hold, max_step, warmup
+        self.fallback_index = values.index(fallback)
+        self.index = self.fallback_index
+        self.adaptive = True
+        self.held = 0  # steps observed since the size last changed
+        self.steps = 0
+        self.events = 0
+        self.size_counts = [0] * len(values)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    @property
+    def size(self) -> int:
+        """The current size (the one :meth:`choose` returned last)."""
+        return int(self.sizes[self.index])
+
+    @property
+    def budget(self) -> float:
+        return self.dual.budget
+
+    @property
+    def event_rate(self) -> float:
+        """Fraction of observed steps that had a straggler event (0 before the first step)."""
+        return self.events / self.steps if self.steps else 0.0
+
+    def event_probability(self) -> torch.Tensor:
+        """Predicted ``P(event | size)`` for every candidate size ``(n,)``, float64."""
+        return self.risk.probability_at_least(self.event_model.at_least(self.sizes), self.event_model.units(self.sizes))
+
+    def scores(self) -> torch.Tensor:
+        """``U(size) - lambda * P(event | size)`` for every candidate size ``(n,)``, float64."""
+        return self.utility - self.dual.value * self.event_probability()
+
+    def choose(self) -> int:
+        """The size for the next step."""
+        if not self.adaptive or self.steps < self.warmup:
+            target = self.fallback_index
+        elif self.held < self.hold:
+            target = self.index
+        else:
+            scores = self.scores()
+            best = (scores >= scores.max() - 1e-12).nonzero().squeeze(1)
+            pick = best[torch.randint(len(best), (1,), generator=self.generator)].item()
+            target = min(max(pick, self.index - self.max_step), self.index + self.max_step)
+        if target != self.index:
+            self.index, self.held = target, 0
+        return self.size
+
+    def observe(self, durations: torch.Tensor | Sequence[float], size: Optional[int] = None, *,
+                watched_until: Optional[float] = None) -> bool:
+        """Record one step's unit durations ``(units,)`` in seconds; returns whether it was a straggler event.
+
+        ``size`` is the size the step ran with (default: the current size). Units whose result was not seen by
+        ``watched_until`` seconds (default: the largest finite duration, i.e. the end of the step) are given as
+        ``inf``: they count as exceedances when ``watched_until`` reached the threshold and are left out of the
+        posterior otherwise (their exceedance is unknown). An executor that records late arrivals up to the
+        deadline passes ``watched_until=deadline`` and loses no information.
+        """
+        size = self.size if size is None else int(size)
+        if size not in self.sizes.tolist():
+            raise ValueError(f"size={size} is not one of the candidate sizes {self.sizes.tolist()}")
+        durations = torch.as_tensor(durations, dtype=torch.float64).flatten()
+        expected = int(self.event_model.units(torch.tensor(size)))
+        if durations.numel() != expected:
+            raise ValueError(f"size {size} runs {expected} units under {self.event_model!r}, "
+                             f"got {durations.numel()} durations")
+        if torch.isnan(durations).any() or (durations < 0).any():
+            raise ValueError("durations must be >= 0 seconds (inf for results never seen), got NaN or negative values")
+        seen = torch.isfinite(durations)
+        if not seen.any():
+            raise ValueError("at least one duration must be finite")
+        threshold = self.threshold(durations[seen])
+        exceeded, total = int((durations[seen] > threshold).sum()), int(seen.sum())
+        censored = durations.numel() - total
+        watched = float(durations[seen].max()) if watched_until is None else float(watched_until)
+        if censored and watched >= threshold:
+            exceeded, total = exceeded + censored, total + censored
+        event = exceeded >= int(self.event_model.at_least(torch.tensor(size)))
+        self.risk.update(exceeded, total)
+        self.dual.update(event)
+        self.steps += 1
+        self.events += int(event)
+        self.held += 1
+        self.size_counts[self.sizes.tolist().index(size)] += 1
+        return event
+
+    def use_fallback(self, enabled: bool = True) -> None:
+        """Switch to the static fallback size (``enabled=False`` resumes adaptive choices)."""
+        self.adaptive = not enabled
+
+    def size_distribution(self) -> dict[int, float]:
+        """Fraction of observed steps run at each candidate size."""
+        total = max(self.steps, 1)
+        return {int(size): count / total for size, count in zip(self.sizes, self.size_counts)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: settings, posterior, dual variable, counters and the generator state."""
+        return {
+            "sizes": self.sizes.tolist(), "utility": self.utility.tolist(),
+            "threshold": self.threshold.state_dict(), "event_model": self.event_model.state_dict(),
+            "dual": self.dual.state_dict(), "risk": self.risk.state_dict(),
+            "hold": self.hold, "max_step": self.max_step, "warmup": self.warmup,
+            "fallback_index": self.fallback_index, "index": self.index, "adaptive": self.adaptive,
+            "held": self.held, "steps": self.steps, "events": self.events, "size_counts": list(self.size_counts),
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` (settings included)."""
+        self.sizes = torch.tensor(state["sizes"], dtype=torch.int64)
+        self.utility = torch.tensor(state["utility"], dtype=torch.float64)
+        self.threshold = make_threshold(state["threshold"])
+        self.event_model = make_event_model(state["event_model"])
+        self.dual.load_state_dict(state["dual"])
+        self.risk.load_state_dict(state["risk"])
+        for key in ("hold", "max_step", "warmup", "fallback_index", "index", "adaptive", "held", "steps", "events"):
+            setattr(self, key, state[key])
+        self.size_counts = list(state["size_counts"])
+        self.generator.set_state(state["generator"])
+
+    def __repr__(self) -> str:
+        return (f"StragglerAwareController(sizes={self.sizes.tolist()}, size={self.size}, budget={self.budget}, "
+                f"lambda={self.dual.value:.3g}, q={self.risk.mean:.3g}, {self.event_model!r}, {self.threshold!r})")

@@ -1,0 +1,126 @@
+"""Adaptive wait count for coded computing: how many of the N workers' results to wait for at each step.
+
+Waiting for more results (a smaller number of tolerated stragglers ``S``) makes the decoded outputs more accurate
+but the step slower: the step latency is the ``(N - S)``-th fastest worker latency. :class:`WaitCountController`
+chooses ``S`` per step with :class:`~torchgcc.control.controller.StragglerAwareController`: the size is the wait
+count ``k = N - S``, the utility is the accuracy of decoding from ``k`` results (a measured profile, or ``k``
+itself), and a straggler event is a step whose latency exceeds ``deadline`` (more than ``N - k`` workers late).
+The long-run fraction of steps over the deadline is held at ``budget``; ``min_accuracy`` removes the wait counts
+whose profiled accuracy is below an accuracy floor.
+
+Callers (a coded-inference loop, the distributed executor, a gradient-coding runtime with ``n - s``)::
+
+    policy = WaitCountController(num_workers=24, deadline=2.0, budget=0.01, accuracy=profile)
+    for batch in batches:
+        S = policy.choose()                     # stragglers tolerated this step: wait for N - S results
+        latencies = run_step(batch, S)          # (N,) seconds; inf for results cancelled before they arrived
+        policy.observe(latencies)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+import torch
+
+from torchgcc.control.controller import StragglerAwareController
+from torchgcc.control.event_models import WaitForFastest
+from torchgcc.control.thresholds import DeadlineThreshold
+
+__all__ = ["WaitCountController"]
+
+
+class WaitCountController:
+    """Chooses ``S`` (stragglers tolerated, i.e. wait for ``N - S`` results) per step under a deadline budget.
+
+    Args:
+        num_workers: N.
+        deadline: seconds; a step slower than this is a straggler event.
+        budget: allowed long-run fraction of steps over the deadline (e.g. 0.01 keeps the p99 near the deadline).
+        stragglers: candidate values of S (default ``0 .. N - 1``).
+        accuracy: ``{S: accuracy}`` measured offline (e.g. RelAcc of the code at each S), the utility to maximise;
+            default: the wait count ``N - S`` (more results are better).
+        min_accuracy: drop the candidates whose ``accuracy`` is below this floor (needs ``accuracy``).
+        fallback: the static S used during warm-up and after :meth:`use_fallback` (default: the largest S, the
+            fastest choice).
+        options: further :class:`StragglerAwareController` options (``eta``, ``hold``, ``max_step``, ``warmup``,
+            ``discount``, ``prior``, ``seed``).
+    """
+
+    def __init__(
+        self,
+        num_workers: int,
+        *,
+        deadline: float,
+        budget: float = 0.01,
+        stragglers: Optional[Sequence[int]] = None,
+        accuracy: Optional[Mapping[int, float]] = None,
+        min_accuracy: Optional[float] = None,
+        fallback: Optional[int] = None,
+        **options: Any,
+    ) -> None:
+        candidates = sorted(set(range(num_workers)) if stragglers is None else {int(s) for s in stragglers})
+        if not candidates or candidates[0] < 0 or candidates[-1] >= num_workers:
+            raise ValueError(f"stragglers must lie in [0, N - 1 = {num_workers - 1}], got {candidates}")
+        if min_accuracy is not None:
+            if accuracy is None:
+                raise ValueError("min_accuracy needs accuracy={S: value} to know which S meet it")
+            candidates = [s for s in candidates if accuracy[s] >= min_accuracy]
+            if not candidates:
+                raise ValueError(f"no S has accuracy >= min_accuracy={min_accuracy}; lower the floor")
+        if accuracy is not None:
+            missing = [s for s in candidates if s not in accuracy]
+            if missing:
+                raise ValueError(f"accuracy lacks the candidate S values {missing}")
+        self.num_workers = num_workers
+        waits = [num_workers - s for s in reversed(candidates)]  # ascending wait counts
+        utility = "linear" if accuracy is None else [float(accuracy[num_workers - k]) for k in waits]
+        fallback = candidates[-1] if fallback is None else fallback
+        if fallback not in candidates:
+            raise ValueError(f"fallback={fallback} is not one of the candidate S values {candidates}")
+        self.controller = StragglerAwareController(
+            waits, budget=budget, threshold=DeadlineThreshold(deadline), event_model=WaitForFastest(num_workers),
+            utility=utility, fallback=num_workers - fallback, **options)
+
+    @property
+    def stragglers(self) -> int:
+        """The current S."""
+        return self.num_workers - self.controller.size
+
+    @property
+    def wait_count(self) -> int:
+        """The current number of results waited for, ``N - S``."""
+        return self.controller.size
+
+    def choose(self) -> int:
+        """S for the next step (wait for ``N - S`` results)."""
+        return self.num_workers - self.controller.choose()
+
+    def observe(self, latencies: torch.Tensor | Sequence[float], stragglers: Optional[int] = None, *,
+                watched_until: Optional[float] = None) -> bool:
+        """Record the ``(N,)`` worker latencies of a step run with ``stragglers`` (default: the current S).
+
+        Results not seen by ``watched_until`` seconds (default: the end of the step) are ``inf``; an executor that
+        keeps recording late arrivals until the deadline passes ``watched_until=deadline``. Returns whether the step
+        missed the deadline.
+        """
+        size = None if stragglers is None else self.num_workers - int(stragglers)
+        return self.controller.observe(latencies, size=size, watched_until=watched_until)
+
+    def use_fallback(self, enabled: bool = True) -> None:
+        """Switch to the static fallback S (``enabled=False`` resumes adaptive choices)."""
+        self.controller.use_fallback(enabled)
+
+    def stragglers_distribution(self) -> dict[int, float]:
+        """Fraction of observed steps run at each S."""
+        return {self.num_workers - k: share for k, share in self.controller.size_distribution().items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"num_workers": self.num_workers, "controller": self.controller.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.num_workers = int(state["num_workers"])
+        self.controller.load_state_dict(state["controller"])
+
+    def __repr__(self) -> str:
+        return f"WaitCountController(N={self.num_workers}, S={self.stragglers}, {self.controller!r})"
