@@ -1,6 +1,7 @@
 """The default decoder smoothing ``lambda_dec="adaptive"``: GCV over a floored grid, checked against scipy."""
 
 import numpy as np
+import pytest
 import torch
 from scipy.interpolate import make_smoothing_spline
 
@@ -51,13 +52,15 @@ def test_adaptive_reproduces_straight_lines():
     torch.testing.assert_close(code.decoder(y, mask), (2 * code.alpha - 1).view(1, 5, 1).expand(3, 5, 1))
 
 
-def test_banded_gcv_scores_match_hat_matrices():
+@pytest.mark.parametrize(("n", "d"), [(20, 2), (12, 50), (4, 3)])
+def test_banded_gcv_scores_match_hat_matrices(n, d):
+    """Fewer and more outputs than knots (the Demmler-Reinsch transform is one product per group either way)."""
     from torchgcc.functional import gcv_scores, smoothing_spline_matrix
     from torchgcc.functional.spline_gcv import spline_gcv_scores
 
-    g = torch.Generator().manual_seed(0)
-    knots = torch.sort(torch.rand(3, 20, generator=g, dtype=torch.float64) * 2 - 1).values
-    y = torch.randn(3, 20, 2, generator=g, dtype=torch.float64)
+    g = torch.Generator().manual_seed(n)
+    knots = torch.sort(torch.rand(3, n, generator=g, dtype=torch.float64) * 2 - 1).values
+    y = torch.randn(3, n, d, generator=g, dtype=torch.float64)
     lams = torch.logspace(-8, -1, 5, dtype=torch.float64)
     hat = smoothing_spline_matrix(knots.unsqueeze(1), knots.unsqueeze(1), lams.view(1, -1))  # (3, 5, 20, 20)
     torch.testing.assert_close(spline_gcv_scores(knots, y, lams), gcv_scores(hat, y.unsqueeze(1)), rtol=1e-9, atol=0)

@@ -112,8 +112,8 @@ class FlooredGCVSplineDecoder(Decoder):
 
     The floor keeps the light smoothing that rough networks gain from (the ViT) at a bandwidth ratio small enough to
     cost little on exact smooth results (0.12 of the spacing, against 0.2 for ``"spacing"``); above it GCV smooths
-    as much as noisy results warrant. The scores come from :func:`torchgcc.functional.spline_gcv_scores` in O(n)
-    per candidate, without hat matrices, and only the chosen ``(K, n)`` decode matrix is formed per group; nothing is
+    as much as noisy results warrant. The scores come from :func:`torchgcc.functional.spline_gcv_scores` (one
+    Demmler-Reinsch transform per group, then O(n) per candidate, without hat matrices), and only the chosen ``(K, n)`` decode matrix is formed per group; nothing is
     cached (the choice depends on the data). Chosen by ``benchmarks/lambda_suite.py``.
     """
 
