@@ -52,9 +52,9 @@ def test_adaptive_reproduces_straight_lines():
     torch.testing.assert_close(code.decoder(y, mask), (2 * code.alpha - 1).view(1, 5, 1).expand(3, 5, 1))
 
 
-@pytest.mark.parametrize(("n", "d"), [(20, 2), (12, 50), (4, 3)])
+@pytest.mark.parametrize(("n", "d"), [(20, 2), (12, 50), (4, 3), (140, 3)])  # 140: the banded route
 def test_banded_gcv_scores_match_hat_matrices(n, d):
-    """Fewer and more outputs than knots (the Demmler-Reinsch transform is one product per group either way)."""
+    """Fewer and more outputs than knots, on both routes (Demmler-Reinsch up to 128 knots, banded above)."""
     from torchgcc.functional import gcv_scores, smoothing_spline_matrix
     from torchgcc.functional.spline_gcv import spline_gcv_scores
 
