@@ -2,7 +2,8 @@
 
 An encoder is a fixed linear map from the K inputs to the N coded inputs. A decoder maps the results of the workers
 that arrived to estimates of the K outputs; its matrix depends on which workers arrived, so it is built per straggler
-pattern (float64) and applied to the results in their own dtype: on the banded backend by the code's ``fit_matrix``
+pattern (float64) and applied in float32 to float16/bfloat16 results, in the results' own dtype otherwise (see
+:func:`apply_linear`), the result cast to the results' dtype: on the banded backend by the code's ``fit_matrix``
 on the distinct masks, cached per mask; on the triton backend by the code's fused kernel, for every mask of the batch
 in one launch (see :data:`BACKENDS`).
 """
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Encoder", "Decoder", "NONFINITE_POLICIES", "BACKENDS", "triton_available"]
+__all__ = ["Encoder", "Decoder", "NONFINITE_POLICIES", "BACKENDS", "triton_available", "apply_linear", "compute_dtype"]
 
 #: What a decoder does with a non-finite value from a worker whose result arrived.
 NONFINITE_POLICIES = ("error", "straggle")
@@ -48,6 +49,37 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a code's float64 matrices are applied in for data of ``dtype``: float32 for float16 and bfloat16
+    (whose 8 or 11 significant bits cannot hold decode weights of ~300 and the cancellation between them), the
+    data's own dtype otherwise."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def apply_linear(matrix: torch.Tensor, flat: torch.Tensor, *, exact: bool = False) -> torch.Tensor:
+    """``matrix @ flat`` in :func:`compute_dtype` (float64 with ``exact=True``), rounded once to ``flat``'s dtype.
+
+    ``matrix`` ``(..., M, N)`` float64, ``flat`` ``(B, N, d)``; returns ``(B, M, d)`` in ``flat.dtype``. ``exact``
+    is the fallback for an intermediate overflow: products of float32 results near 3e38 with weights above 1
+    overflow float32 although the estimate (a weighted average) fits.
+    """
+    dtype = torch.float64 if exact else compute_dtype(flat.dtype)
+    return (matrix.to(device=flat.device, dtype=dtype) @ flat.to(dtype)).to(flat.dtype)
+
+
+def check_tensor(value: object, name: str, shape: str) -> torch.Tensor:
+    """``value`` if it is a floating-point tensor with a non-empty leading (batch) dimension, else a one-line error
+    naming ``name`` and the fix (``shape`` describes the expected shape)."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape {shape}, got {type(value).__name__}; "
+                        "convert it with torch.as_tensor(...)")
+    if not value.is_floating_point():
+        raise TypeError(f"{name} must be floating point, got {value.dtype}; cast it with .float()")
+    if value.ndim >= 1 and value.shape[0] == 0:
+        raise ValueError(f"{name} is an empty batch (B = 0, shape {tuple(value.shape)}); pass at least one group")
+    return value
+
+
 class _Float64Buffers(nn.Module):
     """Keeps float64 buffers (points, matrices) in float64 through ``.to(dtype)``, ``.half()`` and the like.
 
@@ -64,7 +96,10 @@ class _Float64Buffers(nn.Module):
 class Encoder(_Float64Buffers):
     """Linear encoder ``x~ = E x``: ``(B, K, *feat) -> (B, N, *feat)``.
 
-    ``matrix`` is the ``(N, K)`` float64 map; it is cast to the input's dtype, so the output dtype follows the input.
+    ``matrix`` is the ``(N, K)`` float64 map, applied by :func:`apply_linear` (float32 for float16/bfloat16 inputs)
+    and the output cast to the input's dtype. A non-finite output is recomputed in float64 (not under
+    ``torch.compile``), so inputs near the float32 limit whose codes fit do not overflow on the way; the check reads
+    one flag back from the device per call.
     """
 
     matrix: torch.Tensor
@@ -82,14 +117,15 @@ class Encoder(_Float64Buffers):
         return self.matrix.shape[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = check_tensor(x, "encoder input x", f"(B, K={self.num_inputs}, *feat)")
         if x.ndim < 2 or x.shape[1] != self.num_inputs:
             raise ValueError(
                 f"encoder expects inputs of shape (B, K={self.num_inputs}, *feat), got {tuple(x.shape)}"
             )
-        if not x.is_floating_point():
-            raise TypeError(f"encoder inputs must be floating point, got {x.dtype}")
         flat = x.reshape(x.shape[0], self.num_inputs, -1)
-        coded = self.matrix.to(device=x.device, dtype=x.dtype) @ flat
+        coded = apply_linear(self.matrix, flat)
+        if not torch.compiler.is_compiling() and not torch.isfinite(coded.sum(dtype=torch.float64)):
+            coded = apply_linear(self.matrix, flat, exact=True)  # overflow on the way, or non-finite inputs
         return coded.reshape((x.shape[0], self.num_workers) + x.shape[2:])
 
 
@@ -206,10 +242,10 @@ class Decoder(_Float64Buffers):
             return self._unflatten(self.apply_matrices(matrices, flat), y)
         out = self.apply_matrices(matrices, flat)
         # A NaN or Inf anywhere in a worker's column (straggler or not) reaches every row of the product, since
-        # 0 * NaN and 0 * Inf are NaN, and it survives a sum: checking the sum of the first estimates is enough.
-        # The sum accumulates in float64, where finite float32/float16/bfloat16 values cannot overflow (a float16
-        # sum of 512 x 1000 logits does).
-        finite = torch.isfinite(out[:, 0].sum(dtype=torch.float64))
+        # 0 * NaN and 0 * Inf are NaN, and it survives a sum; an intermediate overflow (float32 results near 3e38)
+        # may reach one row only, so the whole output is summed (one pass over (B, K, d), 1/N of the product). The
+        # sum accumulates in float64, where finite float32/float16/bfloat16 values cannot overflow.
+        finite = torch.isfinite(out.sum(dtype=torch.float64))
         if fused:  # one read-back for both checks
             short, finite = torch.stack([(mask.count_nonzero(dim=1) < self.min_arrived).any(), finite]).tolist()
             if short:
@@ -223,12 +259,16 @@ class Decoder(_Float64Buffers):
                     f"non-finite result from worker {worker} in group {group} (and {int(bad.sum()) - 1} more); "
                     "pass nonfinite='straggle' to treat such workers as stragglers"
                 )
-            out = self.apply_matrices(matrices, _zero_stragglers(flat, mask))
+            flat = _zero_stragglers(flat, mask)
+            out = self.apply_matrices(matrices, flat)
+            if not torch.isfinite(out.sum(dtype=torch.float64)):  # an overflow on the way: recompute in float64
+                out = apply_linear(matrices, flat, exact=True)
         return self._unflatten(out, y)
 
     def apply_matrices(self, matrices: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
-        """``(B, K, N) @ (B, N, d) -> (B, K, d)`` in the results' dtype (the float64 matrices are cast to it)."""
-        return matrices.to(flat.dtype) @ flat
+        """``(B, K, N) @ (B, N, d) -> (B, K, d)`` by :func:`apply_linear`: in float32 for float16/bfloat16 results,
+        in the results' dtype otherwise, rounded once to the results' dtype."""
+        return apply_linear(matrices, flat)
 
     def _unflatten(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return out.reshape((y.shape[0], self.num_inputs) + y.shape[2:])
@@ -309,14 +349,16 @@ class Decoder(_Float64Buffers):
         return out
 
     def _check(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            raise TypeError(f"mask must be a bool tensor (True = result arrived), got {getattr(mask, 'dtype', type(mask))}")
+        y = check_tensor(y, "decoder results y", f"(B, N={self.num_workers}, *out)")
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"mask must be a bool torch.Tensor of shape (B, N) (True = result arrived), got "
+                            f"{type(mask).__name__}; convert it with torch.as_tensor(mask, dtype=torch.bool)")
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask must be a bool tensor (True = result arrived), got {mask.dtype}; use mask.bool()")
         if y.ndim < 2 or y.shape[1] != self.num_workers:
             raise ValueError(f"decoder expects results of shape (B, N={self.num_workers}, *out), got {tuple(y.shape)}")
         if mask.shape != y.shape[:2]:
             raise ValueError(f"mask must have shape (B, N) = {tuple(y.shape[:2])}, got {tuple(mask.shape)}")
-        if not y.is_floating_point():
-            raise TypeError(f"results must be floating point, got {y.dtype}")
         return mask.to(y.device)
 
     def _check_counts(self, mask: torch.Tensor) -> None:
