@@ -78,3 +78,29 @@ def test_straggler_nan_still_never_leaks_in_low_precision():
     y = torch.randn(3, 16, 2, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
     y[~mask] = float("nan")
     assert bool(torch.isfinite(code.decoder(y, mask)).all())
+
+
+@pytest.mark.parametrize("bad", ["numpy", "list"])
+def test_non_tensor_inputs_raise_type_errors_naming_the_argument(bad):
+    code = torchgcc.GCC(4, 8)
+    x, y, mask = torch.randn(2, 4, 3), torch.randn(2, 8, 3), torch.ones(2, 8, dtype=torch.bool)
+    convert = (lambda t: t.numpy()) if bad == "numpy" else (lambda t: t.tolist())
+    with pytest.raises(TypeError, match=r"encoder input x must be a torch.Tensor.*torch.as_tensor"):
+        code.encoder(convert(x))
+    with pytest.raises(TypeError, match=r"decoder results y must be a torch.Tensor.*torch.as_tensor"):
+        code.decoder(convert(y), mask)
+    with pytest.raises(TypeError, match=r"mask must be a bool torch.Tensor.*torch.as_tensor"):
+        code.decoder(y, convert(mask))
+
+
+def test_empty_batch_raises_value_error():
+    code = torchgcc.GCC(4, 8)
+    with pytest.raises(ValueError, match=r"empty batch \(B = 0"):
+        code.encoder(torch.randn(0, 4, 3))
+    with pytest.raises(ValueError, match=r"empty batch \(B = 0"):
+        code.decoder(torch.randn(0, 8, 3), torch.ones(0, 8, dtype=torch.bool))
+
+
+def test_too_few_workers_names_num_workers():
+    with pytest.raises(ValueError, match="num_workers=1"):
+        torchgcc.GCC(1, 1)
