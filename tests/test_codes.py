@@ -46,10 +46,11 @@ def test_output_dtype_follows_input(code, dtype):
 
 def test_identity_computation_is_recovered_without_stragglers(code):
     # f = identity: LCC is exact; the spline and Berrut decoders fit a different function space than their
-    # encoders, so they recover x approximately (GCC far more closely than BACC).
-    x = torch.randn(5, K, 3, dtype=torch.float64)
+    # encoders, so they recover x approximately (GCC far more closely than BACC). Tolerances: 2x the largest error
+    # over seeds 0..1999 of this draw (LCC 3.1e-15, GCC 0.0075 / natural 0.0069, BACC 0.216), rounded up.
+    x = torch.randn(5, K, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     decoded = code(x, torch.ones(5, N, dtype=torch.bool))
-    tolerance = {torchgcc.LCC: 1e-9, torchgcc.GCC: 0.01, torchgcc.BACC: 0.5}[type(code)]
+    tolerance = {torchgcc.LCC: 1e-14, torchgcc.GCC: 0.015, torchgcc.BACC: 0.44}[type(code)]
     assert (decoded - x).abs().max() < tolerance
 
 
