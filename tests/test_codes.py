@@ -323,3 +323,9 @@ def test_check_false_skips_validation_and_keeps_straggle_policy():
     assert torch.isfinite(unchecked(poisoned, mask)[[0, 2]]).all()
     straggle = torchgcc.GCC(4, 10, check=False, nonfinite="straggle").decoder
     torch.testing.assert_close(straggle(poisoned, mask), reference, rtol=0, atol=0)
+
+
+def test_lcc_degree_is_the_degree_of_f_and_the_decoder_fits_degree_k_minus_1_times_it():
+    code = torchgcc.LCC(num_inputs=3, num_workers=9, degree=2)
+    assert code.degree == 2 and code.decoder.fit_degree == 4 == code.threshold - 1
+    assert not hasattr(code.decoder, "degree")
