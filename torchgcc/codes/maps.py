@@ -18,10 +18,13 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Encoder", "Decoder", "NONFINITE_POLICIES", "BACKENDS", "triton_available", "apply_linear", "compute_dtype"]
+__all__ = ["Encoder", "Decoder", "NONFINITE_POLICIES", "BACKENDS", "CACHE_BYTES", "triton_available", "apply_linear", "compute_dtype"]
 
 #: What a decoder does with a non-finite value from a worker whose result arrived.
 NONFINITE_POLICIES = ("error", "straggle")
+
+#: Default byte budget of a decoder's cache of per-mask matrices (256 MiB).
+CACHE_BYTES = 256 * 2**20
 
 #: How a decoder builds its matrices: ``"banded"`` (batched torch recurrences, deduplicated and cached per mask),
 #: ``"triton"`` (one fused kernel launch for every mask of the batch, no cache) or ``"auto"`` (triton for CUDA data
@@ -141,6 +144,8 @@ class Decoder(_Float64Buffers):
         nonfinite: ``"error"`` raises on a NaN/Inf result from a worker that arrived, naming group and worker;
             ``"straggle"`` treats such a worker as a straggler.
         cache_size: how many per-mask decode matrices to keep (least recently used are evicted; 0 disables).
+        cache_bytes: the most bytes the cached matrices may hold together (default :data:`CACHE_BYTES`, 256 MiB;
+            least recently used are evicted past either bound). The cache is not pickled or deep-copied.
         backend: one of :data:`BACKENDS`. ``"triton"`` needs a decoder with a fused kernel
             (``has_fused_kernel``: the spline decoders with a fixed lambda or the spacing rule, and Berrut).
         check: ``True`` validates every call: too few arrived results raise ``ValueError``, and so does a
@@ -158,6 +163,10 @@ class Decoder(_Float64Buffers):
     #: Whether :meth:`fused_matrices` is implemented (a Triton kernel for this decoder).
     has_fused_kernel = False
 
+    #: Whether the matrices depend on the results too (then :meth:`decode_matrix` raises ``TypeError``; call
+    #: :meth:`matrices` with the results).
+    depends_on_results = False
+
     alpha: torch.Tensor
     beta: torch.Tensor
 
@@ -169,14 +178,16 @@ class Decoder(_Float64Buffers):
         min_arrived: int,
         nonfinite: str = "error",
         cache_size: int = 4096,
+        cache_bytes: int = CACHE_BYTES,
         backend: str = "auto",
         check: bool = True,
     ) -> None:
         super().__init__()
         if nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
-        if cache_size < 0:
-            raise ValueError(f"cache_size must be >= 0, got {cache_size}")
+        for name, value in (("cache_size", cache_size), ("cache_bytes", cache_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if backend == "triton" and not self.has_fused_kernel:
@@ -189,8 +200,8 @@ class Decoder(_Float64Buffers):
         self.register_buffer("beta", beta.detach().to(torch.float64))
         self.min_arrived = min_arrived
         self.nonfinite = nonfinite
-        self.cache_size = cache_size
-        self._cache: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+        self.cache_size, self.cache_bytes = cache_size, cache_bytes
+        self.clear_cache()
 
     @property
     def num_inputs(self) -> int:
@@ -202,7 +213,18 @@ class Decoder(_Float64Buffers):
 
     def clear_cache(self) -> None:
         """Forget every cached decode matrix."""
-        self._cache.clear()
+        self._cache: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+        self._cached_bytes = 0
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes held by the cached matrices (at most ``cache_bytes``)."""
+        return self._cached_bytes
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state = dict(state, _cache=OrderedDict(), _cached_bytes=0)  # pickles and deep copies leave the cache behind
+        return state
 
     def _apply(self, fn, recurse=True):
         self.clear_cache()  # cached matrices live on the old device
@@ -284,7 +306,11 @@ class Decoder(_Float64Buffers):
     @eager_under_compile
     def decode_matrix(self, mask: torch.Tensor) -> torch.Tensor:
         """``(B, K, N)`` float64 decode matrices for a ``(B, N)`` bool mask: one fused launch on the triton backend,
-        else from the cache where possible."""
+        else from the cache where possible. Raises ``TypeError`` for a decoder whose matrices depend on the results
+        (``depends_on_results``)."""
+        if self.depends_on_results:
+            raise TypeError(f"{type(self).__name__}'s matrices depend on the results: call matrices(results, mask) "
+                            "or the decoder itself, or pick a mask-only rule (lambda_dec='spacing' or a number)")
         if self.uses_fused_kernel(mask.device):
             return self.fused_matrices(mask)
         matrices, inverse = self.unique_matrices(mask)
@@ -321,11 +347,13 @@ class Decoder(_Float64Buffers):
             fresh = dict(zip(missing, solved.unbind()))
             for i, matrix in fresh.items():
                 self._cache[keys[i]] = matrix
+                self._cached_bytes += matrix.numel() * matrix.element_size()
             if cached:
                 solved = torch.stack([fresh[i] if i in fresh else self._cache[key] for i, key in enumerate(keys)])
             matrices = solved
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
+        while self._cache and (len(self._cache) > self.cache_size or self._cached_bytes > self.cache_bytes):
+            _, evicted = self._cache.popitem(last=False)
+            self._cached_bytes -= evicted.numel() * evicted.element_size()
         return matrices, inverse
 
     def solve(self, masks: torch.Tensor) -> torch.Tensor:
