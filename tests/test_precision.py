@@ -104,3 +104,13 @@ def test_empty_batch_raises_value_error():
 def test_too_few_workers_names_num_workers():
     with pytest.raises(ValueError, match="num_workers=1"):
         torchgcc.GCC(1, 1)
+
+
+def test_bfloat16_near_max_encodes_without_intermediate_overflow():
+    code = torchgcc.GCC(8, 32)
+    x = (3.3e38 * torch.cos(3 * code.alpha)).to(torch.bfloat16).reshape(1, 8, 1)
+    reference = code.encoder(x.double())
+    got = code.encoder(x)
+    assert bool(torch.isfinite(got).all())
+    eps = torch.finfo(torch.bfloat16).eps
+    assert bool(((got.double() - reference).abs() <= eps * reference.abs()).all())

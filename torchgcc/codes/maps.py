@@ -70,6 +70,11 @@ def apply_linear(matrix: torch.Tensor, flat: torch.Tensor, *, exact: bool = Fals
     return (matrix.to(device=flat.device, dtype=dtype) @ flat.to(dtype)).to(flat.dtype)
 
 
+#: Dtypes whose product in :func:`compute_dtype` can overflow although the exact result fits (float16 data, applied
+#: in float32, cannot; float64 results near 1e308 are out of scope).
+_MAY_OVERFLOW = (torch.float32, torch.bfloat16)
+
+
 def check_tensor(value: object, name: str, shape: str) -> torch.Tensor:
     """``value`` if it is a floating-point tensor with a non-empty leading (batch) dimension, else a one-line error
     naming ``name`` and the fix (``shape`` describes the expected shape)."""
@@ -100,9 +105,9 @@ class Encoder(_Float64Buffers):
     """Linear encoder ``x~ = E x``: ``(B, K, *feat) -> (B, N, *feat)``.
 
     ``matrix`` is the ``(N, K)`` float64 map, applied by :func:`apply_linear` (float32 for float16/bfloat16 inputs)
-    and the output cast to the input's dtype. A non-finite output is recomputed in float64 (not under
-    ``torch.compile``), so inputs near the float32 limit whose codes fit do not overflow on the way; the check reads
-    one flag back from the device per call.
+    and the output cast to the input's dtype. For float32 and bfloat16 inputs (whose range the float32 product shares)
+    a non-finite output is recomputed in float64 (not under ``torch.compile``), so inputs near 3e38 whose codes fit do
+    not overflow on the way; that check reads one flag back from the device per call.
     """
 
     matrix: torch.Tensor
@@ -127,8 +132,9 @@ class Encoder(_Float64Buffers):
             )
         flat = x.reshape(x.shape[0], self.num_inputs, -1)
         coded = apply_linear(self.matrix, flat)
-        if not torch.compiler.is_compiling() and not torch.isfinite(coded.sum(dtype=torch.float64)):
-            coded = apply_linear(self.matrix, flat, exact=True)  # overflow on the way, or non-finite inputs
+        if flat.dtype in _MAY_OVERFLOW and not torch.compiler.is_compiling():
+            if not torch.isfinite(coded.sum(dtype=torch.float64)):
+                coded = apply_linear(self.matrix, flat, exact=True)  # overflow on the way, or non-finite inputs
         return coded.reshape((x.shape[0], self.num_workers) + x.shape[2:])
 
 
@@ -222,9 +228,7 @@ class Decoder(_Float64Buffers):
         return self._cached_bytes
 
     def __getstate__(self) -> dict:
-        state = super().__getstate__()
-        state = dict(state, _cache=OrderedDict(), _cached_bytes=0)  # pickles and deep copies leave the cache behind
-        return state
+        return dict(self.__dict__, _cache=OrderedDict(), _cached_bytes=0)  # pickles and deep copies drop the cache
 
     def _apply(self, fn, recurse=True):
         self.clear_cache()  # cached matrices live on the old device
