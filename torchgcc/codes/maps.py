@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Encoder", "Decoder", "NONFINITE_POLICIES", "BACKENDS", "CACHE_BYTES", "triton_available", "apply_linear", "compute_dtype"]
+__all__ = ["Encoder", "Decoder", "NONFINITE_POLICIES", "BACKENDS", "CACHE_BYTES", "triton_available", "apply_linear",
+           "compute_dtype"]
 
 #: What a decoder does with a non-finite value from a worker whose result arrived.
 NONFINITE_POLICIES = ("error", "straggle")
