@@ -72,3 +72,70 @@ def test_wrong_mask_shape_is_a_clear_error():
     coded = torchgcc.CodedModule(small_model(), torchgcc.GCC(num_inputs=4, num_workers=10))
     with pytest.raises(ValueError, match=r"\(B, N\) = \(2, 10\)"):
         coded(torch.randn(8, 3, 4), mask=torch.ones(3, 10, dtype=torch.bool))
+
+
+class TwoHeads(nn.Module):
+    """A model returning several outputs, in the container ``kind``."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind, self.body = kind, small_model()
+
+    def forward(self, x):
+        logits = self.body(x)
+        features = logits.tanh()[:, :2]
+        if self.kind == "dict":
+            return {"logits": logits, "features": features}
+        return (logits, features) if self.kind == "tuple" else [logits, features]
+
+
+@pytest.mark.parametrize("kind", ["tuple", "list", "dict"])
+@pytest.mark.parametrize("chunk_size", [None, 7])
+def test_container_outputs_are_each_decoded_like_a_tensor_output(kind, chunk_size):
+    model, code = TwoHeads(kind), torchgcc.GCC(num_inputs=4, num_workers=10, lambda_dec="spacing")  # mask-only lambda
+    x, mask = torch.randn(9, 3, 4), random_masks(3, 10, 3, seed=3)
+    out = torchgcc.CodedModule(model, code, chunk_size=chunk_size)(x, mask=mask)
+    logits = torchgcc.CodedModule(model.body, code)(x, mask=mask)
+    features = torchgcc.CodedModule(nn.Sequential(model.body, nn.Tanh()), code)(x, mask=mask)
+    if kind == "dict":
+        assert isinstance(out, dict) and list(out) == ["logits", "features"]
+        out = [out["logits"], out["features"]]
+    assert type(out) is (tuple if kind == "tuple" else list)
+    torch.testing.assert_close(out[0], logits)
+    # features are decoded from the workers' tanh(logits)[:, :2], not computed from the decoded logits
+    torch.testing.assert_close(out[1], features[:, :2])
+    assert not torch.allclose(out[1], logits.tanh()[:, :2], atol=1e-4)
+
+
+class NonTensorOutput(nn.Module):
+    def forward(self, x):
+        return {"logits": x.flatten(1), "name": "head"}
+
+
+def test_non_tensor_model_output_is_rejected_naming_the_key():
+    with pytest.raises(TypeError, match=r"\['name'\] is a str"):
+        torchgcc.CodedModule(NonTensorOutput(), torchgcc.GCC(2, 4))(torch.randn(4, 3))
+
+
+def test_list_mask_and_numpy_input_raise_type_errors_with_the_fix():
+    coded = torchgcc.CodedModule(small_model(), torchgcc.GCC(num_inputs=4, num_workers=10))
+    with pytest.raises(TypeError, match=r"mask must be a bool torch.Tensor.*torch.as_tensor"):
+        coded(torch.randn(4, 3, 4), mask=[[True] * 10])
+    with pytest.raises(TypeError, match=r"x must be a torch.Tensor.*ndarray"):
+        coded(torch.randn(4, 3, 4).numpy())
+    with pytest.raises(ValueError, match="non-empty batch"):
+        coded(torch.randn(0, 3, 4))
+
+
+def test_train_mode_batchnorm_warns_once():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 5), nn.BatchNorm1d(5))
+    coded = torchgcc.CodedModule(model, torchgcc.GCC(num_inputs=4, num_workers=10))
+    with pytest.warns(UserWarning, match="BatchNorm"):
+        coded(torch.randn(8, 3, 4))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        coded(torch.randn(8, 3, 4))  # once per module
+        model.eval()
+        torchgcc.CodedModule(model, torchgcc.GCC(num_inputs=4, num_workers=10))(torch.randn(8, 3, 4))  # eval: silent

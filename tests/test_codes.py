@@ -46,10 +46,11 @@ def test_output_dtype_follows_input(code, dtype):
 
 def test_identity_computation_is_recovered_without_stragglers(code):
     # f = identity: LCC is exact; the spline and Berrut decoders fit a different function space than their
-    # encoders, so they recover x approximately (GCC far more closely than BACC).
-    x = torch.randn(5, K, 3, dtype=torch.float64)
+    # encoders, so they recover x approximately (GCC far more closely than BACC). Tolerances: 2x the largest error
+    # over seeds 0..1999 of this draw (LCC 3.1e-15, GCC 0.0075 / natural 0.0069, BACC 0.216), rounded up.
+    x = torch.randn(5, K, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     decoded = code(x, torch.ones(5, N, dtype=torch.bool))
-    tolerance = {torchgcc.LCC: 1e-9, torchgcc.GCC: 0.01, torchgcc.BACC: 0.5}[type(code)]
+    tolerance = {torchgcc.LCC: 1e-14, torchgcc.GCC: 0.015, torchgcc.BACC: 0.44}[type(code)]
     assert (decoded - x).abs().max() < tolerance
 
 
@@ -322,3 +323,9 @@ def test_check_false_skips_validation_and_keeps_straggle_policy():
     assert torch.isfinite(unchecked(poisoned, mask)[[0, 2]]).all()
     straggle = torchgcc.GCC(4, 10, check=False, nonfinite="straggle").decoder
     torch.testing.assert_close(straggle(poisoned, mask), reference, rtol=0, atol=0)
+
+
+def test_lcc_degree_is_the_degree_of_f_and_the_decoder_fits_degree_k_minus_1_times_it():
+    code = torchgcc.LCC(num_inputs=3, num_workers=9, degree=2)
+    assert code.degree == 2 and code.decoder.fit_degree == 4 == code.threshold - 1
+    assert not hasattr(code.decoder, "degree")

@@ -61,17 +61,22 @@ POINT_RULES: dict[str, Callable[[int], torch.Tensor]] = {
 PointSpec = Union[str, Sequence[float], torch.Tensor]
 
 
-def resolve_points(spec: PointSpec, n: int, *, name: str = "points") -> torch.Tensor:
+def resolve_points(spec: PointSpec, n: int, *, name: str = "points", count_name: str = "n") -> torch.Tensor:
     """Turn a rule name (see :data:`POINT_RULES`) or explicit points into a float64 ``(n,)`` tensor.
 
-    Explicit points must be finite, strictly increasing (so no duplicates) and number ``n``.
+    Explicit points must be finite, strictly increasing (so no duplicates) and number ``n``; ``count_name`` names
+    ``n`` in the error when a rule cannot make that many points (e.g. ``"num_workers"``).
     """
     if isinstance(spec, str):
         try:
             rule = POINT_RULES[spec]
         except KeyError:
             raise ValueError(f"unknown {name} rule {spec!r}; choose one of {sorted(POINT_RULES)}") from None
-        return rule(n)
+        try:
+            return rule(n)
+        except ValueError as error:
+            raise ValueError(f"{name}={spec!r} cannot place {count_name}={n!r} points ({error}); raise {count_name} "
+                             f"or pick another {name} rule") from None
     points = torch.as_tensor(spec, dtype=torch.float64).detach().clone()
     if points.ndim != 1 or points.numel() != n:
         raise ValueError(f"{name} must have shape ({n},), got {tuple(points.shape)}")

@@ -71,9 +71,12 @@ class SplineDecoder(Decoder):
 class GCVSplineDecoder(Decoder):
     """The smoothing spline with ``lam`` chosen per group by generalized cross-validation over ``grid``.
 
-    The matrices depend on the data, so only the per-mask candidates (one decode and one hat matrix per grid value)
-    are cached.
+    The matrices depend on the data, so only the per-mask candidates (one decode and one hat matrix per grid value,
+    ``(L, K + N, n)`` per mask: mind ``cache_bytes`` at large N) are cached; :meth:`matrices` returns the chosen
+    ``(B, K, N)`` and :meth:`decode_matrix` raises ``TypeError``.
     """
+
+    depends_on_results = True
 
     grid: torch.Tensor
 
@@ -117,6 +120,8 @@ class FlooredGCVSplineDecoder(Decoder):
     cached (the choice depends on the data). Chosen by ``benchmarks/lambda_suite.py``.
     """
 
+    depends_on_results = True
+
     grid: torch.Tensor
 
     def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, floor_ratio: float = ADAPTIVE_FLOOR_RATIO,
@@ -145,10 +150,6 @@ class FlooredGCVSplineDecoder(Decoder):
             out[rows] = out[rows].scatter(-1, survivors.unsqueeze(1).expand_as(fitted), fitted)
             self.last_lambda[rows] = lam
         return out
-
-    def decode_matrix(self, mask: torch.Tensor) -> torch.Tensor:
-        raise TypeError("the adaptive decoder's matrices depend on the results: call matrices(results, mask) or the "
-                        "decoder itself, or pick a mask-only rule (lambda_dec='spacing' or a number)")
 
 
 class GCC(Code):

@@ -17,17 +17,18 @@ BELOW_THRESHOLD_POLICIES = ("error", "interpolate")
 
 
 class LagrangeDecoder(Decoder):
-    """Fits the degree ``(K - 1) * deg(f)`` polynomial to the surviving results (least squares in the Chebyshev basis,
-    exact for polynomial ``f``) and evaluates it at ``alpha``. Below the threshold (only with
+    """Fits the degree ``fit_degree`` polynomial (``(K - 1) * deg(f)`` in :class:`LCC`, whose ``degree`` is ``deg(f)``)
+    to the surviving results (least squares in the Chebyshev basis, exact for polynomial ``f``) and evaluates it at
+    ``alpha``. Below the threshold (only with
     ``below_threshold="interpolate"``) it interpolates all survivors with a lower-degree polynomial, which is not exact.
     """
 
-    def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, degree: int, **kwargs) -> None:
+    def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, fit_degree: int, **kwargs) -> None:
         super().__init__(alpha, beta, **kwargs)
-        self.poly_degree = degree
+        self.fit_degree = fit_degree
 
     def fit_matrix(self, knots: torch.Tensor) -> torch.Tensor:
-        return lagrange_matrix(knots, self.alpha, degree=min(self.poly_degree, knots.shape[-1] - 1))
+        return lagrange_matrix(knots, self.alpha, degree=min(self.fit_degree, knots.shape[-1] - 1))
 
 
 class LCC(Code):
@@ -64,7 +65,7 @@ class LCC(Code):
         self.decoder = LagrangeDecoder(
             alpha,
             beta,
-            degree=self.threshold - 1,
+            fit_degree=self.threshold - 1,
             min_arrived=self.threshold if below_threshold == "error" else 1,
             **self._decoder_options,
         )

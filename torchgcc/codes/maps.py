@@ -2,7 +2,8 @@
 
 An encoder is a fixed linear map from the K inputs to the N coded inputs. A decoder maps the results of the workers
 that arrived to estimates of the K outputs; its matrix depends on which workers arrived, so it is built per straggler
-pattern (float64) and applied to the results in their own dtype: on the banded backend by the code's ``fit_matrix``
+pattern (float64) and applied in float32 to float16/bfloat16 results, in the results' own dtype otherwise (see
+:func:`apply_linear`), the result cast to the results' dtype: on the banded backend by the code's ``fit_matrix``
 on the distinct masks, cached per mask; on the triton backend by the code's fused kernel, for every mask of the batch
 in one launch (see :data:`BACKENDS`).
 """
@@ -17,10 +18,14 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Encoder", "Decoder", "NONFINITE_POLICIES", "BACKENDS", "triton_available"]
+__all__ = ["Encoder", "Decoder", "NONFINITE_POLICIES", "BACKENDS", "CACHE_BYTES", "triton_available", "apply_linear",
+           "compute_dtype"]
 
 #: What a decoder does with a non-finite value from a worker whose result arrived.
 NONFINITE_POLICIES = ("error", "straggle")
+
+#: Default byte budget of a decoder's cache of per-mask matrices (256 MiB).
+CACHE_BYTES = 256 * 2**20
 
 #: How a decoder builds its matrices: ``"banded"`` (batched torch recurrences, deduplicated and cached per mask),
 #: ``"triton"`` (one fused kernel launch for every mask of the batch, no cache) or ``"auto"`` (triton for CUDA data
@@ -48,6 +53,55 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a code's float64 matrices are applied in for data of ``dtype``: float32 for float16 and bfloat16
+    (whose 8 or 11 significant bits cannot hold decode weights of ~300 and the cancellation between them), the
+    data's own dtype otherwise."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def apply_linear(matrix: torch.Tensor, flat: torch.Tensor, *, exact: bool = False) -> torch.Tensor:
+    """``matrix @ flat`` in :func:`compute_dtype` (float64 with ``exact=True``), rounded once to ``flat``'s dtype.
+
+    ``matrix`` ``(..., M, N)`` float64, ``flat`` ``(B, N, d)``; returns ``(B, M, d)`` in ``flat.dtype``. ``exact``
+    is the fallback for an intermediate overflow: products of float32 results near 3e38 with weights above 1
+    overflow float32 although the estimate (a weighted average) fits.
+    """
+    dtype = torch.float64 if exact else compute_dtype(flat.dtype)
+    return (matrix.to(device=flat.device, dtype=dtype) @ flat.to(dtype)).to(flat.dtype)
+
+
+#: Dtypes whose product in :func:`compute_dtype` can overflow although the exact result fits (float16 data, applied
+#: in float32, cannot; float64 results near 1e308 are out of scope).
+_MAY_OVERFLOW = (torch.float32, torch.bfloat16)
+
+
+def all_finite(values: torch.Tensor) -> torch.Tensor:
+    """A 0-dim bool tensor, True iff every entry of ``values`` is finite (True for an empty tensor).
+
+    One min/max reduction in the values' own dtype: NaN propagates to both and an Inf shows at an end, and unlike a
+    sum it cannot overflow (a float64 sum of float32 values, also overflow-free, cost 2-4x the decode's
+    batched product on the CPU).
+    """
+    if values.numel() == 0:
+        return torch.ones((), dtype=torch.bool, device=values.device)
+    low, high = torch.aminmax(values)
+    return torch.isfinite(low) & torch.isfinite(high)
+
+
+def check_tensor(value: object, name: str, shape: str) -> torch.Tensor:
+    """``value`` if it is a floating-point tensor with a non-empty leading (batch) dimension, else a one-line error
+    naming ``name`` and the fix (``shape`` describes the expected shape)."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape {shape}, got {type(value).__name__}; "
+                        "convert it with torch.as_tensor(...)")
+    if not value.is_floating_point():
+        raise TypeError(f"{name} must be floating point, got {value.dtype}; cast it with .float()")
+    if value.ndim >= 1 and value.shape[0] == 0:
+        raise ValueError(f"{name} is an empty batch (B = 0, shape {tuple(value.shape)}); pass at least one group")
+    return value
+
+
 class _Float64Buffers(nn.Module):
     """Keeps float64 buffers (points, matrices) in float64 through ``.to(dtype)``, ``.half()`` and the like.
 
@@ -64,7 +118,10 @@ class _Float64Buffers(nn.Module):
 class Encoder(_Float64Buffers):
     """Linear encoder ``x~ = E x``: ``(B, K, *feat) -> (B, N, *feat)``.
 
-    ``matrix`` is the ``(N, K)`` float64 map; it is cast to the input's dtype, so the output dtype follows the input.
+    ``matrix`` is the ``(N, K)`` float64 map, applied by :func:`apply_linear` (float32 for float16/bfloat16 inputs)
+    and the output cast to the input's dtype. For float32 and bfloat16 inputs (whose range the float32 product shares)
+    a non-finite output is recomputed in float64 (not under ``torch.compile``), so inputs near 3e38 whose codes fit do
+    not overflow on the way; that check reads one flag back from the device per call.
     """
 
     matrix: torch.Tensor
@@ -82,14 +139,16 @@ class Encoder(_Float64Buffers):
         return self.matrix.shape[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = check_tensor(x, "encoder input x", f"(B, K={self.num_inputs}, *feat)")
         if x.ndim < 2 or x.shape[1] != self.num_inputs:
             raise ValueError(
                 f"encoder expects inputs of shape (B, K={self.num_inputs}, *feat), got {tuple(x.shape)}"
             )
-        if not x.is_floating_point():
-            raise TypeError(f"encoder inputs must be floating point, got {x.dtype}")
         flat = x.reshape(x.shape[0], self.num_inputs, -1)
-        coded = self.matrix.to(device=x.device, dtype=x.dtype) @ flat
+        coded = apply_linear(self.matrix, flat)
+        if flat.dtype in _MAY_OVERFLOW and not torch.compiler.is_compiling():
+            if not all_finite(coded):
+                coded = apply_linear(self.matrix, flat, exact=True)  # overflow on the way, or non-finite inputs
         return coded.reshape((x.shape[0], self.num_workers) + x.shape[2:])
 
 
@@ -105,6 +164,8 @@ class Decoder(_Float64Buffers):
         nonfinite: ``"error"`` raises on a NaN/Inf result from a worker that arrived, naming group and worker;
             ``"straggle"`` treats such a worker as a straggler.
         cache_size: how many per-mask decode matrices to keep (least recently used are evicted; 0 disables).
+        cache_bytes: the most bytes the cached matrices may hold together (default :data:`CACHE_BYTES`, 256 MiB;
+            least recently used are evicted past either bound). The cache is not pickled or deep-copied.
         backend: one of :data:`BACKENDS`. ``"triton"`` needs a decoder with a fused kernel
             (``has_fused_kernel``: the spline decoders with a fixed lambda or the spacing rule, and Berrut).
         check: ``True`` validates every call: too few arrived results raise ``ValueError``, and so does a
@@ -122,6 +183,10 @@ class Decoder(_Float64Buffers):
     #: Whether :meth:`fused_matrices` is implemented (a Triton kernel for this decoder).
     has_fused_kernel = False
 
+    #: Whether the matrices depend on the results too (then :meth:`decode_matrix` raises ``TypeError``; call
+    #: :meth:`matrices` with the results).
+    depends_on_results = False
+
     alpha: torch.Tensor
     beta: torch.Tensor
 
@@ -133,14 +198,16 @@ class Decoder(_Float64Buffers):
         min_arrived: int,
         nonfinite: str = "error",
         cache_size: int = 4096,
+        cache_bytes: int = CACHE_BYTES,
         backend: str = "auto",
         check: bool = True,
     ) -> None:
         super().__init__()
         if nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
-        if cache_size < 0:
-            raise ValueError(f"cache_size must be >= 0, got {cache_size}")
+        for name, value in (("cache_size", cache_size), ("cache_bytes", cache_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if backend == "triton" and not self.has_fused_kernel:
@@ -153,8 +220,8 @@ class Decoder(_Float64Buffers):
         self.register_buffer("beta", beta.detach().to(torch.float64))
         self.min_arrived = min_arrived
         self.nonfinite = nonfinite
-        self.cache_size = cache_size
-        self._cache: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+        self.cache_size, self.cache_bytes = cache_size, cache_bytes
+        self.clear_cache()
 
     @property
     def num_inputs(self) -> int:
@@ -166,7 +233,16 @@ class Decoder(_Float64Buffers):
 
     def clear_cache(self) -> None:
         """Forget every cached decode matrix."""
-        self._cache.clear()
+        self._cache: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+        self._cached_bytes = 0
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes held by the cached matrices (at most ``cache_bytes``)."""
+        return self._cached_bytes
+
+    def __getstate__(self) -> dict:
+        return dict(self.__dict__, _cache=OrderedDict(), _cached_bytes=0)  # pickles and deep copies drop the cache
 
     def _apply(self, fn, recurse=True):
         self.clear_cache()  # cached matrices live on the old device
@@ -206,10 +282,9 @@ class Decoder(_Float64Buffers):
             return self._unflatten(self.apply_matrices(matrices, flat), y)
         out = self.apply_matrices(matrices, flat)
         # A NaN or Inf anywhere in a worker's column (straggler or not) reaches every row of the product, since
-        # 0 * NaN and 0 * Inf are NaN, and it survives a sum: checking the sum of the first estimates is enough.
-        # The sum accumulates in float64, where finite float32/float16/bfloat16 values cannot overflow (a float16
-        # sum of 512 x 1000 logits does).
-        finite = torch.isfinite(out[:, 0].sum(dtype=torch.float64))
+        # 0 * NaN and 0 * Inf are NaN; an intermediate overflow (float32 results near 3e38) may reach one row only,
+        # so the whole output is checked: one min/max pass over (B, K, d), a few % of the product.
+        finite = all_finite(out)
         if fused:  # one read-back for both checks
             short, finite = torch.stack([(mask.count_nonzero(dim=1) < self.min_arrived).any(), finite]).tolist()
             if short:
@@ -223,12 +298,16 @@ class Decoder(_Float64Buffers):
                     f"non-finite result from worker {worker} in group {group} (and {int(bad.sum()) - 1} more); "
                     "pass nonfinite='straggle' to treat such workers as stragglers"
                 )
-            out = self.apply_matrices(matrices, _zero_stragglers(flat, mask))
+            flat = _zero_stragglers(flat, mask)
+            out = self.apply_matrices(matrices, flat)
+            if not all_finite(out):  # an overflow on the way: recompute in float64
+                out = apply_linear(matrices, flat, exact=True)
         return self._unflatten(out, y)
 
     def apply_matrices(self, matrices: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
-        """``(B, K, N) @ (B, N, d) -> (B, K, d)`` in the results' dtype (the float64 matrices are cast to it)."""
-        return matrices.to(flat.dtype) @ flat
+        """``(B, K, N) @ (B, N, d) -> (B, K, d)`` by :func:`apply_linear`: in float32 for float16/bfloat16 results,
+        in the results' dtype otherwise, rounded once to the results' dtype."""
+        return apply_linear(matrices, flat)
 
     def _unflatten(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return out.reshape((y.shape[0], self.num_inputs) + y.shape[2:])
@@ -244,7 +323,11 @@ class Decoder(_Float64Buffers):
     @eager_under_compile
     def decode_matrix(self, mask: torch.Tensor) -> torch.Tensor:
         """``(B, K, N)`` float64 decode matrices for a ``(B, N)`` bool mask: one fused launch on the triton backend,
-        else from the cache where possible."""
+        else from the cache where possible. Raises ``TypeError`` for a decoder whose matrices depend on the results
+        (``depends_on_results``)."""
+        if self.depends_on_results:
+            raise TypeError(f"{type(self).__name__}'s matrices depend on the results: call matrices(results, mask) "
+                            "or the decoder itself, or pick a mask-only rule (lambda_dec='spacing' or a number)")
         if self.uses_fused_kernel(mask.device):
             return self.fused_matrices(mask)
         matrices, inverse = self.unique_matrices(mask)
@@ -281,11 +364,13 @@ class Decoder(_Float64Buffers):
             fresh = dict(zip(missing, solved.unbind()))
             for i, matrix in fresh.items():
                 self._cache[keys[i]] = matrix
+                self._cached_bytes += matrix.numel() * matrix.element_size()
             if cached:
                 solved = torch.stack([fresh[i] if i in fresh else self._cache[key] for i, key in enumerate(keys)])
             matrices = solved
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
+        while self._cache and (len(self._cache) > self.cache_size or self._cached_bytes > self.cache_bytes):
+            _, evicted = self._cache.popitem(last=False)
+            self._cached_bytes -= evicted.numel() * evicted.element_size()
         return matrices, inverse
 
     def solve(self, masks: torch.Tensor) -> torch.Tensor:
@@ -309,14 +394,16 @@ class Decoder(_Float64Buffers):
         return out
 
     def _check(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            raise TypeError(f"mask must be a bool tensor (True = result arrived), got {getattr(mask, 'dtype', type(mask))}")
+        y = check_tensor(y, "decoder results y", f"(B, N={self.num_workers}, *out)")
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"mask must be a bool torch.Tensor of shape (B, N) (True = result arrived), got "
+                            f"{type(mask).__name__}; convert it with torch.as_tensor(mask, dtype=torch.bool)")
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask must be a bool tensor (True = result arrived), got {mask.dtype}; use mask.bool()")
         if y.ndim < 2 or y.shape[1] != self.num_workers:
             raise ValueError(f"decoder expects results of shape (B, N={self.num_workers}, *out), got {tuple(y.shape)}")
         if mask.shape != y.shape[:2]:
             raise ValueError(f"mask must have shape (B, N) = {tuple(y.shape[:2])}, got {tuple(mask.shape)}")
-        if not y.is_floating_point():
-            raise TypeError(f"results must be floating point, got {y.dtype}")
         return mask.to(y.device)
 
     def _check_counts(self, mask: torch.Tensor) -> None:

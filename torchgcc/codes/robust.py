@@ -62,6 +62,8 @@ class AdversarialSplineDecoder(SplineDecoder):
 class RobustSplineDecoder(Decoder):
     """Robust smoothing-spline decoder with one weight per worker (see the module docstring).
 
+    Its weights depend on the results, so :meth:`decode_matrix` raises ``TypeError``.
+
     Args:
         alpha, beta: regression and worker points.
         q: the number of adversaries to withstand (sets lambda and the trimming count), ``>= 0``.
@@ -73,6 +75,8 @@ class RobustSplineDecoder(Decoder):
         flag_below: Huber weights below this flag a worker.
         options: those of :class:`Decoder` (``min_arrived``, ``nonfinite``, ``cache_size``).
     """
+
+    depends_on_results = True
 
     def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, q: int, method: str = "huber",
                  c: float = ADVERSARIAL_C, iters: Optional[int] = None, refit: Union[float, str, None] = "spacing",

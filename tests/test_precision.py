@@ -1,0 +1,116 @@
+"""Low-precision and near-overflow decodes match a float64 decode of the same data to the output dtype's precision."""
+
+import pytest
+import torch
+
+import torchgcc
+from torchgcc.stragglers import FixedStragglers
+
+
+def contiguous_mask(num_groups: int, num_workers: int, first: int, last: int) -> torch.Tensor:
+    mask = torch.ones(num_groups, num_workers, dtype=torch.bool)
+    mask[:, first : last + 1] = False
+    return mask
+
+
+@pytest.mark.parametrize("lambda_dec", ["adaptive", "spacing"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_large_straggler_gap_low_precision_decode_matches_float64(lambda_dec, dtype):
+    # The fuzz case of issue 13: N = 2048, workers 600..1557 straggle, data of max ~1.9. The decode weights reach
+    # ~300, so casting the matrix to bfloat16 before the product gave an error of 1.51.
+    code = torchgcc.GCC(16, 2048, lambda_dec=lambda_dec)
+    generator = torch.Generator().manual_seed(0)
+    t = code.beta.unsqueeze(-1)  # (N, 1)
+    phase = torch.rand(3, 1, 4, generator=generator, dtype=torch.float64) * 3
+    y = torch.sin(3 * t + phase) * 1.9 + 0.01 * torch.randn(3, 2048, 4, generator=generator, dtype=torch.float64)
+    y = y.to(dtype)  # (3, N, 4)
+    mask = contiguous_mask(3, 2048, 600, 1557)
+    reference = code.decoder(y.double(), mask)  # the float64 decode of the same (rounded) data
+    got = code.decoder(y, mask)
+    assert got.dtype == dtype
+    # Rounding to dtype is within half an ulp (eps * |value| / 2); the float32 accumulation of ~1000 products with
+    # weights up to ~250 adds ~6e-5 absolute, allowed as a tenth of an ulp of the largest estimate (where estimates
+    # cancel to near 0, a relative bound alone would ask for more than float32 holds).
+    eps = torch.finfo(dtype).eps
+    bound = eps * (reference.abs() + 0.1 * reference.abs().max())
+    error = (got.double() - reference).abs()
+    assert bool((error <= bound).all()), float(error.max())
+    matrices = code.decoder.matrices(y.double(), mask)
+    cast_first = (matrices.to(dtype) @ y).double()  # the matrix rounded to the data's dtype: what this test rules out
+    assert not bool(((cast_first - reference).abs() <= bound).all())
+
+
+def test_encoder_low_precision_matches_float64():
+    code = torchgcc.GCC(32, 64)
+    x = torch.randn(4, 32, 8, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    reference = code.encoder(x.double())
+    got = code.encoder(x)
+    assert got.dtype == torch.bfloat16
+    assert bool(((got.double() - reference).abs() <= torch.finfo(torch.bfloat16).eps * reference.abs() + 1e-12).all())
+
+
+def test_float32_near_max_decodes_without_intermediate_overflow():
+    code = torchgcc.GCC(16, 256, lambda_dec="spacing")
+    mask = contiguous_mask(2, 256, 60, 190)
+    assert float(code.decoder.decode_matrix(mask).abs().max()) > 2  # products of 3e38 overflow float32
+    y = (3e38 * torch.cos(2 * code.beta)).float().expand(2, 256).unsqueeze(-1).contiguous()  # (2, N, 1)
+    reference = code.decoder(y.double(), mask)
+    assert float(reference.abs().max()) < torch.finfo(torch.float32).max  # the exact answer fits
+    got = code.decoder(y, mask)
+    assert bool(torch.isfinite(got).all())
+    torch.testing.assert_close(got.double(), reference, rtol=2 * torch.finfo(torch.float32).eps, atol=0)
+
+
+def test_float32_near_max_encodes_without_intermediate_overflow():
+    code = torchgcc.GCC(8, 32)
+    x = (3.3e38 * torch.cos(3 * code.alpha)).float().reshape(1, 8, 1)
+    reference = code.encoder(x.double())
+    assert float(reference.abs().max()) < torch.finfo(torch.float32).max
+    assert not bool(torch.isfinite(code.encoder.matrix.float() @ x[0]).all())  # the plain float32 product overflows
+    got = code.encoder(x)
+    assert bool(torch.isfinite(got).all())
+    torch.testing.assert_close(got.double(), reference, rtol=2 * torch.finfo(torch.float32).eps, atol=0)
+
+
+def test_straggler_nan_still_never_leaks_in_low_precision():
+    code = torchgcc.BACC(4, 16)
+    mask = FixedStragglers(5, seed=0).sample(3, 16)
+    y = torch.randn(3, 16, 2, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    y[~mask] = float("nan")
+    assert bool(torch.isfinite(code.decoder(y, mask)).all())
+
+
+@pytest.mark.parametrize("bad", ["numpy", "list"])
+def test_non_tensor_inputs_raise_type_errors_naming_the_argument(bad):
+    code = torchgcc.GCC(4, 8)
+    x, y, mask = torch.randn(2, 4, 3), torch.randn(2, 8, 3), torch.ones(2, 8, dtype=torch.bool)
+    convert = (lambda t: t.numpy()) if bad == "numpy" else (lambda t: t.tolist())
+    with pytest.raises(TypeError, match=r"encoder input x must be a torch.Tensor.*torch.as_tensor"):
+        code.encoder(convert(x))
+    with pytest.raises(TypeError, match=r"decoder results y must be a torch.Tensor.*torch.as_tensor"):
+        code.decoder(convert(y), mask)
+    with pytest.raises(TypeError, match=r"mask must be a bool torch.Tensor.*torch.as_tensor"):
+        code.decoder(y, convert(mask))
+
+
+def test_empty_batch_raises_value_error():
+    code = torchgcc.GCC(4, 8)
+    with pytest.raises(ValueError, match=r"empty batch \(B = 0"):
+        code.encoder(torch.randn(0, 4, 3))
+    with pytest.raises(ValueError, match=r"empty batch \(B = 0"):
+        code.decoder(torch.randn(0, 8, 3), torch.ones(0, 8, dtype=torch.bool))
+
+
+def test_too_few_workers_names_num_workers():
+    with pytest.raises(ValueError, match="num_workers=1"):
+        torchgcc.GCC(1, 1)
+
+
+def test_bfloat16_near_max_encodes_without_intermediate_overflow():
+    code = torchgcc.GCC(8, 32)
+    x = (3.3e38 * torch.cos(3 * code.alpha)).to(torch.bfloat16).reshape(1, 8, 1)
+    reference = code.encoder(x.double())
+    got = code.encoder(x)
+    assert bool(torch.isfinite(got).all())
+    eps = torch.finfo(torch.bfloat16).eps
+    assert bool(((got.double() - reference).abs() <= eps * reference.abs()).all())
