@@ -42,8 +42,8 @@ class StepResult:
         payload_bytes: the largest input payload sent to one rank in this step.
         arrival_s: ``(N,)`` float64 seconds from the start of the step to each worker's result, ``inf`` for results
             not seen by ``watched_s``.
-        watched_s: seconds after the start until which arrivals were recorded (the step latency, or the
-            ``watch_s`` of :meth:`Coordinator.step` when that is later).
+        watched_s: seconds after the start up to which ``arrival_s`` is complete (the step latency, or the
+            ``watch_s`` of :meth:`Coordinator.step` when that is later; watching ends early once all arrived).
     """
 
     output: torch.Tensor
@@ -174,7 +174,7 @@ class Coordinator:
             payload_bytes=max(len(w) * payloads[0].nbytes for w in self.assignment.values()),
             arrival_s=torch.tensor([arrival.get(w, float("inf")) for w in range(self.num_workers)],
                                    dtype=torch.float64),
-            watched_s=max(latency_s, time.monotonic() - start if watch_s is not None else 0.0),
+            watched_s=latency_s if watch_s is None else max(latency_s, watch_s),
         )
 
     def _post_work(self, round_: int, step: int, payloads: torch.Tensor,
