@@ -254,6 +254,9 @@ def plot_frontier(results: list[dict], path: Path) -> None:
                 if ":" in name:
                     top.annotate(name.partition(":")[2], (row["p99_latency_s"], row["agreement"]), fontsize=7,
                                  textcoords="offset points", xytext=(3, 3))
+        if "adaptive_wait" in setting:
+            for ax in (top, bottom):
+                ax.axvline(setting["adaptive_wait"]["deadline_s"], color="grey", ls="--", lw=1, label="wait deadline")
         top.set_title(f"N={setting['N']}, K={setting['K']}, {_delays_label(setting, prefix='p=')}")
         top.set_ylabel("agreement with uncoded (RelAcc)")
         bottom.set_yscale("log")
