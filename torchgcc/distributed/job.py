@@ -141,6 +141,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     wait.add_argument("--wait-max-stragglers", type=int,
                       help="largest S the controller may choose (candidates 0..this; default N - K)")
     wait.add_argument("--wait-warmup", type=int, default=10, help="steps at the largest S before adapting")
+    wait.add_argument("--wait-max-step", type=int, default=1, help="largest change of S from one step to the next")
 
     faults = parser.add_argument_group("fault injection")
     faults.add_argument("--kill-rank", type=int, help="worker rank that exits abruptly (os._exit) ...")
@@ -195,7 +196,7 @@ def _wait_policy(args: argparse.Namespace, name: str):
     largest = args.num_workers - args.num_inputs if args.wait_max_stragglers is None else args.wait_max_stragglers
     return WaitCountController(args.num_workers, deadline=args.wait_deadline, budget=args.wait_budget,
                                stragglers=range(largest + 1), discount=0.9, eta=2.0, warmup=args.wait_warmup,
-                               seed=args.seed)
+                               max_step=args.wait_max_step, seed=args.seed)
 
 
 def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
