@@ -10,16 +10,21 @@ import torch
 from torchgcc import cli
 
 
-def test_reproduce_training_writes_consistent_results(tmp_path):
-    out = tmp_path / "training"
-    argv = ["reproduce", "training", "--quick", "--steps", "10", "--eval-every", "5", "--stragglers", "1,2",
-            "--schemes", "dgd,is-sgd,gc-fr,pgc-fr,pgc-cr", "--reference-models", "none", "--target-loss", "2.0",
-            "--out", str(out), "--no-progress"]
+def _run(argv: list[str]) -> None:
+    """Run the CLI and restore the torch thread count it sets."""
     threads = torch.get_num_threads()
     try:
         assert cli.main(argv) == 0
     finally:
         torch.set_num_threads(threads)
+
+
+def test_reproduce_training_writes_consistent_results(tmp_path):
+    out = tmp_path / "training"
+    argv = ["reproduce", "training", "--quick", "--steps", "10", "--eval-every", "5", "--stragglers", "1,2",
+            "--schemes", "dgd,is-sgd,gc-fr,pgc-fr,pgc-cr", "--reference-models", "none", "--target-loss", "2.0",
+            "--out", str(out), "--no-progress"]
+    _run(argv)
     payload = json.loads((out / "results.json").read_text())
     assert {p.name for p in out.iterdir()} >= {"results.json", "results.csv", "table.md", "training-mlp.png"}
     records = payload["records"]
@@ -72,11 +77,7 @@ def test_reproduce_training_adaptive_wait_rows(tmp_path):
     argv = ["reproduce", "training", "--quick", "--steps", "24", "--eval-every", "8", "--stragglers", "2",
             "--schemes", "is-sgd,is-sgd:adaptive", "--reference-models", "none", "--wait-deadline", "3",
             "--wait-budget", "0.2", "--out", str(out), "--no-progress"]
-    threads = torch.get_num_threads()
-    try:
-        assert cli.main(argv) == 0
-    finally:
-        torch.set_num_threads(threads)
+    _run(argv)
     payload = json.loads((out / "results.json").read_text())
     by = {(r["scheme"], r["m"]): r for r in payload["records"]}
     run = next(r for r in payload["runs"] if r["scheme"] == "is-sgd:adaptive")
