@@ -10,16 +10,21 @@ import torch
 from torchgcc import cli
 
 
-def test_reproduce_training_writes_consistent_results(tmp_path):
-    out = tmp_path / "training"
-    argv = ["reproduce", "training", "--quick", "--steps", "10", "--eval-every", "5", "--stragglers", "1,2",
-            "--schemes", "dgd,is-sgd,gc-fr,pgc-fr,pgc-cr", "--reference-models", "none", "--target-loss", "2.0",
-            "--out", str(out), "--no-progress"]
+def _run(argv: list[str]) -> None:
+    """Run the CLI and restore the torch thread count it sets."""
     threads = torch.get_num_threads()
     try:
         assert cli.main(argv) == 0
     finally:
         torch.set_num_threads(threads)
+
+
+def test_reproduce_training_writes_consistent_results(tmp_path):
+    out = tmp_path / "training"
+    argv = ["reproduce", "training", "--quick", "--steps", "10", "--eval-every", "5", "--stragglers", "1,2",
+            "--schemes", "dgd,is-sgd,gc-fr,pgc-fr,pgc-cr", "--reference-models", "none", "--target-loss", "2.0",
+            "--out", str(out), "--no-progress"]
+    _run(argv)
     payload = json.loads((out / "results.json").read_text())
     assert {p.name for p in out.iterdir()} >= {"results.json", "results.csv", "table.md", "training-mlp.png"}
     records = payload["records"]
@@ -64,3 +69,24 @@ def test_imagenet32_loader_reads_the_official_npz_layout(tmp_path):
     assert torch.corrcoef(torch.stack([split.train_x[:, 1, 0, 0].double(), torch.from_numpy(column)]))[0, 1] > 0.99
     with pytest.raises(ValueError, match="needs --data-dir"):
         load_dataset("imagenet32")
+
+
+def test_reproduce_training_adaptive_wait_rows(tmp_path):
+    """``is-sgd:adaptive`` beside ``is-sgd``: S in 0..s chosen per step, the same choices on every clock."""
+    out = tmp_path / "training"
+    argv = ["reproduce", "training", "--quick", "--steps", "24", "--eval-every", "8", "--stragglers", "2",
+            "--schemes", "is-sgd,is-sgd:adaptive", "--reference-models", "none", "--wait-deadline", "3",
+            "--wait-budget", "0.2", "--out", str(out), "--no-progress"]
+    _run(argv)
+    payload = json.loads((out / "results.json").read_text())
+    by = {(r["scheme"], r["m"]): r for r in payload["records"]}
+    run = next(r for r in payload["runs"] if r["scheme"] == "is-sgd:adaptive")
+    chosen = run["S_by_step"]
+    assert len(chosen) == 24 and set(chosen) <= {0, 1, 2} and chosen[:10] == [2] * 10 and min(chosen) < 2  # warm-up at the fallback, then more
+    assert run["wait_policy"]["controller"]["steps"] == 24
+    assert run["mean_S"] == pytest.approx(sum(chosen) / 24)
+    t_c = payload["config"]["compute_times"]["mlp"]["measured"]
+    for m in (1.0, 2.0):  # waiting for n - S >= n - s workers of the same delays is never faster
+        assert by[("is-sgd:adaptive", m)]["step_time"] >= by[("is-sgd", m)]["step_time"] - 1e-12
+    delay_part = [by[("is-sgd:adaptive", m)]["step_time"] - t_c for m in (1.0, 2.0)]
+    assert delay_part[1] == pytest.approx(2 * delay_part[0])  # the choices do not depend on the clock

@@ -10,8 +10,8 @@ with the same seed (reproducible per device, but a different stream from the CPU
 - :class:`BernoulliStragglers`: every worker straggles independently with probability p.
 - :class:`LatencyStragglers`: every worker gets a simulated latency (shifted exponential, Pareto or bimodal); the
   step waits for the fastest N - S results and/or until a deadline, and reports the step latency.
-- Latency models (:data:`LATENCY_MODELS`): shifted exponential, Pareto, bimodal, an additive exponential delay and a
-  persistent slow set; :mod:`torchgcc.gradient_coding` draws them per (worker, step) for its training clock.
+- Latency models (:data:`LATENCY_MODELS`): shifted exponential, Pareto, bimodal, an additive exponential delay, a
+  persistent slow set and a shifted exponential whose tail changes after a number of draws (:class:`TailChange`); :mod:`torchgcc.gradient_coding` draws them per (worker, step) for its training clock.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ __all__ = [
     "Bimodal",
     "Exponential",
     "PersistentSlow",
+    "TailChange",
     "LATENCY_MODELS",
     "make_latency_model",
     "PLACEMENTS",
@@ -274,6 +275,29 @@ class PersistentSlow(LatencyModel):
         return f"PersistentSlow(slow={self.slow}, delay={self.delay}, base={self.base!r})"
 
 
+class TailChange(LatencyModel):
+    """``shift + Exp(mean=scale)`` for the first ``change_at`` draws (calls of :meth:`sample`, one per step in the
+    executors), then ``shift + Exp(mean=scale_after)``: a latency tail that changes mid-run."""
+
+    def __init__(self, shift: float = 1.0, scale: float = 0.2, scale_after: float = 0.4, change_at: int = 100) -> None:
+        _check_positive(shift=shift, scale=scale, scale_after=scale_after)
+        if not isinstance(change_at, int) or change_at < 0:
+            raise ValueError(f"change_at must be a non-negative integer number of draws, got {change_at!r}")
+        self.before = ShiftedExponential(shift, scale)
+        self.after = ShiftedExponential(shift, scale_after)
+        self.change_at = change_at
+        self.draws = 0
+
+    def sample(self, shape, generator):
+        phase = self.before if self.draws < self.change_at else self.after
+        self.draws += 1
+        return phase.sample(shape, generator)
+
+    def __repr__(self) -> str:
+        return (f"TailChange(shift={self.before.shift}, scale={self.before.scale}, scale_after={self.after.scale}, "
+                f"change_at={self.change_at})")
+
+
 #: Latency models by name.
 LATENCY_MODELS: Registry[Callable[..., LatencyModel]] = Registry("latency model")
 LATENCY_MODELS.register("shifted_exponential", ShiftedExponential)
@@ -281,6 +305,7 @@ LATENCY_MODELS.register("pareto", Pareto)
 LATENCY_MODELS.register("bimodal", Bimodal)
 LATENCY_MODELS.register("exponential", Exponential)
 LATENCY_MODELS.register("persistent_slow", PersistentSlow)
+LATENCY_MODELS.register("tail_change", TailChange)
 
 
 def make_latency_model(name: str, **params: float) -> LatencyModel:

@@ -27,7 +27,7 @@ from torchgcc.control.controller import StragglerAwareController
 from torchgcc.control.event_models import WaitForFastest
 from torchgcc.control.thresholds import DeadlineThreshold
 
-__all__ = ["WaitCountController"]
+__all__ = ["WaitCountController", "compare_with_fixed"]
 
 
 class WaitCountController:
@@ -124,3 +124,21 @@ class WaitCountController:
 
     def __repr__(self) -> str:
         return f"WaitCountController(N={self.num_workers}, S={self.stragglers}, {self.controller!r})"
+
+
+def compare_with_fixed(fixed: Sequence[Mapping[str, Any]], adaptive: Mapping[str, Any], deadline: float
+                       ) -> dict[str, Any]:
+    """The acceptance comparison of an adaptive wait count with fixed S rows (each ``{"S", "p99", "agreement"}``).
+
+    The reference is the most accurate fixed S whose p99 latency meets ``deadline`` (ties: the smaller S); the
+    adaptive row passes when its p99 is no worse and its agreement no lower than the reference's.
+    """
+    meeting = [r for r in fixed if r["p99"] <= deadline]
+    if not meeting:
+        return {"reference_S": None, "note": "no fixed S meets the deadline at p99"}
+    best = max(meeting, key=lambda r: (r["agreement"], -r["S"]))
+    return {"reference_S": best["S"], "reference_p99": best["p99"], "reference_agreement": best["agreement"],
+            "adaptive_p99": adaptive["p99"], "adaptive_agreement": adaptive["agreement"],
+            "adaptive_p99_no_worse": adaptive["p99"] <= best["p99"],
+            "adaptive_agreement_no_worse": adaptive["agreement"] >= best["agreement"],
+            "adaptive_meets_deadline": adaptive["p99"] <= deadline}

@@ -10,6 +10,12 @@ probability p (times a uniform jitter). The schemes, all at the same N:
 - ``gcc``, ``natural`` (natural-spline GCC), ``bacc``: each at two S, ``(N - K) / 2`` and ``N - K``; decode from
   the fastest ``N - S``.
 
+With ``--adaptive-wait`` a setting instead runs ``uncoded``, GCC at every S of ``--wait-stragglers`` and
+``gcc:adaptive``, whose S a :class:`~torchgcc.control.wait_count.WaitCountController` chooses before every step
+(deadline ``--wait-deadline``, budget ``--wait-budget``); ``--latency-model tail_change`` gives delays whose tail
+changes mid-run. Each such setting also reports the steps over the deadline, the p99 after the change, the
+distribution of the adaptive S, and the acceptance comparison with the most accurate fixed S meeting the deadline.
+
 Reported per scheme: median and p99 step latency (measured on the coordinator, encoding and decoding included),
 the p99 the delays alone imply ("model p99"), MSE and argmax agreement (RelAcc) with the uncoded model's outputs
 as means with 95% CIs over steps. Writes ``results.json``, ``results.csv``, ``steps.jsonl`` and ``frontier.png``
@@ -51,6 +57,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="20 steps per setting (a smoke run)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before a setting's job is killed")
+    parser.add_argument("--latency-model", default=None,
+                        help="latency model of the injected delays instead of the bimodal one (e.g. tail_change; "
+                             "--straggle-probs, --fast and --slow are then unused)")
+    parser.add_argument("--latency-param", action="append", default=[], metavar="KEY=VALUE",
+                        help="parameter of --latency-model, e.g. shift=0.1 scale=0.02 scale_after=0.05 "
+                             "change_at=150 (repeatable)")
+    parser.add_argument("--adaptive-wait", action="store_true",
+                        help="run uncoded, GCC at every --wait-stragglers S and gcc:adaptive (S chosen per step)")
+    parser.add_argument("--wait-deadline", type=float, default=None, help="seconds: the adaptive wait's deadline")
+    parser.add_argument("--wait-budget", type=float, default=0.01,
+                        help="allowed fraction of adaptive steps over --wait-deadline")
+    parser.add_argument("--wait-warmup", type=int, default=10, help="adaptive steps at S = N - K before adapting")
+    parser.add_argument("--wait-max-step", type=int, default=1, help="largest change of the adaptive S per step")
+    parser.add_argument("--wait-stragglers", default=None,
+                        help="comma-separated fixed S of GCC beside the adaptive row (default 0, 2, ..., N - K)")
     parser.add_argument("--out", type=Path, default=None,
                         help="output folder (default: a fresh ./torchgcc-results/bench-latency/<time>/)")
     parser.set_defaults(func=run)
@@ -61,23 +82,33 @@ def stragglers_of(num_workers: int, num_inputs: int) -> list[int]:
     return sorted({max((num_workers - num_inputs) // 2, 1), num_workers - num_inputs})
 
 
-def schemes_of(num_workers: int, num_inputs: int) -> list[str]:
+def wait_stragglers_of(args: argparse.Namespace, num_workers: int, num_inputs: int) -> list[int]:
+    """The fixed S of GCC run beside ``gcc:adaptive``."""
+    if args.wait_stragglers is None:
+        return list(range(0, num_workers - num_inputs + 1, 2))
+    return sorted({int(s) for s in args.wait_stragglers.split(",")})
+
+
+def schemes_of(num_workers: int, num_inputs: int, adaptive_s: list[int] | None = None) -> list[str]:
+    """The schemes of a setting; with ``adaptive_s`` (the fixed S beside it): uncoded, GCC at each, gcc:adaptive."""
+    if adaptive_s is not None:
+        return ["uncoded", *(f"gcc:S={s}" for s in adaptive_s), "gcc:adaptive"]
     return ["uncoded", "replication"] + [
         f"{code}:S={s}" for code in CODES for s in stragglers_of(num_workers, num_inputs)
     ]
 
 
-def model_latency(delays: torch.Tensor, scheme: str, num_inputs: int) -> float:
+def model_latency(delays: torch.Tensor, scheme: str, num_inputs: int, stragglers: int | None = None) -> float:
     """The step latency the delays ``(N,)`` alone imply for ``scheme``.
 
-    uncoded: the slowest worker; replication: the slowest input's fastest copy; a code ``name:S=s``: the
-    ``(N - s)``-th fastest worker.
+    uncoded: the slowest worker; replication: the slowest input's fastest copy; a code run with ``stragglers``
+    S (default: parsed from its name ``name:S=s``): the ``(N - s)``-th fastest worker.
     """
     if scheme == "uncoded":
         return float(delays.max())
     if scheme == "replication":
         return float(delays.reshape(num_inputs, -1).min(-1).values.max())
-    s = int(scheme.rpartition("=")[2])
+    s = int(scheme.rpartition("=")[2]) if stragglers is None else stragglers
     return float(delays.sort().values[len(delays) - s - 1])
 
 
@@ -96,16 +127,24 @@ def _run_setting(args, num_workers: int, num_inputs: int, p: float, steps: int, 
     from torchgcc.distributed.job import summarize
     from torchgcc.distributed.launch import launch
 
-    schemes = schemes_of(num_workers, num_inputs)
-    latency_params = [f"fast={args.fast}", f"slow={args.slow}", f"p_slow={p}", "jitter=0.5"]
+    fixed_s = wait_stragglers_of(args, num_workers, num_inputs) if args.adaptive_wait else None
+    schemes = schemes_of(num_workers, num_inputs, fixed_s)
+    latency = args.latency_model or "bimodal"
+    latency_params = list(args.latency_param) if args.latency_model else [
+        f"fast={args.fast}", f"slow={args.slow}", f"p_slow={p}", "jitter=0.5"]
     job_args = [
         "--mode", "injected", "--code", ",".join(schemes), "--deadline", "0",
         "-N", str(num_workers), "-K", str(num_inputs), "-S", "0", "--steps", str(steps),
-        "--latency", "bimodal", "--batch-size", str(args.batch_size), "--seed", str(args.seed),
+        "--latency", latency, "--batch-size", str(args.batch_size), "--seed", str(args.seed),
     ]
+    if args.adaptive_wait:
+        job_args += ["--wait-deadline", str(args.wait_deadline), "--wait-budget", str(args.wait_budget),
+                     "--wait-max-stragglers", str(max(fixed_s)), "--wait-warmup", str(args.wait_warmup),
+                     "--wait-max-step", str(args.wait_max_step)]
     for param in latency_params:
         job_args += ["--latency-param", param]
-    task = progress.add_task(f"N={num_workers} K={num_inputs} p={p}", total=steps * len(schemes))
+    label = f"p={p}" if args.latency_model is None else latency
+    task = progress.add_task(f"N={num_workers} K={num_inputs} {label}", total=steps * len(schemes))
     with tempfile.TemporaryDirectory(prefix="torchgcc-bench-") as folder:
         saved_path = Path(folder) / "steps.pt"
         job = launch([*job_args, "--save", str(saved_path)], nproc=args.nproc, timeout_s=args.timeout,
@@ -116,20 +155,65 @@ def _run_setting(args, num_workers: int, num_inputs: int, p: float, steps: int, 
         saved = torch.load(saved_path, weights_only=False)["steps"]
     records = job.steps
     for record, step in zip(records, saved):
-        record.update(N=num_workers, K=num_inputs, p=p,
-                      model_latency_s=model_latency(step["delays"], record["scheme"], num_inputs))
+        record.update(N=num_workers, K=num_inputs, p=p, model_latency_s=model_latency(
+            step["delays"], record["scheme"], num_inputs, stragglers=record.get("S")))
     summary = summarize(records)
     for name, row in summary.items():
         model = torch.tensor([r["model_latency_s"] for r in records if r["scheme"] == name], dtype=torch.float64)
         row["model_p99_latency_s"] = float(model.quantile(0.99))
         row["p99_vs_uncoded"] = row["p99_latency_s"] / summary["uncoded"]["p99_latency_s"]
     delays = torch.stack([s["delays"] for s in saved[:: len(schemes)]])
-    return {
-        "N": num_workers, "K": num_inputs, "p": p, "S": stragglers_of(num_workers, num_inputs),
-        "latency": "bimodal", "latency_params": latency_params, "steps": steps,
-        "straggler_fraction": float((delays > (args.fast + args.slow) / 2).double().mean()),
+    setting = {
+        "N": num_workers, "K": num_inputs, "p": p, "S": fixed_s or stragglers_of(num_workers, num_inputs),
+        "latency": latency, "latency_params": latency_params, "steps": steps,
+        "straggler_fraction": float((delays > (args.fast + args.slow) / 2).double().mean())
+        if args.latency_model is None else None,
         "schemes": summary, "records": records,
     }
+    if args.adaptive_wait:
+        setting["adaptive_wait"] = _adaptive_report(args, records, summary, job.of("summary")[0], fixed_s, steps)
+    return setting
+
+
+def _adaptive_report(args, records: list[dict], summary: dict, job_summary: dict, fixed_s: list[int],
+                     steps: int) -> dict:
+    """Steps over the deadline and p99 after the tail change per scheme (added to ``summary``), the adaptive S,
+    and the comparison with the most accurate fixed S meeting the deadline."""
+    from torchgcc.control.wait_count import compare_with_fixed
+
+    change_at = dict(_key_values(args.latency_param)).get("change_at", steps // 2)
+    for name, row in summary.items():
+        latency = torch.tensor([r["latency_s"] for r in records if r["scheme"] == name], dtype=torch.float64)
+        row["over_deadline"] = float((latency > args.wait_deadline).double().mean())
+        row["p99_after_change_s"] = float(latency[int(change_at):].quantile(0.99)) if change_at < steps else None
+    fixed = [{"S": s, "p99": summary[f"gcc:S={s}"]["p99_latency_s"], "agreement": summary[f"gcc:S={s}"]["agreement"]}
+             for s in fixed_s]
+    adaptive = summary["gcc:adaptive"]
+    policy = job_summary["wait_policies"]["gcc:adaptive"]
+    return {
+        "deadline_s": args.wait_deadline, "budget": args.wait_budget, "change_at_step": change_at,
+        "warmup": args.wait_warmup, "max_step": args.wait_max_step,
+        "S_by_step": [r["S"] for r in records if r["scheme"] == "gcc:adaptive"],
+        "stragglers_distribution": policy["stragglers_distribution"], "event_rate": policy["event_rate"],
+        "verdict": compare_with_fixed(fixed, {"p99": adaptive["p99_latency_s"], "agreement": adaptive["agreement"]},
+                                      args.wait_deadline),
+    }
+
+
+def _key_values(items: list[str]) -> list[tuple[str, object]]:
+    from torchgcc.distributed.job import parse_value
+
+    return [(key, parse_value(value)) for key, _, value in (item.partition("=") for item in items)]
+
+
+def _delays_label(setting: dict, prefix: str = "") -> str:
+    """The straggler probability of a bimodal setting, else the latency model's name."""
+    return setting["latency"] if setting["p"] is None else f"{prefix}{setting['p']:g}"
+
+
+def _family(scheme: str) -> str:
+    """The plot family of a scheme name: 'adaptive' for CODE:adaptive, else the code or baseline name."""
+    return "adaptive" if scheme.endswith(":adaptive") else scheme.partition(":")[0]
 
 
 def _table(results: list[dict]):
@@ -142,7 +226,7 @@ def _table(results: list[dict]):
     for setting in results:
         for name, row in setting["schemes"].items():
             table.add_row(
-                str(setting["N"]), str(setting["K"]), f"{setting['p']:g}", name,
+                str(setting["N"]), str(setting["K"]), _delays_label(setting), name,
                 f"{row['median_latency_s']:.3f}", f"{row['p99_latency_s']:.3f}", f"{row['model_p99_latency_s']:.3f}",
                 f"{row['mse']:.2e} ± {row['mse_ci']:.1e}", f"{row['agreement']:.3f} ± {row['agreement_ci']:.3f}",
             )
@@ -158,11 +242,11 @@ def plot_frontier(results: list[dict], path: Path) -> None:
 
     fig, axes = plt.subplots(2, len(results), figsize=(4.2 * len(results), 7), squeeze=False)
     styles = {"uncoded": ("k", "s"), "replication": ("tab:red", "D"), "gcc": ("tab:blue", "o"),
-              "natural": ("tab:green", "^"), "bacc": ("tab:orange", "v")}
+              "natural": ("tab:green", "^"), "bacc": ("tab:orange", "v"), "adaptive": ("tab:purple", "*")}
     for column, setting in enumerate(results):
         top, bottom = axes[0, column], axes[1, column]
         for family, (colour, marker) in styles.items():
-            rows = [(n, r) for n, r in setting["schemes"].items() if n.partition(":")[0] == family]
+            rows = [(n, r) for n, r in setting["schemes"].items() if _family(n) == family]
             if not rows:
                 continue
             x = [r["p99_latency_s"] for _, r in rows]
@@ -174,7 +258,10 @@ def plot_frontier(results: list[dict], path: Path) -> None:
                 if ":" in name:
                     top.annotate(name.partition(":")[2], (row["p99_latency_s"], row["agreement"]), fontsize=7,
                                  textcoords="offset points", xytext=(3, 3))
-        top.set_title(f"N={setting['N']}, K={setting['K']}, p={setting['p']:g}")
+        if "adaptive_wait" in setting:
+            for ax in (top, bottom):
+                ax.axvline(setting["adaptive_wait"]["deadline_s"], color="grey", ls="--", lw=1, label="wait deadline")
+        top.set_title(f"N={setting['N']}, K={setting['K']}, {_delays_label(setting, prefix='p=')}")
         top.set_ylabel("agreement with uncoded (RelAcc)")
         bottom.set_yscale("log")
         bottom.set_ylabel("MSE vs uncoded (1e-12 = exact)")
@@ -197,7 +284,9 @@ def run(args: argparse.Namespace) -> int:
     console = Console() if Console().is_terminal else Console(width=140)
     try:
         settings = _parse_settings(args.settings)
-        probs = [float(p) for p in args.straggle_probs.split(",")]
+        probs = [float(p) for p in args.straggle_probs.split(",")] if args.latency_model is None else [None]
+        if args.adaptive_wait and not (args.wait_deadline and args.wait_deadline > 0):
+            raise ValueError("--adaptive-wait needs --wait-deadline SECONDS (> 0)")
     except ValueError as error:
         console.print(f"error: {error}")
         return 2

@@ -40,6 +40,10 @@ class StepResult:
         missing: sample indices without any result (replication at the deadline); empty for the codes.
         compute_s: the longest time a rank whose results were used spent in the model (its own report).
         payload_bytes: the largest input payload sent to one rank in this step.
+        arrival_s: ``(N,)`` float64 seconds from the start of the step to each worker's result, ``inf`` for results
+            not seen by ``watched_s``.
+        watched_s: seconds after the start up to which ``arrival_s`` is complete (the step latency, or the
+            ``watch_s`` of :meth:`Coordinator.step` when that is later; watching ends early once all arrived).
     """
 
     output: torch.Tensor
@@ -51,6 +55,8 @@ class StepResult:
     missing: list[int] = field(default_factory=list)
     compute_s: float = 0.0
     payload_bytes: int = 0
+    arrival_s: torch.Tensor | None = None
+    watched_s: float = 0.0
 
 
 class Coordinator:
@@ -112,7 +118,7 @@ class Coordinator:
         return sorted(w for rank in self.monitor.lost for w in self.assignment[rank])
 
     def step(self, scheme: Scheme, x: torch.Tensor, plan: StepPlan, *, step: int,
-             deadline_s: float | None = None) -> StepResult:
+             deadline_s: float | None = None, watch_s: float | None = None) -> StepResult:
         """Run one step of ``scheme`` on the batch ``x`` ``(M, *in)``.
 
         The wait ends when the scheme's wait is over (codes: the plan's rule, i.e. its ``required`` workers or
@@ -121,6 +127,10 @@ class Coordinator:
         waited for. In simulated mode a group whose drawn survivors did not all arrive by the deadline is decoded
         from the drawn survivors that arrived, topped up with any other arrived worker if it has fewer than
         ``min_arrived``.
+
+        With ``watch_s``, the coordinator keeps recording (not using) late arrivals after decoding until
+        ``watch_s`` seconds after the start, so that :attr:`StepResult.arrival_s` tells which workers were late
+        with respect to that time (what an adaptive wait count learns from); ``latency_s`` does not include it.
 
         Raises:
             TooFewWorkersError: fewer live workers than ``scheme.min_arrived``, or still not decodable after
@@ -135,7 +145,8 @@ class Coordinator:
         payloads = scheme.encode(x)
         delays = self._post_work(round_, step, payloads, plan.delays)
         deadline = float("inf") if deadline_s is None else start + deadline_s
-        results, compute = self._collect(round_, step, scheme, plan, num_groups, start=start, deadline=deadline)
+        results, compute, arrival = self._collect(round_, step, scheme, plan, num_groups, start=start,
+                                                  deadline=deadline)
 
         mask = self._mask(plan, results.keys(), num_groups, scheme.min_arrived)
         if isinstance(scheme, ReplicationScheme):
@@ -146,16 +157,24 @@ class Coordinator:
             stacked[worker] = output
         output, missing = scheme.decode(stacked, mask, num_samples)
         arrived = mask.any(0).nonzero().flatten().tolist()
+        latency_s = time.monotonic() - start
+        if watch_s is not None:
+            self._watch(round_, step, arrival, start=start, until=start + watch_s)
+        self.link.end_round(round_, {w for w in range(self.num_workers)
+                                     if w not in arrival and self.rank_of[w] not in self.monitor.lost})
         return StepResult(
             output=output,
             mask=mask.clone(),
             arrived=arrived,
-            latency_s=time.monotonic() - start,
+            latency_s=latency_s,
             delays=delays,
             lost_workers=self.lost_workers,
             missing=missing,
             compute_s=max((compute[w] for w in arrived), default=0.0),
             payload_bytes=max(len(w) * payloads[0].nbytes for w in self.assignment.values()),
+            arrival_s=torch.tensor([arrival.get(w, float("inf")) for w in range(self.num_workers)],
+                                   dtype=torch.float64),
+            watched_s=latency_s if watch_s is None else max(latency_s, watch_s),
         )
 
     def _post_work(self, round_: int, step: int, payloads: torch.Tensor,
@@ -182,16 +201,20 @@ class Coordinator:
         return mask
 
     def _collect(self, round_: int, step: int, scheme: Scheme, plan: StepPlan, num_groups: int, *,
-                 start: float, deadline: float) -> tuple[dict[int, torch.Tensor], dict[int, float]]:
-        """Gather results of ``round_`` until the scheme's wait is over; ``({worker: (b, *out)}, {worker: s})``."""
+                 start: float, deadline: float
+                 ) -> tuple[dict[int, torch.Tensor], dict[int, float], dict[int, float]]:
+        """Gather results of ``round_`` until the scheme's wait is over; returns ``{worker: (b, *out)}``, the
+        compute seconds ``{worker: s}`` and the arrival seconds after ``start`` ``{worker: s}``."""
         results: dict[int, torch.Tensor] = {}
         compute: dict[int, float] = {}
+        arrival: dict[int, float] = {}
         pending = {w for w in range(self.num_workers) if self.rank_of[w] not in self.monitor.lost}
         required = None if plan.required is None else set(plan.required.any(0).nonzero().flatten().tolist())
         while True:
             arrived, broken = self.link.collect(round_, pending)
             for result in arrived:
                 results[result.worker], compute[result.worker] = result.output, result.compute_s
+                arrival[result.worker] = time.monotonic() - start
                 pending.discard(result.worker)
             pending -= self._update_liveness(step, broken)
             live = self.num_workers - len(self.lost_workers)
@@ -219,8 +242,18 @@ class Coordinator:
                     f"lost {self.lost_workers})"
                 )
             time.sleep(self.poll_s)
-        self.link.end_round(round_, pending)
-        return results, compute
+        return results, compute, arrival
+
+    def _watch(self, round_: int, step: int, arrival: dict[int, float], *, start: float, until: float) -> None:
+        """Record the arrival seconds of ``round_``'s late results in ``arrival`` until ``until`` (monotonic)."""
+        pending = {w for w in range(self.num_workers) if w not in arrival and self.rank_of[w] not in self.monitor.lost}
+        while pending and time.monotonic() < until:
+            arrived, broken = self.link.collect(round_, pending)
+            for result in arrived:
+                arrival[result.worker] = time.monotonic() - start
+                pending.discard(result.worker)
+            pending -= self._update_liveness(step, broken)
+            time.sleep(self.poll_s)
 
     def _update_liveness(self, step: int, broken: set[int]) -> set[int]:
         """Apply heartbeats and broken pairs; report changes on stderr; returns the workers lost by this call."""

@@ -132,6 +132,17 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     mode.add_argument("--heartbeat-timeout", type=float, default=2.0,
                       help="seconds of silence after which a worker rank is declared lost")
 
+    wait = parser.add_argument_group("adaptive wait count (schemes named 'CODE:adaptive', e.g. gcc:adaptive)")
+    wait.add_argument("--wait-deadline", type=float,
+                      help="seconds: a step whose (N - S)-th result comes later is a straggler event; the "
+                           "coordinator records late arrivals up to this time after decoding")
+    wait.add_argument("--wait-budget", type=float, default=0.01,
+                      help="allowed long-run fraction of steps over --wait-deadline")
+    wait.add_argument("--wait-max-stragglers", type=int,
+                      help="largest S the controller may choose (candidates 0..this; default N - K)")
+    wait.add_argument("--wait-warmup", type=int, default=10, help="steps at the largest S before adapting")
+    wait.add_argument("--wait-max-step", type=int, default=1, help="largest change of S from one step to the next")
+
     faults = parser.add_argument_group("fault injection")
     faults.add_argument("--kill-rank", type=int, help="worker rank that exits abruptly (os._exit) ...")
     faults.add_argument("--kill-step", type=int, default=0, help="... when it receives this step")
@@ -172,9 +183,26 @@ def _arrival_mode(args: argparse.Namespace, *, min_arrived: int) -> Simulated | 
     return Simulated(stragglers)
 
 
+def _wait_policy(args: argparse.Namespace, name: str):
+    """A fresh :class:`WaitCountController` for the scheme ``name`` if it is ``CODE:adaptive``, else None."""
+    if not name.endswith(":adaptive"):
+        return None
+    if args.wait_deadline is None or args.wait_deadline <= 0:
+        raise ValueError("an adaptive scheme needs --wait-deadline SECONDS (> 0), the latency it keeps steps under")
+    if args.mode == "simulated":
+        raise ValueError("an adaptive wait count needs arrivals to wait for: use --mode injected or measured")
+    from torchgcc.control.wait_count import WaitCountController
+
+    largest = args.num_workers - args.num_inputs if args.wait_max_stragglers is None else args.wait_max_stragglers
+    return WaitCountController(args.num_workers, deadline=args.wait_deadline, budget=args.wait_budget,
+                               stragglers=range(largest + 1), discount=0.9, eta=2.0, warmup=args.wait_warmup,
+                               max_step=args.wait_max_step, seed=args.seed)
+
+
 def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
     """Per scheme: steps, median and p99 step latency, MSE and argmax agreement (RelAcc) as mean and 95% CI
-    half-width over steps (``1.96 * std / sqrt(steps)``), median MSE, and the samples left without a result."""
+    half-width over steps (``1.96 * std / sqrt(steps)``), median MSE, the samples left without a result, and the
+    mean S (NaN for the schemes without one)."""
     summary = {}
     for name in dict.fromkeys(r["scheme"] for r in records):
         rows = [r for r in records if r["scheme"] == name]
@@ -192,6 +220,8 @@ def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
             "agreement": agreement,
             "agreement_ci": agreement_ci,
             "missing_samples": sum(len(r["missing"]) for r in rows),
+            "mean_S": float(torch.tensor([math.nan if r.get("S") is None else r["S"] for r in rows],
+                                         dtype=torch.float64).mean()),
         }
     return summary
 
@@ -211,9 +241,11 @@ def run_job(args: argparse.Namespace) -> int:
     # built on every rank before joining, so a bad option stops every rank, not just the coordinator
     task = make_task(args.task, seed=args.seed, batch_size=args.batch_size, image_size=args.image_size,
                      num_classes=args.num_classes, checkpoint=args.checkpoint)
+    names = [name.strip() for name in args.code.split(",")]
     schemes = [
-        make_scheme(name.strip(), num_inputs=args.num_inputs, num_workers=args.num_workers, **dict(args.code_param))
-        for name in args.code.split(",")
+        make_scheme(name, num_inputs=args.num_inputs, num_workers=args.num_workers, policy=_wait_policy(args, name),
+                    **dict(args.code_param))
+        for name in names
     ]
     if args.mode == "simulated" and any(not isinstance(s, CodedScheme) for s in schemes):
         raise ValueError("uncoded and replication wait for arrivals, not a drawn mask: use --mode injected or "
@@ -270,7 +302,14 @@ def _coordinate(
                     reference = task.model(x)
                 plan = mode.plan(num_groups, args.num_workers)
                 for scheme in schemes:
-                    result = coordinator.step(scheme, x, plan, step=step, deadline_s=deadline)
+                    policy = getattr(scheme, "policy", None)
+                    if policy is not None:
+                        scheme.num_stragglers = policy.choose()
+                    result = coordinator.step(scheme, x, plan, step=step, deadline_s=deadline,
+                                              watch_s=None if policy is None else args.wait_deadline)
+                    if policy is not None:
+                        policy.observe(result.arrival_s, stragglers=scheme.num_stragglers,
+                                       watched_until=result.watched_s)
                     have = torch.ones(len(x), dtype=torch.bool)
                     have[result.missing] = False  # samples without a result (replication at the deadline)
                     record = {
@@ -285,6 +324,7 @@ def _coordinate(
                         "agreement": float(argmax_agreement(result.output[have], reference[have]))
                         if have.any() else math.nan,
                         "lost_workers": result.lost_workers,
+                        "S": getattr(scheme, "num_stragglers", None) if isinstance(scheme, CodedScheme) else None,
                     }
                     if args.check and isinstance(scheme, CodedScheme):
                         with torch.no_grad():
@@ -294,17 +334,22 @@ def _coordinate(
                     _emit(record)
                     if args.save:
                         saved.append({"step": step, "scheme": scheme.name, "x": x, "mask": result.mask,
-                                      "delays": result.delays, "output": result.output})
+                                      "delays": result.delays, "output": result.output,
+                                      "arrival_s": result.arrival_s, "watched_s": result.watched_s})
         except (TooFewWorkersError, Terminated, dist.DistError) as error:
             print(f"[torchgcc] error: {error}", file=sys.stderr, flush=True)
             _emit({"event": "error", "error": f"{type(error).__name__}: {error}"})
             status = {TooFewWorkersError: EXIT_TOO_FEW_WORKERS, Terminated: EXIT_TERMINATED}.get(
                 type(error), EXIT_TRANSPORT)
     lost = coordinator.lost_workers  # after close(), which also catches ranks that died near the end
+    policies = {s.name: s.policy for s in schemes if getattr(s, "policy", None) is not None}
     if args.save:
-        torch.save({"args": vars(args), "steps": saved}, args.save)
+        torch.save({"args": vars(args), "steps": saved,
+                    "wait_policies": {name: p.state_dict() for name, p in policies.items()}}, args.save)
     _emit({"event": "summary", "status": status, "steps": args.steps, "wall_s": time.monotonic() - started,
-           "lost_workers": lost, "max_rss_mb": _max_rss_mb(channel), "schemes": summarize(records)})
+           "lost_workers": lost, "max_rss_mb": _max_rss_mb(channel), "schemes": summarize(records),
+           "wait_policies": {name: {"stragglers_distribution": p.stragglers_distribution(),
+                                    "event_rate": p.controller.event_rate} for name, p in policies.items()}})
     return status
 
 

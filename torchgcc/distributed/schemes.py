@@ -28,12 +28,16 @@ class CodedScheme:
         name: the name reported in the results.
         num_stragglers: S of this scheme (its wait ends at the fastest ``N - S``), overriding the run's ``-S`` in
             the injected and measured modes; None: the run's.
+        policy: an adaptive wait count (a :class:`~torchgcc.control.wait_count.WaitCountController`): the executor
+            sets ``num_stragglers = policy.choose()`` before every step and reports the step's worker latencies
+            to ``policy.observe`` after it; None: a fixed S.
     """
 
-    def __init__(self, code: nn.Module, *, name: str, num_stragglers: int | None = None) -> None:
+    def __init__(self, code: nn.Module, *, name: str, num_stragglers: int | None = None, policy=None) -> None:
         self.code = code
         self.name = name
         self.num_stragglers = num_stragglers
+        self.policy = policy
         self.num_inputs = code.num_inputs
         self.num_workers = code.num_workers
         self.min_arrived = code.min_arrived
@@ -156,16 +160,21 @@ SCHEMES = ("uncoded", "replication")
 
 
 def make_scheme(
-    name: str, *, num_inputs: int, num_workers: int, **code_kwargs
+    name: str, *, num_inputs: int, num_workers: int, policy=None, **code_kwargs
 ) -> CodedScheme | UncodedScheme | ReplicationScheme:
     """``"uncoded"``, ``"replication"`` or any name in ``torchgcc.list_codes()`` (built with ``make_code``, which
     alone receives ``code_kwargs``: the same options can be given for a mix of codes and baselines).
 
-    A code name may carry its own S as ``"gcc:S=4"`` (so one run compares a code at several S on the same delays).
+    A code name may carry its own S as ``"gcc:S=4"`` (so one run compares a code at several S on the same delays),
+    or ``"gcc:adaptive"``: S chosen before every step by ``policy`` (a ``WaitCountController``, required then).
     """
     name, _, option = name.partition(":")
     num_stragglers = None
-    if option:
+    if option == "adaptive":
+        if policy is None or name in SCHEMES:
+            raise ValueError(f"scheme {name}:adaptive needs a code name and policy=WaitCountController(...) "
+                             "(torchgcc.distributed: --wait-deadline)")
+    elif option:
         key, _, value = option.partition("=")
         if key != "S" or not value.isdigit() or name in SCHEMES:
             raise ValueError(f"bad scheme {name}:{option!r}: a code may carry its S as e.g. 'gcc:S=4'")
@@ -179,4 +188,6 @@ def make_scheme(
     if name not in list_codes():
         raise ValueError(f"unknown scheme {name!r}; choose from {[*SCHEMES, *list_codes()]}")
     code = make_code(name, num_inputs=num_inputs, num_workers=num_workers, **code_kwargs)
+    if option == "adaptive":
+        return CodedScheme(code, name=f"{name}:adaptive", num_stragglers=policy.stragglers, policy=policy)
     return CodedScheme(code, name=f"{name}:S={num_stragglers}" if option else name, num_stragglers=num_stragglers)

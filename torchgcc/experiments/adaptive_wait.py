@@ -39,7 +39,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 import torchgcc  # noqa: E402
 from torchgcc.coded_module import group_samples  # noqa: E402
-from torchgcc.control.wait_count import WaitCountController  # noqa: E402
+from torchgcc.control.wait_count import WaitCountController, compare_with_fixed  # noqa: E402
 from torchgcc.experiments.data import load_dataset  # noqa: E402
 from torchgcc.experiments.evaluate import evaluate_coded, model_outputs  # noqa: E402
 from torchgcc.metrics import mean_ci  # noqa: E402
@@ -162,26 +162,12 @@ def run_adaptive_wait(experiment: AdaptiveWaitExperiment, *, progress: bool = Tr
             record.update({f"{key}_{name}": value for key, value in tally.summary(experiment.deadline, rows).items()
                            if key in ("p99", "miss_rate", "agreement", "mean_S")})
         records.append(record)
-    verdict = _verdict(records, experiment.deadline)
+    verdict = compare_with_fixed(records[:-1], records[-1], experiment.deadline)
     verdict["adaptive_S_by_step"] = tallies["adaptive"].stragglers
     config = {**asdict(experiment), "gcc_lambda_enc": code.lambda_enc, "gcc_lambda_dec": code.lambda_dec,
               "test_samples": len(split.test_y), "test_accuracy": trained.test_accuracy,
               "calibration_agreement": profile, "torch": torch.__version__, "torchgcc": torchgcc.__version__}
     return records, config, verdict
-
-
-def _verdict(records: list[dict[str, Any]], deadline: float) -> dict[str, Any]:
-    """The reference fixed S (most accurate with p99 <= deadline) and the two acceptance comparisons."""
-    adaptive = records[-1]
-    meeting = [r for r in records[:-1] if r["p99"] <= deadline]
-    if not meeting:
-        return {"reference_S": None, "note": "no fixed S meets the deadline at p99"}
-    best = max(meeting, key=lambda r: (r["agreement"], -r["S"]))
-    return {"reference_S": best["S"], "reference_p99": best["p99"], "reference_agreement": best["agreement"],
-            "adaptive_p99": adaptive["p99"], "adaptive_agreement": adaptive["agreement"],
-            "adaptive_p99_no_worse": adaptive["p99"] <= best["p99"],
-            "adaptive_agreement_no_worse": adaptive["agreement"] >= best["agreement"],
-            "adaptive_meets_deadline": adaptive["p99"] <= deadline}
 
 
 def plot_adaptive_wait(records: list[dict[str, Any]], adaptive_s: list[int], path: Path, *, deadline: float,

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from torchgcc.control.wait_count import WaitCountController
 from torchgcc.experiments.data import DataSplit, _standardise, load_dataset, register_dataset
 from torchgcc.experiments.models import MODELS
 from torchgcc.gradient_coding import (
@@ -39,6 +40,7 @@ from torchgcc.gradient_coding import (
     Simulation,
     make_scheme,
     measure_compute_time,
+    run_adaptive_wait,
 )
 from torchgcc.gradient_coding.clock import timeline
 from torchgcc.registry import Registry
@@ -106,7 +108,7 @@ class TrainingStudy:
     data: str = "digits"
     data_dir: Optional[str] = None
     download: bool = False
-    schemes: tuple[str, ...] = ("dgd", "is-sgd", "gc-fr", "gc-cr", "is-gc", "pgc-fr", "pgc-cr")
+    schemes: tuple[str, ...] = ("dgd", "is-sgd", "is-sgd:adaptive", "gc-fr", "gc-cr", "is-gc", "pgc-fr", "pgc-cr")
     num_workers: int = 12
     stragglers: tuple[int, ...] = (1, 2, 3)
     mean_delays: tuple[float, ...] = (1.0, 2.0)
@@ -119,6 +121,10 @@ class TrainingStudy:
     #: t_c clocks besides the measured one: model names whose per-partition time is measured on 32x32 images.
     reference_models: tuple[str, ...] = ("resnet18",)
     reference_batch: int = 21  # 256 / 12, the paper's per-partition batch
+    #: ``SCHEME:adaptive`` runs: S in 0..s chosen per step; a step is a straggler event when its (n - S)-th
+    #: fastest worker's delay exceeds ``wait_deadline`` mean delays; the share of such steps is held at ``wait_budget``.
+    wait_deadline: float = 3.0
+    wait_budget: float = 0.1
 
 
 QUICK_STUDY = TrainingStudy(models=("mlp",), seeds=(0,), steps=120)
@@ -148,6 +154,8 @@ class TrainingRun:
     train_loss: list[float]
     test_accuracy: float
     times: dict[str, list[float]] = field(default_factory=dict)  # clock label -> cumulative time after each step
+    wait_stragglers: Optional[list[int]] = None  # SCHEME:adaptive runs: the S chosen at every step
+    wait_policy: Optional[dict] = None  # ... and the controller's final state_dict()
 
 
 def _evaluator(split: DataSplit) -> Callable[[nn.Module], dict]:
@@ -213,23 +221,32 @@ def run_training_study(study: TrainingStudy, *, progress: bool = True) -> tuple[
                                              **reference}
             for scheme, s in pairs:
                 bar.set_postfix(model=model_name, seed=seed, scheme=scheme, s=s)
-                code = make_scheme(scheme, num_workers=n, num_stragglers=s, seed=seed)
+                base, _, adaptive = scheme.partition(":")
+                code = make_scheme(base, num_workers=n, num_stragglers=s, seed=seed)
                 model = copy.deepcopy(initial)
                 unit_delays = DelaySchedule(Exponential(1.0), n, seed=seed)
                 simulation = Simulation(code, model, data, lr=learning_rate(study, model_name), delays=unit_delays,
-                                        compute_time=compute_times[model_name]["measured"])
-                records = simulation.run(study.steps, evaluate=evaluate, eval_every=study.eval_every)
+                                        compute_time=0.0 if adaptive else compute_times[model_name]["measured"])
+                chosen = policy = None
+                if adaptive:  # the deadline is on the unit delays, so the choices are the same on every clock
+                    policy = WaitCountController(n, deadline=study.wait_deadline, budget=study.wait_budget,
+                                                 stragglers=range(s + 1), discount=0.9, eta=2.0, seed=seed)
+                    records, chosen = run_adaptive_wait(simulation, policy, study.steps, deadline=study.wait_deadline,
+                                                        evaluate=evaluate, eval_every=study.eval_every)
+                else:
+                    records = simulation.run(study.steps, evaluate=evaluate, eval_every=study.eval_every)
                 evaluated = [r for r in records if r.metrics]
                 run = TrainingRun(model=model_name, scheme=scheme, s=s, seed=seed,
                                   loads=[r.load for r in records], arrived=[r.arrived for r in records],
                                   staleness=[r.staleness for r in records],
                                   eval_steps=[r.step + 1 for r in evaluated],
                                   train_loss=[r.metrics["train_loss"] for r in evaluated],
-                                  test_accuracy=_test_accuracy(model, split))
+                                  test_accuracy=_test_accuracy(model, split), wait_stragglers=chosen,
+                                  wait_policy=None if policy is None else policy.state_dict())
                 for mean in study.mean_delays:
                     for clock, t_c in compute_times[model_name].items():
                         arrived, step_times = timeline(code, DelaySchedule(Exponential(mean), n, seed=seed), t_c,
-                                                       study.steps)
+                                                       study.steps, stragglers=chosen)
                         if arrived != run.arrived:
                             raise RuntimeError(f"{scheme} s={s}: the arrived sets changed with m={mean}, t_c={t_c}")
                         run.times[f"m={mean:g},{clock}"] = torch.tensor(step_times).cumsum(0).tolist()

@@ -51,8 +51,13 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None, help="torchvision dataset folder for mnist/cifar10/cifar100")
     parser.add_argument("--download", action="store_true", default=None, help="let torchvision download the data")
     parser.add_argument("--schemes", type=_names, default=None,
-                        help=f"comma-separated schemes among {','.join(list_schemes())} "
-                             f"(default {','.join(full.schemes)})")
+                        help=f"comma-separated schemes among {','.join(list_schemes())}, each optionally with "
+                             f"':adaptive' (S in 0..s chosen per step) (default {','.join(full.schemes)})")
+    parser.add_argument("--wait-deadline", type=float, default=None,
+                        help=f"adaptive schemes: a step is late when its (n - S)-th delay exceeds this many mean "
+                             f"delays (default {full.wait_deadline:g})")
+    parser.add_argument("--wait-budget", type=float, default=None,
+                        help=f"adaptive schemes: allowed share of late steps (default {full.wait_budget:g})")
     parser.add_argument("--stragglers", type=_ints, default=None, help="values of s (default 1,2,3)")
     parser.add_argument("--mean-delays", type=_floats, default=None, help="mean delays m in seconds (default 1,2)")
     parser.add_argument("--seeds", type=int, default=None,
@@ -84,8 +89,9 @@ def run_training(args: argparse.Namespace) -> int:
     study = with_overrides(base, models=args.models, data=args.data, data_dir=args.data_dir, download=args.download,
                            schemes=args.schemes, stragglers=args.stragglers, mean_delays=args.mean_delays,
                            seeds=seeds, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                           target_loss=args.target_loss, eval_every=args.eval_every, reference_models=references)
-    unknown = [name for name in study.schemes if name not in list_schemes()]
+                           target_loss=args.target_loss, eval_every=args.eval_every, reference_models=references,
+                           wait_deadline=args.wait_deadline, wait_budget=args.wait_budget)
+    unknown = [name for name in study.schemes if name.removesuffix(":adaptive") not in list_schemes()]
     if unknown:
         raise UsageError(f"--schemes: unknown {unknown}; choose among {list_schemes()}")
     console = Console()

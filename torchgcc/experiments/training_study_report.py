@@ -193,6 +193,25 @@ def plot_training(curve_list: Sequence[dict], config: dict, path: Path, model: s
     return path
 
 
+def _jsonable(value):
+    """``value`` with every tensor turned into a list (a controller's state_dict holds its generator state)."""
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    return value
+
+
+def _wait_summary(run: TrainingRun) -> dict:
+    """An adaptive run's chosen S (every step, and the mean) and its controller's final state; {} otherwise."""
+    if run.wait_stragglers is None:
+        return {}
+    return {"mean_S": sum(run.wait_stragglers) / len(run.wait_stragglers), "S_by_step": run.wait_stragglers,
+            "wait_policy": _jsonable(run.wait_policy)}
+
+
 def write_training_results(out: Path, runs: Sequence[TrainingRun], config: dict, *,
                            console: Optional[Console] = None) -> dict[str, Path]:
     """Write ``results.json`` (config, records, curves, per-run summaries), ``results.csv`` (records),
@@ -203,7 +222,7 @@ def write_training_results(out: Path, runs: Sequence[TrainingRun], config: dict,
     curve_list = curves(runs)
     per_run = [{"model": r.model, "scheme": r.scheme, "s": r.s, "seed": r.seed, "test_accuracy": r.test_accuracy,
                 "final_loss": r.train_loss[-1], "loads": r.loads[:3], "staleness_counts":
-                torch.tensor(r.staleness).sum(0).tolist()} for r in runs]
+                torch.tensor(r.staleness).sum(0).tolist(), **_wait_summary(r)} for r in runs]
     paths = {"json": out / "results.json", "csv": out / "results.csv", "table": out / "table.md"}
     paths["json"].write_text(json.dumps({"config": config, "records": records, "curves": curve_list,
                                          "runs": per_run}, indent=1) + "\n")

@@ -5,10 +5,12 @@ torch.distributed runtime.
 - :mod:`~torchgcc.gradient_coding.pipelined`: pipelined gradient coding (PGC-FR, PGC-CR; Su & Li 2026).
 - :mod:`~torchgcc.gradient_coding.worker`: the worker's coded gradient (one backward pass) and the update.
 - :mod:`~torchgcc.gradient_coding.simulator`: one process, real gradients, virtual clock.
+- :mod:`~torchgcc.gradient_coding.adaptive_wait`: the simulator waiting for ``n - S`` workers, S chosen per step.
 - :mod:`~torchgcc.gradient_coding.runtime`: a coordinator and worker ranks under torchrun.
 - :mod:`~torchgcc.gradient_coding.schemes`: the schemes by name (``"dgd"``, ``"gc-fr"``, ``"pgc-cr"``...).
 """
 
+from torchgcc.gradient_coding.adaptive_wait import run_adaptive_wait
 from torchgcc.gradient_coding.clock import DelaySchedule, expected_step_time, first_arrivals
 from torchgcc.gradient_coding.codes import (
     CyclicRepetitionCode,
@@ -27,6 +29,7 @@ from torchgcc.gradient_coding.simulator import Simulation, StepRecord, measure_c
 from torchgcc.gradient_coding.worker import GradientWorker, apply_update, combine, weighted_gradient
 
 __all__ = [
+    "run_adaptive_wait",
     "CyclicRepetitionCode",
     "DelaySchedule",
     "FractionalRepetitionCode",

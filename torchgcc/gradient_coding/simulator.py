@@ -100,12 +100,13 @@ class Simulation:
             raise ValueError("this simulation has no delays; pass the arrived workers to step()")
         return step_arrivals(self.code, self.delays, self.compute_time, step)
 
-    def step(self, step: int, arrived: Optional[Sequence[int]] = None) -> StepRecord:
-        """Run ``step``; ``arrived`` replays a given arrived set instead of the clock's."""
+    def step(self, step: int, arrived: Optional[Sequence[int]] = None, *, step_time: float = math.nan) -> StepRecord:
+        """Run ``step``; ``arrived`` replays a given arrived set instead of the clock's (``step_time``: its
+        duration, which advances the clock; NaN: unknown)."""
         if arrived is None:
             arrived, step_time = self.arrivals(step)
         else:
-            arrived, step_time = list(arrived), math.nan
+            arrived = list(arrived)
         a = self.code.decode(arrived)
         used = a.nonzero().flatten().tolist()
         self.model.train()
