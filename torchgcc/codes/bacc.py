@@ -36,5 +36,5 @@ class BACC(Code):
     def __init__(self, num_inputs: int, num_workers: int, **options: Any) -> None:
         super().__init__(num_inputs, num_workers, **options)
         alpha, beta = self._points
-        self.encoder = Encoder(berrut_matrix(alpha, beta))
+        self.encoder = Encoder(berrut_matrix(alpha, beta), check=self._decoder_options["check"])
         self.decoder = BerrutDecoder(alpha, beta, min_arrived=1, **self._decoder_options)

@@ -186,9 +186,11 @@ class GCC(Code):
         self.lambda_dec = lambda_dec if lambda_dec in LAMBDA_RULES else float(lambda_dec)
         alpha, beta = self._points
         if num_inputs >= 2:
-            self.encoder = Encoder(smoothing_spline_matrix(alpha, beta, self.lambda_enc))
+            self.encoder = Encoder(smoothing_spline_matrix(alpha, beta, self.lambda_enc),
+                                   check=self._decoder_options["check"])
         else:  # one input: the spline through one point is the constant
-            self.encoder = Encoder(torch.ones(num_workers, 1, dtype=torch.float64))
+            self.encoder = Encoder(torch.ones(num_workers, 1, dtype=torch.float64),
+                                   check=self._decoder_options["check"])
         if self.lambda_dec in ("gcv", "adaptive"):
             rule = GCVSplineDecoder if self.lambda_dec == "gcv" else FlooredGCVSplineDecoder
             self.decoder = rule(alpha, beta, min_arrived=2, **self._decoder_options)

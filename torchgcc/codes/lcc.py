@@ -61,7 +61,7 @@ class LCC(Code):
                 f"LCC with K={num_inputs} and degree {degree} needs at least {self.threshold} workers, got N={num_workers}"
             )
         alpha, beta = self._points
-        self.encoder = Encoder(lagrange_matrix(alpha, beta))
+        self.encoder = Encoder(lagrange_matrix(alpha, beta), check=self._decoder_options["check"])
         self.decoder = LagrangeDecoder(
             alpha,
             beta,

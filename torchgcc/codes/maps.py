@@ -121,14 +121,16 @@ class Encoder(_Float64Buffers):
     ``matrix`` is the ``(N, K)`` float64 map, applied by :func:`apply_linear` (float32 for float16/bfloat16 inputs)
     and the output cast to the input's dtype. For float32 and bfloat16 inputs (whose range the float32 product shares)
     a non-finite output is recomputed in float64 (not under ``torch.compile``), so inputs near 3e38 whose codes fit do
-    not overflow on the way; that check reads one flag back from the device per call.
+    not overflow on the way; that check reads one flag back from the device per call, and ``check=False`` (the code's
+    shared option, as for the :class:`Decoder`) skips it, so the encoder never synchronises with the host.
     """
 
     matrix: torch.Tensor
 
-    def __init__(self, matrix: torch.Tensor) -> None:
+    def __init__(self, matrix: torch.Tensor, *, check: bool = True) -> None:
         super().__init__()
         self.register_buffer("matrix", matrix.detach().to(torch.float64))
+        self.check = check
 
     @property
     def num_inputs(self) -> int:
@@ -146,7 +148,7 @@ class Encoder(_Float64Buffers):
             )
         flat = x.reshape(x.shape[0], self.num_inputs, -1)
         coded = apply_linear(self.matrix, flat)
-        if flat.dtype in _MAY_OVERFLOW and not torch.compiler.is_compiling():
+        if self.check and flat.dtype in _MAY_OVERFLOW and not torch.compiler.is_compiling():
             if not all_finite(coded):
                 coded = apply_linear(self.matrix, flat, exact=True)  # overflow on the way, or non-finite inputs
         return coded.reshape((x.shape[0], self.num_workers) + x.shape[2:])
