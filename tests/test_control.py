@@ -126,8 +126,10 @@ def test_hold_bounded_step_and_warmup():
     controller.use_fallback(False)
 
 
-def test_state_dict_round_trip_resumes_identically():
-    make = lambda: StragglerAwareController(GRID, budget=0.1, threshold=RelativeThreshold(3.0), hold=2, seed=5)  # noqa: E731
+@pytest.mark.parametrize("safeguards", [{}, {"risk_cap": 0.2, "change_alpha": 0.05}], ids=["plain", "safeguards"])
+def test_state_dict_round_trip_resumes_identically(safeguards):
+    make = lambda: StragglerAwareController(GRID, budget=0.1, threshold=RelativeThreshold(3.0), hold=2, seed=5,  # noqa: E731
+                                            **safeguards)
     first = make()
     pareto_stream(first, 120, lambda t: 2.5, seed=3)
     state = first.state_dict()
@@ -136,6 +138,7 @@ def test_state_dict_round_trip_resumes_identically():
     assert second.state_dict()["risk"] == state["risk"] and second.dual.value == first.dual.value
     assert pareto_stream(first, 80, lambda t: 2.5, seed=4) == pareto_stream(second, 80, lambda t: 2.5, seed=4)
     assert first.size_distribution() == second.size_distribution()
+    assert first.changes == second.changes
 
 
 def test_observe_validates_and_handles_cancelled_results():
@@ -232,3 +235,80 @@ def test_wait_count_controller_drives_coded_module_through_its_mask():
         seen = delays[0].masked_fill(delays[0] > deadline, math.inf)
         assert policy.observe(seen, stragglers=s, watched_until=deadline) == bool(step_latency[0] > deadline)
     assert policy.controller.steps == 20
+
+
+def test_chance_constraint_picks_the_largest_size_under_the_cap():
+    # q = 0.1 with negligible uncertainty: P(event | G) = 1 - 0.9^G, at most 0.5 for G <= 6 (closed form)
+    controller = StragglerAwareController(GRID, budget=0.1, threshold=DeadlineThreshold(1.0), warmup=0,
+                                          max_step=len(GRID), prior=(0.1e6, 0.9e6), risk_cap=0.5)
+    assert max(g for g in GRID if 1 - 0.9 ** g <= 0.5) == 6
+    controller.observe(torch.full((controller.choose(),), 0.5))  # the first choice holds the fallback
+    assert controller.choose() == 6
+    # no size meets a cap below the smallest size's risk: the safest size
+    tight = StragglerAwareController(GRID, budget=0.1, threshold=DeadlineThreshold(1.0), warmup=0,
+                                     max_step=len(GRID), prior=(0.1e6, 0.9e6), risk_cap=0.1, fallback=32)
+    tight.observe(torch.full((tight.choose(),), 0.5))
+    assert tight.choose() == 2
+    with pytest.raises(ValueError, match="risk_cap"):
+        StragglerAwareController(GRID, budget=0.1, threshold=DeadlineThreshold(1.0), risk_cap=1.0)
+
+
+def test_chance_constraint_holds_every_choice_under_the_cap():
+    controller = StragglerAwareController(GRID, budget=0.1, threshold=DeadlineThreshold(6.0), warmup=0,
+                                          max_step=len(GRID), risk_cap=0.1, seed=0)
+    generator = torch.Generator().manual_seed(7)
+    for _ in range(300):
+        risk = controller.event_probability()  # what the choice is made on
+        size = controller.choose()
+        index = controller.sizes.tolist().index(size)
+        assert risk[index] <= 0.1 or index == int(risk.argmin())
+        u = torch.rand(size, generator=generator, dtype=torch.float64)
+        controller.observe((1 - u) ** (-1 / 3.0))
+
+
+def test_change_detection_forgets_the_posterior_and_allows_a_jump_to_a_safer_size():
+    make = lambda alpha: StragglerAwareController(  # noqa: E731
+        GRID, budget=0.05, threshold=DeadlineThreshold(1.0), warmup=0, hold=50, max_step=1, discount=0.98,
+        fallback=32, risk_cap=0.05, change_alpha=alpha, seed=0)
+    controller, reference = make(0.01), make(None)
+    for policy in (controller, reference):
+        for _ in range(30):  # a quiet tail: no unit is late; the hold keeps the fallback 32
+            policy.observe(torch.full((policy.choose(),), 0.5))
+        assert policy.size == 32
+    # every unit late at once: P(X >= 32) is tiny under the quiet posterior, so this is a detected change
+    expected = float(controller.risk.probability_at_least(torch.tensor(32), torch.tensor(32)))
+    assert expected < 0.01
+    controller.observe(torch.full((32,), 2.0))
+    reference.observe(torch.full((32,), 2.0))
+    assert controller.changes == 1 and reference.changes == 0
+    # the data counts were dropped before this step was added: only the prior and the 32 late units remain
+    assert (controller.risk.alpha, controller.risk.beta) == pytest.approx((1.0 + 32, 1.0))
+    # the next choice ignores hold = 50 and max_step = 1 to reach the safest size; the reference is held
+    assert controller.choose() == 2
+    assert reference.choose() == 32
+    # only surprising steps count: an ordinary one at the new risk level is no change
+    controller.observe(torch.full((2,), 2.0))
+    assert controller.changes == 1
+
+
+def test_wait_count_controller_raises_s_at_once_when_the_tail_gets_heavier():
+    n, deadline, budget = 24, 0.6, 0.005
+    policy = WaitCountController(n, deadline=deadline, budget=budget, stragglers=range(17), discount=0.9, eta=2.0,
+                                 warmup=1, max_step=4, seed=0)
+    generator = torch.Generator().manual_seed(0)
+    chosen = []
+    for step in range(300):
+        s = policy.choose()
+        chosen.append(s)
+        scale = 0.06 if step < 150 else 0.15
+        latencies = 0.3 - scale * torch.log1p(-torch.rand(n, generator=generator, dtype=torch.float64))
+        policy.observe(latencies.masked_fill(latencies > deadline, math.inf), stragglers=s, watched_until=deadline)
+    # closed form: a worker is late w.p. q = exp(-0.3 / scale); the smallest S whose miss probability meets the budget
+    safe = {scale: min(s for s in range(17) if scipy.stats.binom.sf(s, n, math.exp(-0.3 / scale)) <= budget)
+            for scale in (0.06, 0.15)}
+    assert safe == {0.06: 2, 0.15: 8}
+    assert sum(chosen[100:150]) / 50 <= safe[0.06] + 1.5  # waits for more results while the tail is light
+    first_late = next(t for t in range(150, 300) if chosen[t] >= safe[0.15])
+    assert first_late <= 152  # detected on the first or second heavy step, then raised past max_step at once
+    assert policy.controller.changes >= 1
+    assert policy.controller.event_rate <= budget + 0.02

@@ -18,6 +18,18 @@ The dual update alone bounds the realised event rate by ``budget + lambda_T / (e
 penalty anticipate the risk of a size it has not tried. A chosen size is held for ``hold`` steps, a change moves at
 most ``max_step`` positions of the candidate grid, and the controller returns the static ``fallback`` size during
 ``warmup`` steps or after :meth:`use_fallback`.
+
+Two optional safeguards, both off by default:
+
+- **Chance constraint** (``risk_cap``): only sizes with ``P_t(event | g) <= risk_cap`` are eligible (if none is,
+  the size with the smallest predicted risk). The dual penalty alone lets ``lambda`` decay to 0 between events,
+  and the controller then picks the largest size whatever its risk until the next event raises ``lambda``; with a
+  cap, each step's predicted risk stays under the cap and the dual variable corrects what the posterior gets wrong.
+- **Change detection** (``change_alpha``): a step whose number of exceedances ``x`` out of ``n`` units is
+  improbable under the current posterior, ``P(X >= x) < change_alpha`` with ``X ~ BetaBinomial(n, alpha, beta)``
+  computed before the update, makes the posterior forget its data (it keeps the prior and this step), and the next
+  choice may move to any smaller size at once, past ``hold`` and ``max_step``. In both event models the predicted
+  risk grows with the size, so a smaller size is the safer move when the tail has just become heavier.
 """
 
 from __future__ import annotations
@@ -55,6 +67,9 @@ class StragglerAwareController:
         warmup: steps that use ``fallback`` while the posterior collects its first observations.
         discount: forgetting factor of the tail-risk posterior (memory about ``1 / (1 - discount)`` steps).
         prior: Beta prior pseudo-counts ``(alpha0, beta0)`` of the per-unit exceedance probability.
+        risk_cap: if set, only sizes whose predicted event probability is at most this are chosen (chance
+            constraint, in ``[0, 1)``).
+        change_alpha: if set, the significance level of the change test on each observed step (in ``(0, 1)``).
         seed: seed of the generator that breaks ties between equally scored sizes.
     """
 
@@ -73,6 +88,8 @@ class StragglerAwareController:
         warmup: int = 10,
         discount: float = 0.98,
         prior: tuple[float, float] = (1.0, 1.0),
+        risk_cap: Optional[float] = None,
+        change_alpha: Optional[float] = None,
         seed: int = 0,
     ) -> None:
         values = sorted({int(size) for size in sizes})
@@ -85,6 +102,10 @@ class StragglerAwareController:
             raise ValueError(f"hold and max_step must be positive integers, got hold={hold!r}, max_step={max_step!r}")
         if not isinstance(warmup, int) or warmup < 0:
             raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+        if risk_cap is not None and not 0 <= risk_cap < 1:
+            raise ValueError(f"risk_cap must be in [0, 1) or None, got {risk_cap!r}")
+        if change_alpha is not None and not 0 < change_alpha < 1:
+            raise ValueError(f"change_alpha must be in (0, 1) or None, got {change_alpha!r}")
         fallback = values[0] if fallback is None else fallback
         if fallback not in values:
             raise ValueError(f"fallback={fallback!r} is not one of the sizes {values}")
@@ -94,6 +115,9 @@ class StragglerAwareController:
         self.dual = DualVariable(budget, eta=eta)
         self.risk = BetaTailRisk(prior, discount=discount)
         self.hold, self.max_step, self.warmup = hold, max_step, warmup
+        self.risk_cap, self.change_alpha = risk_cap, change_alpha
+        self.changes = 0  # detected tail changes
+        self.after_change = False  # the next choice may move to a smaller size without bounds
         self.fallback_index = values.index(fallback)
         self.index = self.fallback_index
         self.adaptive = True
@@ -129,13 +153,19 @@ class StragglerAwareController:
         """The size for the next step."""
         if not self.adaptive or self.steps < self.warmup:
             target = self.fallback_index
-        elif self.held < self.hold:
+        elif self.held < self.hold and not self.after_change:
             target = self.index
         else:
             scores = self.scores()
+            if self.risk_cap is not None:
+                risk = self.event_probability()
+                eligible = risk <= self.risk_cap
+                scores = scores.masked_fill(~eligible, -torch.inf) if eligible.any() else -risk
             best = (scores >= scores.max() - 1e-12).nonzero().squeeze(1)
             pick = best[torch.randint(len(best), (1,), generator=self.generator)].item()
-            target = min(max(pick, self.index - self.max_step), self.index + self.max_step)
+            lowest = 0 if self.after_change else self.index - self.max_step
+            target = min(max(pick, lowest), self.index + self.max_step)
+        self.after_change = False
         if target != self.index:
             self.index, self.held = target, 0
         return self.size
@@ -170,6 +200,12 @@ class StragglerAwareController:
         if censored and watched >= threshold:
             exceeded, total = exceeded + censored, total + censored
         event = exceeded >= int(self.event_model.at_least(torch.tensor(size)))
+        if self.change_alpha is not None and exceeded and self.steps >= self.warmup:
+            surprise = float(self.risk.probability_at_least(torch.tensor(exceeded), torch.tensor(total)))
+            if surprise < self.change_alpha:
+                self.risk.forget()
+                self.changes += 1
+                self.after_change = True
         self.risk.update(exceeded, total)
         self.dual.update(event)
         self.steps += 1
@@ -194,6 +230,8 @@ class StragglerAwareController:
             "threshold": self.threshold.state_dict(), "event_model": self.event_model.state_dict(),
             "dual": self.dual.state_dict(), "risk": self.risk.state_dict(),
             "hold": self.hold, "max_step": self.max_step, "warmup": self.warmup,
+            "risk_cap": self.risk_cap, "change_alpha": self.change_alpha, "changes": self.changes,
+            "after_change": self.after_change,
             "fallback_index": self.fallback_index, "index": self.index, "adaptive": self.adaptive,
             "held": self.held, "steps": self.steps, "events": self.events, "size_counts": list(self.size_counts),
             "generator": self.generator.get_state(),
@@ -207,7 +245,8 @@ class StragglerAwareController:
         self.event_model = make_event_model(state["event_model"])
         self.dual.load_state_dict(state["dual"])
         self.risk.load_state_dict(state["risk"])
-        for key in ("hold", "max_step", "warmup", "fallback_index", "index", "adaptive", "held", "steps", "events"):
+        for key in ("hold", "max_step", "warmup", "risk_cap", "change_alpha", "changes", "after_change",
+                    "fallback_index", "index", "adaptive", "held", "steps", "events"):
             setattr(self, key, state[key])
         self.size_counts = list(state["size_counts"])
         self.generator.set_state(state["generator"])

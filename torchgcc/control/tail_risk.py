@@ -81,6 +81,10 @@ class BetaTailRisk:
         self.exceeded = self.discount * self.exceeded + exceeded
         self.within = self.discount * self.within + (total - exceeded)
 
+    def forget(self) -> None:
+        """Drop the data counts and keep the prior (after a detected change of the tail)."""
+        self.exceeded = self.within = 0.0
+
     def probability_at_least(self, at_least: torch.Tensor, units: torch.Tensor) -> torch.Tensor:
         """Posterior predictive ``P(at least `at_least` of `units` units exceed)``, elementwise, float64."""
         return beta_binomial_sf(at_least, units, self.alpha, self.beta)

@@ -8,6 +8,11 @@ itself), and a straggler event is a step whose latency exceeds ``deadline`` (mor
 The long-run fraction of steps over the deadline is held at ``budget``; ``min_accuracy`` removes the wait counts
 whose profiled accuracy is below an accuracy floor.
 
+Two safeguards of the controller are on by default here, because a deadline is usually a p99 target and every
+miss counts: the chance constraint (each step's predicted probability of missing the deadline is at most
+``budget``) and change detection (a step with improbably many late workers resets the posterior and allows an
+immediate move to a larger S).
+
 Callers (a coded-inference loop, the distributed executor, a gradient-coding runtime with ``n - s``)::
 
     policy = WaitCountController(num_workers=24, deadline=2.0, budget=0.01, accuracy=profile)
@@ -43,6 +48,9 @@ class WaitCountController:
         min_accuracy: drop the candidates whose ``accuracy`` is below this floor (needs ``accuracy``).
         fallback: the static S used during warm-up and after :meth:`use_fallback` (default: the largest S, the
             fastest choice).
+        chance_constraint: only choose S whose predicted probability of missing the deadline is at most
+            ``budget`` (the controller's ``risk_cap``).
+        change_alpha: significance level of the controller's change test (``None``: no change detection).
         options: further :class:`StragglerAwareController` options (``eta``, ``hold``, ``max_step``, ``warmup``,
             ``discount``, ``prior``, ``seed``).
     """
@@ -57,6 +65,8 @@ class WaitCountController:
         accuracy: Optional[Mapping[int, float]] = None,
         min_accuracy: Optional[float] = None,
         fallback: Optional[int] = None,
+        chance_constraint: bool = True,
+        change_alpha: Optional[float] = 0.01,
         **options: Any,
     ) -> None:
         candidates = sorted(set(range(num_workers)) if stragglers is None else {int(s) for s in stragglers})
@@ -80,7 +90,8 @@ class WaitCountController:
             raise ValueError(f"fallback={fallback} is not one of the candidate S values {candidates}")
         self.controller = StragglerAwareController(
             waits, budget=budget, threshold=DeadlineThreshold(deadline), event_model=WaitForFastest(num_workers),
-            utility=utility, fallback=num_workers - fallback, **options)
+            utility=utility, fallback=num_workers - fallback, risk_cap=budget if chance_constraint else None,
+            change_alpha=change_alpha, **options)
 
     @property
     def stragglers(self) -> int:

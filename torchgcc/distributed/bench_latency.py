@@ -68,8 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--wait-deadline", type=float, default=None, help="seconds: the adaptive wait's deadline")
     parser.add_argument("--wait-budget", type=float, default=0.01,
                         help="allowed fraction of adaptive steps over --wait-deadline")
-    parser.add_argument("--wait-warmup", type=int, default=10, help="adaptive steps at S = N - K before adapting")
-    parser.add_argument("--wait-max-step", type=int, default=1, help="largest change of the adaptive S per step")
+    parser.add_argument("--wait-warmup", type=int, default=1, help="adaptive steps at S = N - K before adapting")
+    parser.add_argument("--wait-max-step", type=int, default=4, help="largest change of the adaptive S per step")
     parser.add_argument("--wait-stragglers", default=None,
                         help="comma-separated fixed S of GCC beside the adaptive row (default 0, 2, ..., N - K)")
     parser.add_argument("--out", type=Path, default=None,

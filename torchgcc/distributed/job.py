@@ -140,8 +140,10 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
                       help="allowed long-run fraction of steps over --wait-deadline")
     wait.add_argument("--wait-max-stragglers", type=int,
                       help="largest S the controller may choose (candidates 0..this; default N - K)")
-    wait.add_argument("--wait-warmup", type=int, default=10, help="steps at the largest S before adapting")
-    wait.add_argument("--wait-max-step", type=int, default=1, help="largest change of S from one step to the next")
+    wait.add_argument("--wait-warmup", type=int, default=1, help="steps at the largest S before adapting")
+    wait.add_argument("--wait-max-step", type=int, default=4,
+                      help="largest change of S from one step to the next (a detected tail change may raise S "
+                           "further at once)")
 
     faults = parser.add_argument_group("fault injection")
     faults.add_argument("--kill-rank", type=int, help="worker rank that exits abruptly (os._exit) ...")
