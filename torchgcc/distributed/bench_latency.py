@@ -19,7 +19,9 @@ distribution of the adaptive S, and the acceptance comparison with the most accu
 Reported per scheme: median and p99 step latency (measured on the coordinator, encoding and decoding included),
 the p99 the delays alone imply ("model p99"), MSE and argmax agreement (RelAcc) with the uncoded model's outputs
 as means with 95% CIs over steps. Writes ``results.json``, ``results.csv``, ``steps.jsonl`` and ``frontier.png``
-(p99 latency against agreement and MSE) into a fresh folder under ``./torchgcc-results/bench-latency/``.
+(p99 latency against agreement and MSE), and with ``--adaptive-wait`` also ``adaptive_wait.png`` (the adaptive S
+and step latency of every step beside the reference fixed S), into a fresh folder under
+``./torchgcc-results/bench-latency/``.
 """
 
 from __future__ import annotations
@@ -195,6 +197,7 @@ def _adaptive_report(args, records: list[dict], summary: dict, job_summary: dict
         "warmup": args.wait_warmup, "max_step": args.wait_max_step,
         "S_by_step": [r["S"] for r in records if r["scheme"] == "gcc:adaptive"],
         "stragglers_distribution": policy["stragglers_distribution"], "event_rate": policy["event_rate"],
+        "detected_changes": policy["changes"],
         "verdict": compare_with_fixed(fixed, {"p99": adaptive["p99_latency_s"], "agreement": adaptive["agreement"]},
                                       args.wait_deadline),
     }
@@ -272,6 +275,44 @@ def plot_frontier(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def plot_adaptive_wait(results: list[dict], records: list[dict], path: Path) -> None:
+    """One column per setting with an ``adaptive_wait`` report: the adaptive S of every step against the
+    reference fixed S (top), and both schemes' step latencies against the deadline (bottom)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [setting for setting in results if "adaptive_wait" in setting]
+    fig, axes = plt.subplots(2, len(shown), figsize=(6.5 * len(shown), 6), squeeze=False, sharex="col")
+    for column, setting in enumerate(shown):
+        report = setting["adaptive_wait"]
+        reference = report["verdict"].get("reference_S")
+        top, bottom = axes[0, column], axes[1, column]
+        top.step(range(len(report["S_by_step"])), report["S_by_step"], where="post", color="tab:purple",
+                 label="adaptive S")
+        names = {"gcc:adaptive": ("tab:purple", "adaptive")}
+        if reference is not None:
+            top.axhline(reference, color="tab:blue", ls=":", label=f"reference fixed S = {reference}")
+            names[f"gcc:S={reference}"] = ("tab:blue", f"fixed S = {reference}")
+        for name, (colour, label) in names.items():
+            latency = [r["latency_s"] for r in records
+                       if r["scheme"] == name and (r["N"], r["K"], r["p"]) == (setting["N"], setting["K"], setting["p"])]
+            bottom.plot(latency, color=colour, lw=0.8, label=label)
+        bottom.axhline(report["deadline_s"], color="grey", ls="--", lw=1, label="deadline")
+        for ax in (top, bottom):
+            if report["change_at_step"] < len(report["S_by_step"]):
+                ax.axvline(report["change_at_step"], color="tab:red", lw=0.8, alpha=0.6, label="tail change")
+            ax.legend(fontsize=7)
+        top.set_title(f"N={setting['N']}, K={setting['K']}, {_delays_label(setting, prefix='p=')}")
+        top.set_ylabel("stragglers tolerated S")
+        bottom.set_ylabel("step latency (s)")
+        bottom.set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -323,5 +364,9 @@ def run(args: argparse.Namespace) -> int:
                 writer.writerow([setting["N"], setting["K"], setting["p"], name, *row.values()])
     (out / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     plot_frontier(results, out / "frontier.png")
-    console.print(f"wrote {out / 'results.json'} (and results.csv, steps.jsonl, frontier.png)")
+    plots = "frontier.png"
+    if args.adaptive_wait:
+        plot_adaptive_wait(results, records, out / "adaptive_wait.png")
+        plots += ", adaptive_wait.png"
+    console.print(f"wrote {out / 'results.json'} (and results.csv, steps.jsonl, {plots})")
     return 0

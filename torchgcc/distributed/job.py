@@ -351,7 +351,8 @@ def _coordinate(
     _emit({"event": "summary", "status": status, "steps": args.steps, "wall_s": time.monotonic() - started,
            "lost_workers": lost, "max_rss_mb": _max_rss_mb(channel), "schemes": summarize(records),
            "wait_policies": {name: {"stragglers_distribution": p.stragglers_distribution(),
-                                    "event_rate": p.controller.event_rate} for name, p in policies.items()}})
+                                    "event_rate": p.controller.event_rate, "changes": p.controller.changes}
+                             for name, p in policies.items()}})
     return status
 
 
