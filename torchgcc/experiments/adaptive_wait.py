@@ -66,7 +66,7 @@ class AdaptiveWaitExperiment:
     latency_before: tuple[str, Mapping[str, float]] = ("shifted_exponential", {"shift": 1.0, "scale": 0.2})
     latency_after: tuple[str, Mapping[str, float]] = ("shifted_exponential", {"shift": 1.0, "scale": 0.4})
     deadline: float = 1.6
-    budget: float = 0.002
+    budget: float = 0.005
     eta: float = 2.0
     discount: float = 0.9
     warmup: int = 20
@@ -164,6 +164,7 @@ def run_adaptive_wait(experiment: AdaptiveWaitExperiment, *, progress: bool = Tr
         records.append(record)
     verdict = compare_with_fixed(records[:-1], records[-1], experiment.deadline)
     verdict["adaptive_S_by_step"] = tallies["adaptive"].stragglers
+    verdict["detected_changes"] = policy.controller.changes
     config = {**asdict(experiment), "gcc_lambda_enc": code.lambda_enc, "gcc_lambda_dec": code.lambda_dec,
               "test_samples": len(split.test_y), "test_accuracy": trained.test_accuracy,
               "calibration_agreement": profile, "torch": torch.__version__, "torchgcc": torchgcc.__version__}
