@@ -35,7 +35,7 @@ def test_gcc_adaptive_waits_for_the_controllers_n_minus_s_and_feeds_it_watched_a
     records = [r for r in run.steps if r["scheme"] == "gcc:adaptive"]
     steps = [s for s in saved["steps"] if s["scheme"] == "gcc:adaptive"]
     # replay an identical controller on the arrivals the executor recorded: it must choose the same S every step
-    replay = WaitCountController(N, deadline=DEADLINE, budget=0.01, stragglers=range(N - K + 1), discount=0.9,
+    replay = WaitCountController(N, deadline=DEADLINE, budget=0.01, stragglers=range(N - K + 1), discount=0.95,
                                  eta=2.0, warmup=2, max_step=4, seed=5)
     for record, step in zip(records, steps):
         chosen = replay.choose()

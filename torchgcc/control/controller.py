@@ -22,9 +22,10 @@ most ``max_step`` positions of the candidate grid, and the controller returns th
 Two optional safeguards, both off by default:
 
 - **Chance constraint** (``risk_cap``): only sizes with ``P_t(event | g) <= risk_cap`` are eligible (if none is,
-  the size with the smallest predicted risk). The dual penalty alone lets ``lambda`` decay to 0 between events,
-  and the controller then picks the largest size whatever its risk until the next event raises ``lambda``; with a
-  cap, each step's predicted risk stays under the cap and the dual variable corrects what the posterior gets wrong.
+  the size with the smallest predicted risk). With the dual penalty alone the risk enters the choice only through
+  ``lambda``, which starts at 0 and grows only with events: while it is small the controller picks the largest
+  size whatever its risk, and learns the budget by missing it. With a cap, each step's predicted risk stays under
+  the cap and the dual variable corrects what the posterior gets wrong.
 - **Change detection** (``change_alpha``): a step whose number of exceedances ``x`` out of ``n`` units is
   improbable under the current posterior, ``P(X >= x) < change_alpha`` with ``X ~ BetaBinomial(n, alpha, beta)``
   computed before the update, makes the posterior forget its data (it keeps the prior and this step), and the next

@@ -72,6 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="allowed fraction of adaptive steps over --wait-deadline")
     parser.add_argument("--wait-warmup", type=int, default=1, help="adaptive steps at S = N - K before adapting")
     parser.add_argument("--wait-max-step", type=int, default=4, help="largest change of the adaptive S per step")
+    parser.add_argument("--wait-discount", type=float, default=0.95,
+                        help="forgetting factor of the adaptive wait's tail-risk posterior (memory ~1/(1 - this) steps)")
     parser.add_argument("--wait-stragglers", default=None,
                         help="comma-separated fixed S of GCC beside the adaptive row (default 0, 2, ..., N - K)")
     parser.add_argument("--out", type=Path, default=None,
@@ -142,7 +144,7 @@ def _run_setting(args, num_workers: int, num_inputs: int, p: float, steps: int, 
     if args.adaptive_wait:
         job_args += ["--wait-deadline", str(args.wait_deadline), "--wait-budget", str(args.wait_budget),
                      "--wait-max-stragglers", str(max(fixed_s)), "--wait-warmup", str(args.wait_warmup),
-                     "--wait-max-step", str(args.wait_max_step)]
+                     "--wait-max-step", str(args.wait_max_step), "--wait-discount", str(args.wait_discount)]
     for param in latency_params:
         job_args += ["--latency-param", param]
     label = f"p={p}" if args.latency_model is None else latency
@@ -194,7 +196,7 @@ def _adaptive_report(args, records: list[dict], summary: dict, job_summary: dict
     policy = job_summary["wait_policies"]["gcc:adaptive"]
     return {
         "deadline_s": args.wait_deadline, "budget": args.wait_budget, "change_at_step": change_at,
-        "warmup": args.wait_warmup, "max_step": args.wait_max_step,
+        "warmup": args.wait_warmup, "max_step": args.wait_max_step, "discount": args.wait_discount,
         "S_by_step": [r["S"] for r in records if r["scheme"] == "gcc:adaptive"],
         "stragglers_distribution": policy["stragglers_distribution"], "event_rate": policy["event_rate"],
         "detected_changes": policy["changes"],

@@ -144,6 +144,8 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     wait.add_argument("--wait-max-step", type=int, default=4,
                       help="largest change of S from one step to the next (a detected tail change may raise S "
                            "further at once)")
+    wait.add_argument("--wait-discount", type=float, default=0.95,
+                      help="forgetting factor of the controller's tail-risk posterior (memory ~1/(1 - this) steps)")
 
     faults = parser.add_argument_group("fault injection")
     faults.add_argument("--kill-rank", type=int, help="worker rank that exits abruptly (os._exit) ...")
@@ -197,8 +199,8 @@ def _wait_policy(args: argparse.Namespace, name: str):
 
     largest = args.num_workers - args.num_inputs if args.wait_max_stragglers is None else args.wait_max_stragglers
     return WaitCountController(args.num_workers, deadline=args.wait_deadline, budget=args.wait_budget,
-                               stragglers=range(largest + 1), discount=0.9, eta=2.0, warmup=args.wait_warmup,
-                               max_step=args.wait_max_step, seed=args.seed)
+                               stragglers=range(largest + 1), discount=args.wait_discount, eta=2.0,
+                               warmup=args.wait_warmup, max_step=args.wait_max_step, seed=args.seed)
 
 
 def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
