@@ -135,7 +135,10 @@ def test_stopping_bench_latency_stops_every_process_and_removes_temp_folders(tmp
     marker = str(900_000 + signum)  # a seed no other job uses: finds this job's processes
     command = [sys.executable, "-m", "torchgcc", "bench-latency", "--seed", marker, "--out", str(tmp_path / "out")]
     env = dict(os.environ, TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
-    bench = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # a shell that starts pytest in the background ignores SIGINT, and children inherit that; Ctrl-C reaches a
+    # foreground process, so give the bench the default disposition (Python then raises KeyboardInterrupt)
+    bench = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 45
         while len(_job_pids(marker)) < 5 and time.monotonic() < deadline:  # every rank of the job has started
