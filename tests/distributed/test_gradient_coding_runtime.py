@@ -68,3 +68,30 @@ def test_pipelined_cr_under_random_delays_matches_the_simulator(tmp_path):
     saved = torch.load(path, weights_only=False)
     assert all(len(a) == 2 for a in saved["arrivals"])
     torch.testing.assert_close(saved["parameters"], _replay(args, saved, 3), rtol=0, atol=1e-6)
+
+
+def test_adaptive_wait_count_chooses_s_per_step_from_the_arrivals_it_observed(tmp_path):
+    """IS-SGD with S in 0..2 chosen per step under fast delays (no worker near the 0.3 s deadline): the controller
+    starts at S = 2 and learns to wait for every worker; the abandoned workers report when their results would
+    have been ready, the choices replay from the saved finish times, and the model equals the simulator's for the
+    same arrivals."""
+    from torchgcc.control.wait_count import WaitCountController
+
+    path = tmp_path / "run.pt"
+    args = ["--scheme", "is-sgd", "-s", "2", "--steps", "16", "--mean-delay", "0.02", "--wait-deadline", "0.3",
+            "--wait-budget", "0.2", "--save", str(path)]
+    records = _torchrun(args, nproc=5)
+    steps = [r for r in records if "step" in r and "event" not in r]
+    saved = torch.load(path, weights_only=False)
+    chosen = saved["S_by_step"]
+    assert [r["S"] for r in steps] == chosen and chosen[0] == 2 and chosen[-1] == 0  # warm-up at S = s, then all
+    assert all(b <= a for a, b in zip(chosen, chosen[1:]))
+    replay = WaitCountController(4, deadline=0.3, budget=0.2, stragglers=range(3), discount=0.95, eta=2.0,
+                                 warmup=1, max_step=4, seed=0)
+    for record, finish in zip(steps, saved["finish_s"]):
+        s = replay.choose()
+        assert record["S"] == s and len(record["arrived"]) >= 4 - s
+        assert torch.isfinite(finish).all() and (finish < 0.3).all()  # every worker heard, abandoned ones too
+        replay.observe(finish.masked_fill(finish > 0.3, float("inf")), stragglers=s, watched_until=0.3)
+    assert saved["wait_policy"]["controller"]["steps"] == 16
+    torch.testing.assert_close(saved["parameters"], _replay(args, saved, 4), rtol=0, atol=1e-6)

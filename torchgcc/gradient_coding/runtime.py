@@ -19,6 +19,13 @@ Every step ``t``:
    (:meth:`GradientCode.decode`), applies ``w <- w - lr * sum_i a_i f_i / k`` and closes the round (``ended = t``).
    Results of closed rounds are dropped.
 
+With ``--wait-deadline D`` the number of results waited for is adaptive: before every step a
+:class:`~torchgcc.control.wait_count.WaitCountController` (candidates ``S = 0..s``, budget ``--wait-budget``)
+chooses S and the coordinator takes the first ``n - S`` results. After closing the round it collects every
+worker's answer to it: a late result's arrival time, or, from a worker abandoned by the close, the time after the
+model's arrival at which its result would have been ready (compute plus injected delay). The controller observes
+these with the ones after ``D`` as late (``watched_until=D``), as the distributed executor does.
+
 Every worker holds the whole (small) training set but reads only its partitions' mini-batches
 (:class:`~torchgcc.gradient_coding.partitions.PartitionedData`, same seed as the coordinator's simulator). Rank 0
 prints one JSON line per step (``step``, ``wall_s``, ``arrived``, ``used``) and a summary; ``--save`` writes the
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -73,6 +81,18 @@ class TrainingJob:
                                        num_classes=split.num_classes)
         self.delays = DelaySchedule(latency_model(args), num_workers, seed=args.seed)
         self.lr, self.steps = args.lr, args.steps
+        self.policy = None if args.wait_deadline is None else wait_policy(args, num_workers)
+
+
+def wait_policy(args: argparse.Namespace, num_workers: int):
+    """The adaptive wait count of ``--wait-deadline``: S in ``0..s``, the executor's settings."""
+    from torchgcc.control.wait_count import WaitCountController
+
+    if args.wait_deadline <= 0:
+        raise SystemExit(f"--wait-deadline must be > 0 seconds, got {args.wait_deadline}")
+    return WaitCountController(num_workers, deadline=args.wait_deadline, budget=args.wait_budget,
+                               stragglers=range(args.s + 1), discount=0.95, eta=2.0, warmup=1, max_step=4,
+                               seed=args.seed)
 
 
 def latency_model(args: argparse.Namespace) -> LatencyModel:
@@ -102,6 +122,10 @@ def build_job(argv: Optional[list[str]] = None, num_workers: Optional[int] = Non
     parser.add_argument("--slow-delay", type=float, default=3.0, help="its extra delay in seconds (default 3)")
     parser.add_argument("--save", type=Path, default=None, help="write final parameters and arrivals (torch.save)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for results of one step")
+    parser.add_argument("--wait-deadline", type=float, default=None,
+                        help="adaptive wait count: S in 0..s chosen per step so that steps finish within this many "
+                             "seconds (a step over it is a straggler event)")
+    parser.add_argument("--wait-budget", type=float, default=0.1, help="allowed share of steps over --wait-deadline")
     args = parser.parse_args(argv)
     if num_workers is None:
         num_workers = int(os.environ["WORLD_SIZE"]) - 1
@@ -120,13 +144,16 @@ def coordinate(job: TrainingJob, store: dist.Store, args: argparse.Namespace) ->
     ranks = list(range(1, n + 1))
     plane = DataPlane(store, ranks)
     arrivals, start_all = [], time.perf_counter()
+    observed, chosen = [], []
     for step in range(job.steps):
         start = time.perf_counter()
+        stragglers = None if job.policy is None else job.policy.choose()
+        wait_for = job.code.wait_for if stragglers is None else n - stragglers
         flat = flat_parameters(job.model)
         for rank in ranks:
             plane.post(rank, Message(meta=[_MODEL, step], tensors=[flat]))
-        arrived, messages = [], {}
-        while len(arrived) < job.code.wait_for:
+        arrived, messages, finish_s = [], {}, torch.full((n,), math.inf, dtype=torch.float64)
+        while len(arrived) < wait_for:
             rank, _, message = plane.inbox.get(timeout=args.timeout)
             if isinstance(message, PairBrokenError):
                 _emit({"event": "error", "step": step, "error": f"rank {rank}: {message}"})
@@ -135,12 +162,24 @@ def coordinate(job: TrainingJob, store: dist.Store, args: argparse.Namespace) ->
             if kind == _RESULT and round_ == step and status == _OK:
                 arrived.append(worker)
                 messages[worker] = message.tensors[0]
+                finish_s[worker] = time.perf_counter() - start
         a = job.code.decode(arrived)
         used = a.nonzero().flatten().tolist()
         apply_update(job.model, combine(messages, a), lr=job.lr, num_partitions=job.code.num_partitions)
         store.set("ended", str(step))
+        wall_s = time.perf_counter() - start
         arrivals.append(arrived)
-        _emit({"step": step, "wall_s": time.perf_counter() - start, "arrived": arrived, "used": used})
+        record = {"step": step, "wall_s": wall_s, "arrived": arrived, "used": used}
+        if job.policy is not None:
+            status = _collect_round(plane, step, finish_s, start, args.timeout)
+            if status:
+                return status
+            job.policy.observe(finish_s.masked_fill(finish_s > args.wait_deadline, math.inf), stragglers=stragglers,
+                               watched_until=args.wait_deadline)
+            observed.append(finish_s)
+            chosen.append(stragglers)
+            record["S"] = stragglers
+        _emit(record)
     for rank in ranks:
         plane.post(rank, Message(meta=[_STOP, job.steps]))
     pending = set(ranks)
@@ -151,10 +190,32 @@ def coordinate(job: TrainingJob, store: dist.Store, args: argparse.Namespace) ->
             pending.discard(rank)
     plane.close()
     if args.save is not None:
-        torch.save({"parameters": flat_parameters(job.model), "arrivals": arrivals, "args": vars(args)}, args.save)
+        saved = {"parameters": flat_parameters(job.model), "arrivals": arrivals, "args": vars(args)}
+        if job.policy is not None:
+            saved.update(S_by_step=chosen, finish_s=observed, wait_policy=job.policy.state_dict())
+        torch.save(saved, args.save)
     _emit({"event": "summary", "steps": job.steps, "wall_s": time.perf_counter() - start_all,
            "workers_not_closed": sorted(pending)})
     return 0 if not pending else 4
+
+
+def _collect_round(plane: DataPlane, step: int, finish_s: torch.Tensor, start: float, timeout: float) -> int:
+    """After round ``step`` closed: wait for the answer of every worker not yet heard and fill ``finish_s``.
+
+    A late result's time is its arrival; an abandoned worker reports, in microseconds, when after the model reached
+    it its result would have been ready. Returns 0, or 3 if a pair broke."""
+    heard = torch.isfinite(finish_s)
+    while not heard.all():
+        rank, _, message = plane.inbox.get(timeout=timeout)
+        if isinstance(message, PairBrokenError):
+            _emit({"event": "error", "step": step, "error": f"rank {rank}: {message}"})
+            return 3
+        kind, round_, worker, status = message.meta[:4]
+        if kind != _RESULT or round_ != step or heard[worker]:
+            continue
+        finish_s[worker] = time.perf_counter() - start if status == _OK else message.meta[4] / 1e6
+        heard[worker] = True
+    return 0
 
 
 def serve(job: TrainingJob, store: dist.Store, rank: int) -> int:
@@ -167,6 +228,7 @@ def serve(job: TrainingJob, store: dist.Store, rank: int) -> int:
         if kind == _STOP:
             pair.send(Message(meta=[_BYE, step, worker.index, _OK]))
             return 0
+        received = time.perf_counter()
         load_flat(job.model, message.tensors[0])
         job.model.train()
         gradient = worker.message(job.model, step)
@@ -178,7 +240,8 @@ def serve(job: TrainingJob, store: dist.Store, rank: int) -> int:
                 break
             time.sleep(min(_POLL_S, max(release - time.perf_counter(), 0.0)))
         tensors = [gradient] if status == _OK else []
-        pair.send(Message(meta=[_RESULT, step, worker.index, status], tensors=tensors))
+        ready_us = round((release - received) * 1e6)  # when the result would have been ready (abandoned workers)
+        pair.send(Message(meta=[_RESULT, step, worker.index, status, ready_us], tensors=tensors))
 
 
 def _round_ended(store: dist.Store, step: int) -> bool:
