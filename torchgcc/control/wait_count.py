@@ -51,8 +51,11 @@ class WaitCountController:
         chance_constraint: only choose S whose predicted probability of missing the deadline is at most
             ``budget`` (the controller's ``risk_cap``).
         change_alpha: significance level of the controller's change test (``None``: no change detection).
-        options: further :class:`StragglerAwareController` options (``eta``, ``hold``, ``max_step``, ``warmup``,
-            ``discount``, ``prior``, ``seed``).
+        eta, discount, warmup, max_step: the controller's dual step size, posterior forgetting factor (memory about
+            ``1 / (1 - discount)`` steps), warm-up steps at ``fallback`` and largest move per step. The defaults
+            are the distributed executor's and the gradient-coding runtime's: with change detection handling abrupt
+            changes, a long memory, one warm-up step and moves of up to 4.
+        options: further :class:`StragglerAwareController` options (``hold``, ``prior``, ``seed``).
     """
 
     def __init__(
@@ -67,6 +70,10 @@ class WaitCountController:
         fallback: Optional[int] = None,
         chance_constraint: bool = True,
         change_alpha: Optional[float] = 0.01,
+        eta: float = 2.0,
+        discount: float = 0.95,
+        warmup: int = 1,
+        max_step: int = 4,
         **options: Any,
     ) -> None:
         candidates = sorted(set(range(num_workers)) if stragglers is None else {int(s) for s in stragglers})
@@ -91,7 +98,7 @@ class WaitCountController:
         self.controller = StragglerAwareController(
             waits, budget=budget, threshold=DeadlineThreshold(deadline), event_model=WaitForFastest(num_workers),
             utility=utility, fallback=num_workers - fallback, risk_cap=budget if chance_constraint else None,
-            change_alpha=change_alpha, **options)
+            change_alpha=change_alpha, eta=eta, discount=discount, warmup=warmup, max_step=max_step, **options)
 
     @property
     def stragglers(self) -> int:

@@ -199,7 +199,7 @@ def _wait_policy(args: argparse.Namespace, name: str):
 
     largest = args.num_workers - args.num_inputs if args.wait_max_stragglers is None else args.wait_max_stragglers
     return WaitCountController(args.num_workers, deadline=args.wait_deadline, budget=args.wait_budget,
-                               stragglers=range(largest + 1), discount=args.wait_discount, eta=2.0,
+                               stragglers=range(largest + 1), discount=args.wait_discount,
                                warmup=args.wait_warmup, max_step=args.wait_max_step, seed=args.seed)
 
 

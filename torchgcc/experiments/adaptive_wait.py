@@ -70,6 +70,7 @@ class AdaptiveWaitExperiment:
     eta: float = 2.0
     discount: float = 0.9
     warmup: int = 20
+    max_step: int = 1
     calibration_samples: int = 400
     calibration_repeats: int = 4
     seed: int = 0
@@ -134,7 +135,8 @@ def run_adaptive_wait(experiment: AdaptiveWaitExperiment, *, progress: bool = Tr
     waiters = {s: LatencyStragglers(phases[0].latency, num_stragglers=s) for s in experiment.stragglers}
     policy = WaitCountController(n, deadline=experiment.deadline, budget=experiment.budget,
                                  stragglers=experiment.stragglers, accuracy=profile, eta=experiment.eta,
-                                 discount=experiment.discount, warmup=experiment.warmup, seed=experiment.seed)
+                                 discount=experiment.discount, warmup=experiment.warmup,
+                                 max_step=experiment.max_step, seed=experiment.seed)
     tallies = {s: _Tally() for s in experiment.stragglers}
     tallies["adaptive"] = _Tally()
     half = experiment.steps // 2

@@ -230,7 +230,8 @@ def run_training_study(study: TrainingStudy, *, progress: bool = True) -> tuple[
                 chosen = policy = None
                 if adaptive:  # the deadline is on the unit delays, so the choices are the same on every clock
                     policy = WaitCountController(n, deadline=study.wait_deadline, budget=study.wait_budget,
-                                                 stragglers=range(s + 1), discount=0.9, eta=2.0, seed=seed)
+                                                 stragglers=range(s + 1), discount=0.9, warmup=10, max_step=1,
+                                                 seed=seed)
                     records, chosen = run_adaptive_wait(simulation, policy, study.steps, deadline=study.wait_deadline,
                                                         evaluate=evaluate, eval_every=study.eval_every)
                 else:

@@ -85,14 +85,13 @@ class TrainingJob:
 
 
 def wait_policy(args: argparse.Namespace, num_workers: int):
-    """The adaptive wait count of ``--wait-deadline``: S in ``0..s``, the executor's settings."""
+    """The adaptive wait count of ``--wait-deadline``: S in ``0..s``, ``WaitCountController``'s defaults."""
     from torchgcc.control.wait_count import WaitCountController
 
     if args.wait_deadline <= 0:
         raise SystemExit(f"--wait-deadline must be > 0 seconds, got {args.wait_deadline}")
     return WaitCountController(num_workers, deadline=args.wait_deadline, budget=args.wait_budget,
-                               stragglers=range(args.s + 1), discount=0.95, eta=2.0, warmup=1, max_step=4,
-                               seed=args.seed)
+                               stragglers=range(args.s + 1), seed=args.seed)
 
 
 def latency_model(args: argparse.Namespace) -> LatencyModel:
