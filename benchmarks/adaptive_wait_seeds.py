@@ -3,7 +3,8 @@
 One ``torchgcc bench-latency --adaptive-wait`` run takes about half an hour and is one draw of the delays. This
 script replays its scenario in one process for many seeds, so a single run's verdict can be read against the
 pass rate. Per seed and step it draws the ``(N,)`` worker delays from the same latency model and generator as the
-executor (``LatencyStragglers(TailChange(...), seed=seed)``), runs the same ``mlp`` task through GCC (default decoder), and
+executor (``LatencyStragglers(TailChange(...), seed=seed)``), runs the same ``mlp`` task through GCC (default
+decoder), and
 decodes every scheme from the fastest ``N - S`` results. What it does not reproduce is the executor's own
 overhead: a step's latency is the model latency (the ``(N - S)``-th fastest delay) plus an overhead drawn from
 ``--overhead-from``, the measured-minus-model latencies of a committed bench run (bootstrap), and the controller
@@ -35,8 +36,9 @@ from torchgcc.stragglers import LatencyStragglers, TailChange
 def overhead_pool(path: Path) -> torch.Tensor:
     """Measured minus model step latency ``(R,)`` of the coded rows of a bench-latency ``steps.jsonl``."""
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return torch.tensor([r["latency_s"] - r["model_latency_s"] for r in rows if r["S"] is not None],
-                        dtype=torch.float64)
+    return torch.tensor(
+        [r["latency_s"] - r["model_latency_s"] for r in rows if r["S"] is not None], dtype=torch.float64
+    )
 
 
 def run_seed(seed: int, args: argparse.Namespace, overheads: torch.Tensor) -> dict:
@@ -46,9 +48,18 @@ def run_seed(seed: int, args: argparse.Namespace, overheads: torch.Tensor) -> di
     task = mlp_task(seed=seed, batch_size=args.batch_size)
     latency = LatencyStragglers(TailChange(args.shift, args.scale, args.scale_after, args.change_at), seed=seed)
     pick = torch.Generator().manual_seed(10_000 + seed)
-    policy = WaitCountController(n, deadline=args.deadline, budget=args.budget, stragglers=range(max(args.fixed) + 1),
-                                 discount=args.discount, eta=2.0, warmup=args.warmup, max_step=args.max_step,
-                                 change_alpha=args.change_alpha, seed=seed)
+    policy = WaitCountController(
+        n,
+        deadline=args.deadline,
+        budget=args.budget,
+        stragglers=range(max(args.fixed) + 1),
+        discount=args.discount,
+        eta=2.0,
+        warmup=args.warmup,
+        max_step=args.max_step,
+        change_alpha=args.change_alpha,
+        seed=seed,
+    )
     schemes = [*args.fixed, "adaptive"]
     latencies = {s: [] for s in schemes}
     agreements = {s: [] for s in schemes}
@@ -74,13 +85,21 @@ def run_seed(seed: int, args: argparse.Namespace, overheads: torch.Tensor) -> di
         arrivals = delays + step_overhead[-1]  # the adaptive scheme's step
         watched = arrivals.masked_fill(arrivals > args.deadline, float("inf"))
         policy.observe(watched, stragglers=adaptive_s, watched_until=args.deadline)
-    rows = {str(s): {"p99": float(torch.tensor(latencies[s]).quantile(0.99)),
-                     "agreement": sum(agreements[s]) / args.steps} for s in schemes}
+    rows = {
+        str(s): {"p99": float(torch.tensor(latencies[s]).quantile(0.99)), "agreement": sum(agreements[s]) / args.steps}
+        for s in schemes
+    }
     fixed = [{"S": s, **rows[str(s)]} for s in args.fixed]
     verdict = compare_with_fixed(fixed, rows["adaptive"], args.deadline)
-    return {"seed": seed, "rows": rows, "mean_S": sum(chosen) / len(chosen), "S_by_step": chosen,
-            "changes": policy.controller.changes,
-            "event_rate": policy.controller.event_rate, "verdict": verdict}
+    return {
+        "seed": seed,
+        "rows": rows,
+        "mean_S": sum(chosen) / len(chosen),
+        "S_by_step": chosen,
+        "changes": policy.controller.changes,
+        "event_rate": policy.controller.event_rate,
+        "verdict": verdict,
+    }
 
 
 def main() -> None:
@@ -101,12 +120,19 @@ def main() -> None:
     parser.add_argument("--discount", type=float, default=0.95)
     parser.add_argument("--change-alpha", type=float, default=0.01)
     parser.add_argument("--fixed", default="6,7,8,9,10,12,16", help="comma-separated fixed S rows")
-    parser.add_argument("--overhead-from", type=Path,
-                        default=Path("benchmarks/results/latency-adaptive/steps.jsonl"),
-                        help="a bench-latency steps.jsonl whose measured-minus-model latencies are the overheads")
-    parser.add_argument("--executor-run", type=Path, default=None,
-                        help="a bench-latency results.json of the same scenario: report on how many steps its "
-                             "adaptive S equals this replay's for the same seed")
+    parser.add_argument(
+        "--overhead-from",
+        type=Path,
+        default=Path("benchmarks/results/latency-adaptive/steps.jsonl"),
+        help="a bench-latency steps.jsonl whose measured-minus-model latencies are the overheads",
+    )
+    parser.add_argument(
+        "--executor-run",
+        type=Path,
+        default=None,
+        help="a bench-latency results.json of the same scenario: report on how many steps its "
+        "adaptive S equals this replay's for the same seed",
+    )
     parser.add_argument("--out", type=Path, default=Path("torchgcc-results/adaptive_wait_seeds.json"))
     args = parser.parse_args()
     args.fixed = [int(s) for s in args.fixed.split(",")]
@@ -125,15 +151,33 @@ def main() -> None:
         seed = run["config"]["seed"]
         executor_s = run["settings"][0]["adaptive_wait"]["S_by_step"]
         replay_s = next(r["S_by_step"] for r in runs if r["seed"] == seed)
-        executor = {"seed": seed, "steps": len(executor_s),
-                    "same_S_steps": sum(a == b for a, b in zip(executor_s, replay_s))}
-        print(f"seed {seed}: the replay chose the executor's S on {executor['same_S_steps']} of {len(executor_s)} steps")
+        executor = {
+            "seed": seed,
+            "steps": len(executor_s),
+            "same_S_steps": sum(a == b for a, b in zip(executor_s, replay_s)),
+        }
+        print(
+            f"seed {seed}: the replay chose the executor's S on {executor['same_S_steps']} of {len(executor_s)} steps"
+        )
     settings = {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()}
-    settings["overheads"] = {"count": len(overheads), "median_s": float(overheads.median()),
-                             "p99_s": float(overheads.quantile(0.99))}
+    settings["overheads"] = {
+        "count": len(overheads),
+        "median_s": float(overheads.median()),
+        "p99_s": float(overheads.quantile(0.99)),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"settings": settings, "passed_of": args.seeds, "passed": passed,
-                                    "executor_comparison": executor, "runs": runs}, indent=1))
+    args.out.write_text(
+        json.dumps(
+            {
+                "settings": settings,
+                "passed_of": args.seeds,
+                "passed": passed,
+                "executor_comparison": executor,
+                "runs": runs,
+            },
+            indent=1,
+        )
+    )
     print(f"{args.seeds} seeds, {args.steps} steps, tail change at step {args.change_at}")
     print(f"adaptive p99 no worse than the reference: {passed['p99']}/{args.seeds}")
     print(f"adaptive agreement no lower:               {passed['agreement']}/{args.seeds}")

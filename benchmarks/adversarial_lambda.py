@@ -38,11 +38,16 @@ def main() -> None:
                 y, truth = f(10 * code.beta).view(1, n, 1), f(10 * code.alpha).view(1, k, 1)
                 mask = torch.ones(1, n, dtype=torch.bool)
                 attacks = (ConcentratedAttack(q, 100.0), RandomAttack(q, 100.0, seed=n))
-                errors.append(max(((code.decoder(attack(y, mask), mask) - truth) ** 2).mean().item() for attack in attacks))
+                errors.append(
+                    max(((code.decoder(attack(y, mask), mask) - truth) ** 2).mean().item() for attack in attacks)
+                )
             slope = float(np.polyfit(np.log(args.workers), np.log(errors), 1)[0])
             records.append({"c": c, "a": a, "slope": slope, "theory": 1.2 * (a - 1), "mse": errors, "N": args.workers})
-            print(f"c={c:g} a={a}: slope {slope:.2f} (theory {1.2 * (a - 1):.2f}), MSE at N={args.workers[-1]}: "
-                  f"{errors[-1]:.3g}", flush=True)
+            print(
+                f"c={c:g} a={a}: slope {slope:.2f} (theory {1.2 * (a - 1):.2f}), MSE at N={args.workers[-1]}: "
+                f"{errors[-1]:.3g}",
+                flush=True,
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"config": {**vars(args), "out": str(args.out)}, "records": records}, indent=2))
     print(f"wrote {args.out}")

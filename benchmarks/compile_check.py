@@ -38,24 +38,48 @@ def main() -> None:
         model = timm.create_model(name, pretrained=False, num_classes=10).eval()
         code = torchgcc.GCC(num_inputs=4, num_workers=16)
         eager = torchgcc.CodedModule(model, code, FixedStragglers(4, seed=args.seed))
-        compiled = torch.compile(torchgcc.CodedModule(model, code, FixedStragglers(4, seed=args.seed)), backend=args.backend)
-        images = torch.randn(args.calls, args.samples, *model.pretrained_cfg["input_size"],
-                             generator=torch.Generator().manual_seed(args.seed))
+        compiled = torch.compile(
+            torchgcc.CodedModule(model, code, FixedStragglers(4, seed=args.seed)), backend=args.backend
+        )
+        images = torch.randn(
+            args.calls,
+            args.samples,
+            *model.pretrained_cfg["input_size"],
+            generator=torch.Generator().manual_seed(args.seed),
+        )
         with torch.no_grad():
             for call in range(args.calls):
                 start = time.perf_counter()
                 got = compiled(images[call])
                 seconds = time.perf_counter() - start
                 difference = float((got - eager(images[call])).abs().max())
-                rows.append({"model": name, "call": call, "max_abs_difference": difference,
-                             "ok": difference <= args.tolerance, "compiled_seconds": seconds})
-                print(f"{name:<22} call {call}: max |compiled - eager| = {difference:.2e} "
-                      f"({'ok' if difference <= args.tolerance else 'FAILED'}; compiled call {seconds:.1f} s)")
+                rows.append(
+                    {
+                        "model": name,
+                        "call": call,
+                        "max_abs_difference": difference,
+                        "ok": difference <= args.tolerance,
+                        "compiled_seconds": seconds,
+                    }
+                )
+                print(
+                    f"{name:<22} call {call}: max |compiled - eager| = {difference:.2e} "
+                    f"({'ok' if difference <= args.tolerance else 'FAILED'}; compiled call {seconds:.1f} s)"
+                )
         torch._dynamo.reset()
     result = {
-        "settings": {"models": args.models, "backend": args.backend, "code": "GCC(num_inputs=4, num_workers=16)",
-                     "stragglers": "FixedStragglers(4)", "samples": args.samples, "calls": args.calls,
-                     "tolerance": args.tolerance, "seed": args.seed, "torch": torch.__version__, "timm": timm.__version__},
+        "settings": {
+            "models": args.models,
+            "backend": args.backend,
+            "code": "GCC(num_inputs=4, num_workers=16)",
+            "stragglers": "FixedStragglers(4)",
+            "samples": args.samples,
+            "calls": args.calls,
+            "tolerance": args.tolerance,
+            "seed": args.seed,
+            "torch": torch.__version__,
+            "timm": timm.__version__,
+        },
         "rows": rows,
         "all_ok": all(row["ok"] for row in rows),
     }

@@ -80,13 +80,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--scaling-workers", type=int, nargs="+", default=[256, 512, 1024, 2048])
     parser.add_argument("--scaling-groups", type=int, default=16)
-    parser.add_argument("--sizes", type=int, nargs="+", default=None,
-                        help="N of the construction-alone timings (default: 64 1024 on cpu, 64 1024 10000 on cuda)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="N of the construction-alone timings (default: 64 1024 on cpu, 64 1024 10000 on cuda)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (torch's default)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None,
-                        help="JSON path (default: a fresh ./torchgcc-results/decode/<date>-<time>/decode.json)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON path (default: a fresh ./torchgcc-results/decode/<date>-<time>/decode.json)",
+    )
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -115,10 +124,18 @@ def main() -> None:
     lam = code.decoder.lam_for
     y_np, mask_np = y.cpu().numpy(), mask.cpu().numpy()
     beta, alpha = code.beta.cpu().numpy(), code.alpha.cpu().numpy()
-    seconds = {"bmm": t_bmm, "decode_cold": t_cold, "decode_cold_check_false": t_unchecked, "construct": t_construct,
-               "decode_warm": t_warm, "decode_adaptive_default": t_adaptive}
+    seconds = {
+        "bmm": t_bmm,
+        "decode_cold": t_cold,
+        "decode_cold_check_false": t_unchecked,
+        "construct": t_construct,
+        "decode_warm": t_warm,
+        "decode_adaptive_default": t_adaptive,
+    }
     if on_cpu:  # the scipy loop is a CPU baseline
-        seconds["scipy_loop"] = timed(timer, lambda: scipy_decode(beta, alpha, y_np, mask_np, lam), max(1, args.repeats // 3))
+        seconds["scipy_loop"] = timed(
+            timer, lambda: scipy_decode(beta, alpha, y_np, mask_np, lam), max(1, args.repeats // 3)
+        )
     clear()
     agree = np.abs(scipy_decode(beta, alpha, y_np, mask_np, lam) - code.decoder(y, mask).cpu().numpy()).max()
 
@@ -127,7 +144,12 @@ def main() -> None:
         sized = torchgcc.GCC(num_inputs=K, num_workers=n, lambda_dec="spacing").to(device)
         sized_mask = FixedStragglers(n // 4, seed=args.seed).sample(B, n, device=device)
         repeats = args.repeats if n <= 1024 else max(1, args.repeats // 3)
-        t = timed(timer, lambda: sized.decoder.decode_matrix(sized_mask), repeats, setup=sized.decoder.clear_cache)
+        t = timed(
+            timer,
+            lambda sized=sized, sized_mask=sized_mask: sized.decoder.decode_matrix(sized_mask),
+            repeats,
+            setup=sized.decoder.clear_cache,
+        )
         construction.append({"N": n, "groups": B, "stragglers": n // 4, "seconds": t})
         del sized, sized_mask
 
@@ -136,9 +158,18 @@ def main() -> None:
         for n in args.scaling_workers:
             big = torchgcc.GCC(num_inputs=K, num_workers=n, lambda_dec="spacing")
             big_mask = FixedStragglers(n // 4, seed=args.seed).sample(args.scaling_groups, n)
-            t = timed(timer, lambda: big.decoder.decode_matrix(big_mask), max(1, args.repeats // 2), setup=big.decoder.clear_cache)
+            t = timed(
+                timer,
+                lambda big=big, big_mask=big_mask: big.decoder.decode_matrix(big_mask),
+                max(1, args.repeats // 2),
+                setup=big.decoder.clear_cache,
+            )
             scaling.append({"N": n, "seconds": t})
-    slope = float(np.polyfit(np.log([s["N"] for s in scaling]), np.log([s["seconds"] for s in scaling]), 1)[0]) if scaling else None
+    slope = (
+        float(np.polyfit(np.log([s["N"] for s in scaling]), np.log([s["seconds"] for s in scaling]), 1)[0])
+        if scaling
+        else None
+    )
 
     ratios = {
         "decode_cold_over_bmm": t_cold / t_bmm,
@@ -152,12 +183,25 @@ def main() -> None:
         ratios["construction_last_over_first_N"] = scaling[-1]["seconds"] / scaling[0]["seconds"]
     result = {
         "settings": {
-            "groups": B, "num_workers": N, "num_inputs": K, "num_stragglers": S, "outputs": d, "dtype": "float32",
-            "code": repr(code), "repeats": args.repeats, "seed": args.seed, "threads": torch.get_num_threads(),
-            "device": str(device), "backend": "triton" if code.decoder.uses_fused_kernel(device) else "banded",
+            "groups": B,
+            "num_workers": N,
+            "num_inputs": K,
+            "num_stragglers": S,
+            "outputs": d,
+            "dtype": "float32",
+            "code": repr(code),
+            "repeats": args.repeats,
+            "seed": args.seed,
+            "threads": torch.get_num_threads(),
+            "device": str(device),
+            "backend": "triton" if code.decoder.uses_fused_kernel(device) else "banded",
             "torch": torch.__version__,
-            "machine": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
-            "construction_groups": B, "scaling_groups": args.scaling_groups, "stragglers_in_sizes": "N / 4",
+            "machine": torch.cuda.get_device_name(device)
+            if device.type == "cuda"
+            else platform.processor() or platform.machine(),
+            "construction_groups": B,
+            "scaling_groups": args.scaling_groups,
+            "stragglers_in_sizes": "N / 4",
         },
         "seconds": seconds,
         "ratios": ratios,
@@ -171,8 +215,10 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     settings = result["settings"]
-    print(f"decode B={B} N={N} K={K} S={S} outputs={d} float32 on {device} ({settings['backend']}), "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"decode B={B} N={N} K={K} S={S} outputs={d} float32 on {device} ({settings['backend']}), "
+        f"{torch.get_num_threads()} threads"
+    )
     for name, t in seconds.items():
         print(f"  {name:<24} {t * 1e3:9.3f} ms")
     for name, ratio in ratios.items():

@@ -50,26 +50,49 @@ def main() -> None:
         for name, (code_name, options, tolerance, keep) in DECODERS.items():
             counts = range(num_workers - keep + 1)  # straggler counts 0 .. N - keep
             masks = torch.stack([torch.randperm(num_workers, generator=generator) >= s for s in counts])
-            banded = torchgcc.make_code(code_name, num_inputs=num_inputs, num_workers=num_workers, backend="banded", **options)
-            fused = torchgcc.make_code(code_name, num_inputs=num_inputs, num_workers=num_workers, backend="triton", **options)
+            banded = torchgcc.make_code(
+                code_name, num_inputs=num_inputs, num_workers=num_workers, backend="banded", **options
+            )
+            fused = torchgcc.make_code(
+                code_name, num_inputs=num_inputs, num_workers=num_workers, backend="triton", **options
+            )
             fused = fused.to(device)
             start = time.perf_counter()
             got = fused.decoder.decode_matrix(masks.to(device)).cpu()
             seconds = time.perf_counter() - start
             difference = float((got - banded.decoder.decode_matrix(masks)).abs().max())
-            rows.append({
-                "N": num_workers, "K": num_inputs, "decoder": name, "masks": len(masks),
-                "stragglers": f"0..{num_workers - keep}", "max_abs_difference": difference, "tolerance": tolerance,
-                "ok": difference <= tolerance, "seconds": seconds,
-            })
-            print(f"N={num_workers:<5} K={num_inputs:<3} {name:<16} max |triton - banded| = {difference:.2e} "
-                  f"(tolerance {tolerance:.0e}) {'ok' if difference <= tolerance else 'FAILED'}  {seconds:.2f} s")
+            rows.append(
+                {
+                    "N": num_workers,
+                    "K": num_inputs,
+                    "decoder": name,
+                    "masks": len(masks),
+                    "stragglers": f"0..{num_workers - keep}",
+                    "max_abs_difference": difference,
+                    "tolerance": tolerance,
+                    "ok": difference <= tolerance,
+                    "seconds": seconds,
+                }
+            )
+            print(
+                f"N={num_workers:<5} K={num_inputs:<3} {name:<16} max |triton - banded| = {difference:.2e} "
+                f"(tolerance {tolerance:.0e}) {'ok' if difference <= tolerance else 'FAILED'}  {seconds:.2f} s"
+            )
     result = {
-        "settings": {"device": str(device), "interpreted": args.device == "cpu", "workers": args.workers,
-                     "num_inputs": args.num_inputs or "N // 4 (at least 2)", "seed": args.seed,
-                     "masks": "one random mask per straggler count, torch.randperm with a seeded generator"},
-        "environment": {"torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-                        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.machine()},
+        "settings": {
+            "device": str(device),
+            "interpreted": args.device == "cpu",
+            "workers": args.workers,
+            "num_inputs": args.num_inputs or "N // 4 (at least 2)",
+            "seed": args.seed,
+            "masks": "one random mask per straggler count, torch.randperm with a seeded generator",
+        },
+        "environment": {
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "python": platform.python_version(),
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.machine(),
+        },
         "rows": rows,
         "all_ok": all(row["ok"] for row in rows),
     }

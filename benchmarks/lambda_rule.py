@@ -4,7 +4,8 @@ f is a 2-layer tanh MLP (20 -> 64 -> 10, float64, seed 0), inputs are Gaussian, 
 (seeded per S), and worker results optionally carry Gaussian noise of standard deviation sigma. For each bandwidth
 ratio r the decoder uses lambda_dec = (r * 2 / (n - 1))^4 for a fit to n = N - S results (r = 0: interpolation;
 r = 0.2: the default); BACC is the baseline. Prints a table and writes JSON, by default to a fresh
-``torchgcc-results/lambda_rule/<date>-<time>/lambda_rule.json`` (the committed copy, benchmarks/results/lambda_rule.json,
+``torchgcc-results/lambda_rule/<date>-<time>/lambda_rule.json`` (the committed copy,
+benchmarks/results/lambda_rule.json,
 was written with ``--out benchmarks/results/lambda_rule.json``):
 
     python benchmarks/lambda_rule.py
@@ -31,8 +32,12 @@ def main() -> None:
     parser.add_argument("--stragglers", type=int, nargs="+", default=[0, 4, 10, 20])
     parser.add_argument("--sigmas", type=float, nargs="+", default=[0.0, 1e-3, 1e-2])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None,
-                        help="JSON file (default: a fresh torchgcc-results/lambda_rule/<date>-<time>/lambda_rule.json)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON file (default: a fresh torchgcc-results/lambda_rule/<date>-<time>/lambda_rule.json)",
+    )
     args = parser.parse_args()
     args.out = args.out or fresh_output_dir("lambda_rule") / "lambda_rule.json"
 
@@ -61,7 +66,9 @@ def main() -> None:
             row = {r["scheme"]: r["mse"] for r in records if r["sigma"] == sigma and r["S"] == s}
             print(f"{sigma:7.0e} {s:3d} " + " ".join(f"{row[n]:10.3e}" for n in names))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"config": vars(args) | {"out": str(args.out), "K": K, "N": N}, "records": records}, indent=2))
+    args.out.write_text(
+        json.dumps({"config": vars(args) | {"out": str(args.out), "K": K, "N": N}, "records": records}, indent=2)
+    )
     print(f"wrote {args.out}")
 
 

@@ -68,8 +68,9 @@ def main() -> None:
         codes = {rule: torchgcc.GCC(k, n, lambda_dec=lam) for rule, lam in RULES.items()}
         coded = codes["natural"].encoder(group_samples(inputs, k))  # lambda_enc = 0 for every rule: one encoder
         results = model_outputs(workers, coded.flatten(0, 1)).unflatten(0, coded.shape[:2])
-        results = results + sigma * torch.randn(results.shape, generator=torch.Generator().manual_seed(args.seed + 1),
-                                                dtype=results.dtype)
+        results = results + sigma * torch.randn(
+            results.shape, generator=torch.Generator().manual_seed(args.seed + 1), dtype=results.dtype
+        )
         groups = coded.shape[0]
         for s in (0, n // 8, n // 4, n // 2):
             masks = FixedStragglers(s, seed=1000 * args.seed + s).sample(groups * args.repeats, n)
@@ -80,21 +81,39 @@ def main() -> None:
                 row[rule] = torch.mean((code.decoder(ys, masks) - truth).double() ** 2).item()
             best = min(row[b] for b in BASELINES)
             for rule, mse in row.items():
-                records.append({"workload": name, "S": s, "N": n, "K": k, "rule": rule, "mse": mse,
-                                "ratio_to_best": mse / best})
+                records.append(
+                    {"workload": name, "S": s, "N": n, "K": k, "rule": rule, "mse": mse, "ratio_to_best": mse / best}
+                )
             print(f"{name:12s} S={s:2d} " + " ".join(f"{r}={row[r]:.3e}({row[r] / best:.2f})" for r in row), flush=True)
     summary = {}
     for rule in RULES:
         mine = [r for r in records if r["rule"] == rule]
-        summary[rule] = {"worst_ratio": max(r["ratio_to_best"] for r in mine),
-                         "misses": [(r["workload"], r["S"], round(r["ratio_to_best"], 3)) for r in mine
-                                    if r["ratio_to_best"] > 1.10]}
-        print(f"{rule}: worst ratio to the best = {summary[rule]['worst_ratio']:.3f}; "
-              f"cells above 1.10: {summary[rule]['misses'] or 'none'}")
+        summary[rule] = {
+            "worst_ratio": max(r["ratio_to_best"] for r in mine),
+            "misses": [
+                (r["workload"], r["S"], round(r["ratio_to_best"], 3)) for r in mine if r["ratio_to_best"] > 1.10
+            ],
+        }
+        print(
+            f"{rule}: worst ratio to the best = {summary[rule]['worst_ratio']:.3f}; "
+            f"cells above 1.10: {summary[rule]['misses'] or 'none'}"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"config": {**vars(args), "out": str(args.out), "rules": {k: str(v) for k, v in RULES.items()},
-                                               "torch": torch.__version__},
-                                    "summary": summary, "records": records}, indent=2))
+    args.out.write_text(
+        json.dumps(
+            {
+                "config": {
+                    **vars(args),
+                    "out": str(args.out),
+                    "rules": {k: str(v) for k, v in RULES.items()},
+                    "torch": torch.__version__,
+                },
+                "summary": summary,
+                "records": records,
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {args.out}")
 
 

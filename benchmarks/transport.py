@@ -38,8 +38,9 @@ WORLD = 3
 
 
 def _channel(port: int, rank: int) -> Channel:
-    store = dist.TCPStore("127.0.0.1", port, world_size=WORLD, is_master=rank == 0, wait_for_workers=False,
-                          timeout=timedelta(seconds=120))
+    store = dist.TCPStore(
+        "127.0.0.1", port, world_size=WORLD, is_master=rank == 0, wait_for_workers=False, timeout=timedelta(seconds=120)
+    )
     return Channel(dist.PrefixStore(KEY_PREFIX, store), rank, WORLD)
 
 
@@ -55,8 +56,9 @@ def _worker(port: int, rank: int, numel: int, repeats: int) -> None:
             if path == "pg":
                 pair.send(Message([rep, start_us], [payload]))
             else:
-                channel.put_payload(f"bench/{rep}/{rank}", {"start_us": start_us, "x": payload},
-                                    chunk_bytes=STORE_CHUNK_BYTES)
+                channel.put_payload(
+                    f"bench/{rep}/{rank}", {"start_us": start_us, "x": payload}, chunk_bytes=STORE_CHUNK_BYTES
+                )
     channel.store.wait(["done"])
 
 
@@ -92,16 +94,16 @@ def main() -> None:
     parser.add_argument("--megabytes", type=float, default=16.0, help="payload size in MB (10^6 bytes)")
     parser.add_argument("--repeats", type=int, default=12, help="repetitions (each: both paths, both ranks)")
     parser.add_argument("--warmup", type=int, default=2, help="leading repetitions not counted")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output folder (default ./torchgcc-results/transport/<time>/)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output folder (default ./torchgcc-results/transport/<time>/)"
+    )
     args = parser.parse_args()
     if args.repeats <= args.warmup:
         parser.error("--repeats must exceed --warmup")
     numel = int(args.megabytes * 1e6) // 4
     port = free_port()
     context = mp.get_context("spawn")
-    workers = [context.Process(target=_worker, args=(port, rank, numel, args.repeats), daemon=True)
-               for rank in (1, 2)]
+    workers = [context.Process(target=_worker, args=(port, rank, numel, args.repeats), daemon=True) for rank in (1, 2)]
     torch.set_num_threads(1)
     for worker in workers:
         worker.start()
@@ -111,11 +113,19 @@ def main() -> None:
         worker.join(30)
     median = {path: float(torch.tensor(values).median()) for path, values in seconds.items()}
     result = {
-        "settings": {"megabytes": args.megabytes, "bytes": numel * 4, "repeats": args.repeats,
-                     "warmup": args.warmup, "world_size": WORLD, "backend": "gloo",
-                     "store_chunk_bytes": STORE_CHUNK_BYTES, "torch": torch.__version__,
-                     "cpu_count": os.cpu_count(), "load_average": os.getloadavg(),
-                     "command": "python benchmarks/transport.py"},
+        "settings": {
+            "megabytes": args.megabytes,
+            "bytes": numel * 4,
+            "repeats": args.repeats,
+            "warmup": args.warmup,
+            "world_size": WORLD,
+            "backend": "gloo",
+            "store_chunk_bytes": STORE_CHUNK_BYTES,
+            "torch": torch.__version__,
+            "cpu_count": os.cpu_count(),
+            "load_average": os.getloadavg(),
+            "command": "python benchmarks/transport.py",
+        },
         "seconds": seconds,
         "median_s": median,
         "store_over_pg": median["store"] / median["pg"],
@@ -125,9 +135,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "transport.json"
     path.write_text(json.dumps(result, indent=2))
-    print(f"{args.megabytes:g} MB rank -> coordinator, median of {args.repeats - args.warmup} x 2 ranks: "
-          f"data plane {median['pg'] * 1e3:.1f} ms, store (chunked) {median['store'] * 1e3:.1f} ms, "
-          f"store / data plane = {result['store_over_pg']:.1f}x")
+    print(
+        f"{args.megabytes:g} MB rank -> coordinator, median of {args.repeats - args.warmup} x 2 ranks: "
+        f"data plane {median['pg'] * 1e3:.1f} ms, store (chunked) {median['store'] * 1e3:.1f} ms, "
+        f"store / data plane = {result['store_over_pg']:.1f}x"
+    )
     print(f"wrote {path}")
 
 

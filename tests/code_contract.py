@@ -62,8 +62,10 @@ class CodeContract:
         code = self.make()
         y, mask, x = contract_data(dtype)
         eps = torch.finfo(dtype).eps
-        for got, reference in ((code.encoder(x), code.encoder(x.double())),
-                               (code.decoder(y, mask), code.decoder(y.double(), mask))):
+        for got, reference in (
+            (code.encoder(x), code.encoder(x.double())),
+            (code.decoder(y, mask), code.decoder(y.double(), mask)),
+        ):
             assert got.dtype == dtype
             # float16/bfloat16: rounding to dtype (half an ulp) plus the float32 accumulation, allowed a tenth of an
             # ulp of the largest value; float32/float64 accumulate in their own dtype: up to N ulps of it
@@ -104,8 +106,12 @@ class CodeContract:
             pytest.skip("needs a CUDA device")
         code = self.make()
         y, mask, _ = contract_data()
-        torch.testing.assert_close(copy.deepcopy(code).cuda().decoder(y.cuda(), mask.cuda()).cpu(),
-                                   code.decoder(y, mask), rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(
+            copy.deepcopy(code).cuda().decoder(y.cuda(), mask.cuda()).cpu(),
+            code.decoder(y, mask),
+            rtol=1e-10,
+            atol=1e-10,
+        )
 
     def test_pickling_round_trips_and_drops_the_cache(self):
         code = self.make()

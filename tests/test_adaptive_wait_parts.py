@@ -45,8 +45,11 @@ def test_bench_rows_and_model_latency_at_the_chosen_s():
 
 
 def test_compare_with_fixed_picks_the_most_accurate_s_meeting_the_deadline():
-    fixed = [{"S": 2, "p99": 1.8, "agreement": 0.99}, {"S": 4, "p99": 1.5, "agreement": 0.95},
-             {"S": 6, "p99": 1.2, "agreement": 0.90}]
+    fixed = [
+        {"S": 2, "p99": 1.8, "agreement": 0.99},
+        {"S": 4, "p99": 1.5, "agreement": 0.95},
+        {"S": 6, "p99": 1.2, "agreement": 0.90},
+    ]
     verdict = compare_with_fixed(fixed, {"p99": 1.45, "agreement": 0.96}, deadline=1.6)
     assert verdict["reference_S"] == 4
     assert verdict["adaptive_p99_no_worse"] and verdict["adaptive_agreement_no_worse"]

@@ -68,8 +68,9 @@ def test_weighted_spline_matches_scipy():
     w = rng.uniform(0.05, 1, n)
     points = np.linspace(t[0], t[-1], 11)
     reference = make_smoothing_spline(t, y, w=w, lam=n * 1e-3)
-    fitted, values = weighted_smoothing_spline(torch.tensor(t)[None], torch.tensor(y)[None], torch.tensor(w)[None],
-                                               torch.tensor(points), 1e-3)
+    fitted, values = weighted_smoothing_spline(
+        torch.tensor(t)[None], torch.tensor(y)[None], torch.tensor(w)[None], torch.tensor(points), 1e-3
+    )
     np.testing.assert_allclose(values[0].numpy(), reference(points), atol=1e-8)
     np.testing.assert_allclose(fitted[0].numpy(), reference(t), atol=1e-8)
 
@@ -119,7 +120,9 @@ def test_adversarial_lambda_and_coded_module_attack():
     x = torch.randn(16, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     attack = RandomAttack(2, 50.0, random_sign=True, seed=0)
     plain = torchgcc.CodedModule(model, torchgcc.GCC(8, 32), attack=attack)
-    robust = torchgcc.CodedModule(model, RobustGCC(8, 32, q=2, decoder="trim"), attack=RandomAttack(2, 50.0, random_sign=True, seed=0))
+    robust = torchgcc.CodedModule(
+        model, RobustGCC(8, 32, q=2, decoder="trim"), attack=RandomAttack(2, 50.0, random_sign=True, seed=0)
+    )
     with torch.no_grad():
         reference = model(x)
         assert (robust(x) - reference).abs().max() < 0.05 and (plain(x) - reference).abs().max() > 1.0
@@ -146,8 +149,11 @@ def test_worst_case_and_slopes_of_the_adversarial_experiment():
     from torchgcc.experiments.reproduce import EXPERIMENTS
 
     assert {"adversarial", "noisy", "manifold"} <= set(EXPERIMENTS)
-    records = [{"workload": "w", "a": 0.5, "N": n, "S": 0, "scheme": "trim", "attack": attack, "mse": mse}
-               for n in (100, 400) for attack, mse in (("random", 1.0 / n), ("concentrated", 4.0 / n))]
+    records = [
+        {"workload": "w", "a": 0.5, "N": n, "S": 0, "scheme": "trim", "attack": attack, "mse": mse}
+        for n in (100, 400)
+        for attack, mse in (("random", 1.0 / n), ("concentrated", 4.0 / n))
+    ]
     worst = worst_case(records)
     assert len(worst) == 2 and all(r["attack"] == "concentrated" for r in worst)
     assert fit_slopes(worst)["w a=0.5 trim"] == pytest.approx(-1.0)

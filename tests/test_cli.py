@@ -77,8 +77,21 @@ def test_demo_quick_writes_results_and_reuses_the_cached_model(tmp_path, monkeyp
 def test_reproduce_stragglers_quick(tmp_path, monkeypatch, model):
     fast = training.TrainConfig(epochs=1)  # the full training is not what is under test here
     monkeypatch.setattr(training, "default_train_config", lambda name: fast)
-    results = run("reproduce", "stragglers", "--quick", "--model", model, "--seed", "1", "--lambda-dec", "1e-6",
-                  "--stragglers", "0,5", "--out", str(tmp_path))
+    results = run(
+        "reproduce",
+        "stragglers",
+        "--quick",
+        "--model",
+        model,
+        "--seed",
+        "1",
+        "--lambda-dec",
+        "1e-6",
+        "--stragglers",
+        "0,5",
+        "--out",
+        str(tmp_path),
+    )
     assert (tmp_path / "stragglers.png").stat().st_size > 0
     check_records(results, schemes={"gcc", "natural", "bacc"}, classification=True)
     config = results["config"]
@@ -108,8 +121,9 @@ def test_reproduce_rates_quick_reports_slopes(tmp_path):
     assert slopes["gcc"] <= -2.5 and slopes["bacc"] > slopes["gcc"]
 
 
-@pytest.mark.parametrize("argv", [["demo"], ["reproduce"], ["reproduce", "stragglers"], ["reproduce", "polynomial"],
-                                  ["reproduce", "rates"]])
+@pytest.mark.parametrize(
+    "argv", [["demo"], ["reproduce"], ["reproduce", "stragglers"], ["reproduce", "polynomial"], ["reproduce", "rates"]]
+)
 def test_help(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main([*argv, "--help"])
@@ -117,19 +131,29 @@ def test_help(argv, capsys):
     assert "--quick" in capsys.readouterr().out or argv == ["reproduce"]
 
 
-@pytest.mark.parametrize("argv", [["demo", "--lambda-dec", "-1"], ["demo", "--lambda-enc", "gcv"],
-                                  ["reproduce", "stragglers", "--model", "resnet"], ["reproduce"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo", "--lambda-dec", "-1"],
+        ["demo", "--lambda-enc", "gcv"],
+        ["reproduce", "stragglers", "--model", "resnet"],
+        ["reproduce"],
+    ],
+)
 def test_bad_arguments_exit_with_usage(argv):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(argv)
     assert exit_info.value.code == 2
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["reproduce", "stragglers", "--stragglers", "0,31"], "--stragglers must lie in [0, 30]"),
-    (["reproduce", "stragglers", "--data", "mnist"], "--data mnist needs --data-dir DIR"),
-    (["demo", "--threads", "0"], "--threads must be at least 1"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["reproduce", "stragglers", "--stragglers", "0,31"], "--stragglers must lie in [0, 30]"),
+        (["reproduce", "stragglers", "--data", "mnist"], "--data mnist needs --data-dir DIR"),
+        (["demo", "--threads", "0"], "--threads must be at least 1"),
+    ],
+)
 def test_user_errors_are_one_line_before_any_work(argv, message, tmp_path, capsys):
     assert cli.main([*argv, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
@@ -146,9 +170,11 @@ def test_version(capsys):
 
 
 def test_help_imports_neither_torch_nor_optional_dependencies():
-    done = python("import sys; from torchgcc import cli\n"
-                  "try: cli.main(['--help'])\nexcept SystemExit: pass\n"
-                  "print(sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'numpy', 'rich', 'tqdm'}))")
+    done = python(
+        "import sys; from torchgcc import cli\n"
+        "try: cli.main(['--help'])\nexcept SystemExit: pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'numpy', 'rich', 'tqdm'}))"
+    )
     assert done.returncode == 0, done.stderr
     assert "demo" in done.stdout and done.stdout.strip().endswith("[]")
 
@@ -157,24 +183,30 @@ def test_core_works_and_imports_nothing_optional_when_no_extra_is_installed():
     """Every optional dependency made unimportable, as after ``pip install torchgcc`` without extras."""
     from torchgcc.optional import EXTRAS
 
-    done = python(f"import sys\nfor name in {sorted(EXTRAS)}: sys.modules[name] = None\n"
-                  "import torch, torchgcc\n"
-                  "import torchgcc.codes, torchgcc.functional, torchgcc.stragglers, torchgcc.coded_module\n"
-                  "import torchgcc.points, torchgcc.metrics, torchgcc.registry, torchgcc.timing\n"
-                  "from torchgcc.metrics import CodedMetrics, argmax_agreement, mse\n"
-                  "code = torchgcc.make_code('bacc', num_inputs=4, num_workers=12)\n"
-                  "y = torchgcc.CodedModule(torch.nn.Linear(3, 2), torchgcc.GCC(4, 12))(torch.randn(8, 3))\n"
-                  "assert y.shape == (8, 2)\n"
-                  "try:\n    torchgcc.metrics.ArgmaxAgreement\nexcept ImportError as error:\n    print(error)\n"
-                  f"print(sorted(m for m in sys.modules if m.split('.')[0] in {sorted(EXTRAS)} and sys.modules[m]))")
+    done = python(
+        f"import sys\nfor name in {sorted(EXTRAS)}: sys.modules[name] = None\n"
+        "import torch, torchgcc\n"
+        "import torchgcc.codes, torchgcc.functional, torchgcc.stragglers, torchgcc.coded_module\n"
+        "import torchgcc.points, torchgcc.metrics, torchgcc.registry, torchgcc.timing\n"
+        "from torchgcc.metrics import CodedMetrics, argmax_agreement, mse\n"
+        "code = torchgcc.make_code('bacc', num_inputs=4, num_workers=12)\n"
+        "y = torchgcc.CodedModule(torch.nn.Linear(3, 2), torchgcc.GCC(4, 12))(torch.randn(8, 3))\n"
+        "assert y.shape == (8, 2)\n"
+        "try:\n    torchgcc.metrics.ArgmaxAgreement\nexcept ImportError as error:\n    print(error)\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {sorted(EXTRAS)} and sys.modules[m]))"
+    )
     assert done.returncode == 0, done.stderr
     message, loaded = done.stdout.strip().splitlines()
     assert loaded == "[]" and "'experiments' extra" in message
 
 
 def test_a_missing_extra_is_named_in_one_line():
-    done = python("import sys; sys.modules['matplotlib'] = None\n"
-                  "from torchgcc import cli; sys.exit(cli.main(['demo', '--quick']))")
+    done = python(
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from torchgcc import cli; sys.exit(cli.main(['demo', '--quick']))"
+    )
     assert done.returncode == 1
-    assert done.stderr == ("torchgcc: error: matplotlib is not installed; it comes with the 'experiments' extra: "
-                           "pip install 'torchgcc[experiments]' (or pip install -e '.[experiments]' in a checkout)\n")
+    assert done.stderr == (
+        "torchgcc: error: matplotlib is not installed; it comes with the 'experiments' extra: "
+        "pip install 'torchgcc[experiments]' (or pip install -e '.[experiments]' in a checkout)\n"
+    )

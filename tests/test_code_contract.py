@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from code_contract import CodeContract, K, N
 
 import torchgcc
-from code_contract import K, N, CodeContract
 from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.codes.registry import CODES
 

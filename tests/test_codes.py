@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 import torch
+from references import berrut_reference, natural_spline_reference
 
 import torchgcc
 from conftest import random_masks, requires_cuda
-from references import berrut_reference, natural_spline_reference
 from torchgcc.codes.gcc import spacing_lambda
 from torchgcc.functional import smoothing_spline_matrix
 
@@ -145,7 +145,9 @@ def test_decode_matrices_are_cached_and_distinct_masks_solved_together(code, mon
         code = build("gcc", lambda_dec="spacing")
     calls = []
     original = type(code.decoder).fit_matrix
-    monkeypatch.setattr(type(code.decoder), "fit_matrix", lambda self, knots: calls.append(knots.shape) or original(self, knots))
+    monkeypatch.setattr(
+        type(code.decoder), "fit_matrix", lambda self, knots: calls.append(knots.shape) or original(self, knots)
+    )
     masks = torch.cat([random_masks(5, N, 2, seed=3), random_masks(5, N, 3, seed=4)])
     y = torch.randn(10, N, 2, dtype=torch.float64)
     first = code.decoder(y, masks)
@@ -189,7 +191,9 @@ def test_gcc_matrices_match_scipy(num_workers, lam):
     lambda_enc = 0.0 if lam == "spacing" else lam
     code = torchgcc.GCC(num_inputs=k, num_workers=num_workers, lambda_enc=lambda_enc, lambda_dec=lam)
     alpha, beta = code.alpha.numpy(), code.beta.numpy()
-    np.testing.assert_allclose(code.encoder.matrix.numpy(), natural_spline_reference(alpha, beta, lambda_enc), atol=1e-8)
+    np.testing.assert_allclose(
+        code.encoder.matrix.numpy(), natural_spline_reference(alpha, beta, lambda_enc), atol=1e-8
+    )
     for stragglers in sorted({0, 1, num_workers // 4, num_workers - 5}):
         mask = random_masks(2, num_workers, stragglers, seed=stragglers)
         full = code.decoder.decode_matrix(mask)

@@ -8,9 +8,20 @@ import pytest
 import scipy.stats
 import torch
 
-from torchgcc.control import (AllMustFinish, BetaTailRisk, DeadlineThreshold, DualVariable, GroupSizeHook,
-                              RelativeThreshold, StragglerAwareController, WaitCountController, WaitForFastest,
-                              beta_binomial_sf, group_size_controller, normalised_utility)
+from torchgcc.control import (
+    AllMustFinish,
+    BetaTailRisk,
+    DeadlineThreshold,
+    DualVariable,
+    GroupSizeHook,
+    RelativeThreshold,
+    StragglerAwareController,
+    WaitCountController,
+    WaitForFastest,
+    beta_binomial_sf,
+    group_size_controller,
+    normalised_utility,
+)
 
 GRID = tuple(range(2, 33, 2))
 
@@ -20,8 +31,9 @@ def test_beta_binomial_tail_matches_scipy():
     trials = torch.tensor([20, 20, 20, 20, 20, 20])
     for alpha, beta in [(1.0, 1.0), (0.5, 30.0), (4.0, 200.0)]:
         expected = [scipy.stats.betabinom.sf(m - 1, 20, alpha, beta) for m in at_least.tolist()]
-        assert torch.allclose(beta_binomial_sf(at_least, trials, alpha, beta),
-                              torch.tensor(expected, dtype=torch.float64), atol=1e-10)
+        assert torch.allclose(
+            beta_binomial_sf(at_least, trials, alpha, beta), torch.tensor(expected, dtype=torch.float64), atol=1e-10
+        )
 
 
 def test_dual_variable_is_a_projected_virtual_queue():
@@ -71,7 +83,9 @@ def test_event_models_give_binomial_tails_when_q_is_known():
 def test_utilities_are_scaled_to_unit_range():
     sizes = torch.tensor([2, 4, 8])
     assert torch.allclose(normalised_utility("log", sizes), torch.tensor([0.0, 0.5, 1.0], dtype=torch.float64))
-    assert torch.allclose(normalised_utility([3.0, 1.0, 2.0], sizes), torch.tensor([1.0, 0.0, 0.5], dtype=torch.float64))
+    assert torch.allclose(
+        normalised_utility([3.0, 1.0, 2.0], sizes), torch.tensor([1.0, 0.0, 0.5], dtype=torch.float64)
+    )
     with pytest.raises(ValueError, match="one value per size"):
         normalised_utility([1.0], sizes)
     with pytest.raises(ValueError, match="unknown utility"):
@@ -91,7 +105,7 @@ def pareto_stream(controller: StragglerAwareController, steps: int, shape_of_ste
 
 
 def static_event_probability(size: int, shape: float, deadline: float) -> float:
-    return 1 - (1 - deadline ** -shape) ** size  # P(max of `size` Pareto(1, shape) > deadline)
+    return 1 - (1 - deadline**-shape) ** size  # P(max of `size` Pareto(1, shape) > deadline)
 
 
 @pytest.mark.parametrize("drift", [False, True], ids=["stationary", "drifting"])
@@ -101,8 +115,11 @@ def test_controller_holds_the_budget_and_uses_large_sizes(drift):
     controller = StragglerAwareController(GRID, budget=budget, threshold=DeadlineThreshold(deadline), seed=0)
     chosen = pareto_stream(controller, steps, shape_of_step, seed=1)
     # the largest static size whose long-run event probability (averaged over the halves) meets the budget
-    feasible = [g for g in GRID if sum(static_event_probability(g, shape_of_step(t), deadline)
-                                       for t in (0, steps - 1)) / 2 <= budget]
+    feasible = [
+        g
+        for g in GRID
+        if sum(static_event_probability(g, shape_of_step(t), deadline) for t in (0, steps - 1)) / 2 <= budget
+    ]
     best_static = max(feasible)
     assert best_static == (6 if drift else 22)  # closed form: q = deadline^-shape
     assert controller.steps == steps
@@ -113,8 +130,9 @@ def test_controller_holds_the_budget_and_uses_large_sizes(drift):
 
 
 def test_hold_bounded_step_and_warmup():
-    controller = StragglerAwareController(GRID, budget=0.1, threshold=DeadlineThreshold(6.0), hold=4, max_step=2,
-                                          warmup=7, fallback=10, seed=0)
+    controller = StragglerAwareController(
+        GRID, budget=0.1, threshold=DeadlineThreshold(6.0), hold=4, max_step=2, warmup=7, fallback=10, seed=0
+    )
     chosen = pareto_stream(controller, 300, lambda t: 3.0, seed=2)
     assert chosen[:7] == [10] * 7
     index = [GRID.index(size) for size in chosen]
@@ -128,8 +146,14 @@ def test_hold_bounded_step_and_warmup():
 
 @pytest.mark.parametrize("safeguards", [{}, {"risk_cap": 0.2, "change_alpha": 0.05}], ids=["plain", "safeguards"])
 def test_state_dict_round_trip_resumes_identically(safeguards):
-    make = lambda: StragglerAwareController(GRID, budget=0.1, threshold=RelativeThreshold(3.0), hold=2, seed=5,  # noqa: E731
-                                            **safeguards)
+    make = lambda: StragglerAwareController(  # noqa: E731
+        GRID,
+        budget=0.1,
+        threshold=RelativeThreshold(3.0),
+        hold=2,
+        seed=5,  # noqa: E731
+        **safeguards,
+    )
     first = make()
     pareto_stream(first, 120, lambda t: 2.5, seed=3)
     state = first.state_dict()
@@ -208,8 +232,9 @@ def test_group_size_hook_drives_the_controller():
 
 
 def test_results_watched_until_the_deadline_count_as_late():
-    controller = StragglerAwareController([3], budget=0.1, threshold=DeadlineThreshold(1.0),
-                                          event_model=WaitForFastest(4), warmup=0)
+    controller = StragglerAwareController(
+        [3], budget=0.1, threshold=DeadlineThreshold(1.0), event_model=WaitForFastest(4), warmup=0
+    )
     # waited for 3 of 4; the 4th was not back by the deadline, so it exceeded it although the step ended at 0.6
     assert controller.observe([0.2, 0.4, 0.6, math.inf], watched_until=1.0) is False
     assert (controller.risk.exceeded, controller.risk.within) == pytest.approx((1.0, 3.0))
@@ -220,7 +245,9 @@ def test_wait_count_controller_drives_coded_module_through_its_mask():
     from torchgcc.stragglers import LatencyStragglers
 
     n, deadline = 8, 1.3
-    module = torchgcc.CodedModule(torch.nn.Linear(3, 2).double(), torchgcc.make_code("gcc", num_inputs=4, num_workers=n))
+    module = torchgcc.CodedModule(
+        torch.nn.Linear(3, 2).double(), torchgcc.make_code("gcc", num_inputs=4, num_workers=n)
+    )
     latency = LatencyStragglers("shifted_exponential", seed=0, shift=1.0, scale=0.2)
     waiter = LatencyStragglers(latency.latency)
     policy = WaitCountController(n, deadline=deadline, budget=0.05, stragglers=range(5), warmup=2)
@@ -239,14 +266,29 @@ def test_wait_count_controller_drives_coded_module_through_its_mask():
 
 def test_chance_constraint_picks_the_largest_size_under_the_cap():
     # q = 0.1 with negligible uncertainty: P(event | G) = 1 - 0.9^G, at most 0.5 for G <= 6 (closed form)
-    controller = StragglerAwareController(GRID, budget=0.1, threshold=DeadlineThreshold(1.0), warmup=0,
-                                          max_step=len(GRID), prior=(0.1e6, 0.9e6), risk_cap=0.5)
-    assert max(g for g in GRID if 1 - 0.9 ** g <= 0.5) == 6
+    controller = StragglerAwareController(
+        GRID,
+        budget=0.1,
+        threshold=DeadlineThreshold(1.0),
+        warmup=0,
+        max_step=len(GRID),
+        prior=(0.1e6, 0.9e6),
+        risk_cap=0.5,
+    )
+    assert max(g for g in GRID if 1 - 0.9**g <= 0.5) == 6
     controller.observe(torch.full((controller.choose(),), 0.5))  # the first choice holds the fallback
     assert controller.choose() == 6
     # no size meets a cap below the smallest size's risk: the safest size
-    tight = StragglerAwareController(GRID, budget=0.1, threshold=DeadlineThreshold(1.0), warmup=0,
-                                     max_step=len(GRID), prior=(0.1e6, 0.9e6), risk_cap=0.1, fallback=32)
+    tight = StragglerAwareController(
+        GRID,
+        budget=0.1,
+        threshold=DeadlineThreshold(1.0),
+        warmup=0,
+        max_step=len(GRID),
+        prior=(0.1e6, 0.9e6),
+        risk_cap=0.1,
+        fallback=32,
+    )
     tight.observe(torch.full((tight.choose(),), 0.5))
     assert tight.choose() == 2
     with pytest.raises(ValueError, match="risk_cap"):
@@ -254,8 +296,9 @@ def test_chance_constraint_picks_the_largest_size_under_the_cap():
 
 
 def test_chance_constraint_holds_every_choice_under_the_cap():
-    controller = StragglerAwareController(GRID, budget=0.1, threshold=DeadlineThreshold(6.0), warmup=0,
-                                          max_step=len(GRID), risk_cap=0.1, seed=0)
+    controller = StragglerAwareController(
+        GRID, budget=0.1, threshold=DeadlineThreshold(6.0), warmup=0, max_step=len(GRID), risk_cap=0.1, seed=0
+    )
     generator = torch.Generator().manual_seed(7)
     for _ in range(300):
         risk = controller.event_probability()  # what the choice is made on
@@ -268,8 +311,18 @@ def test_chance_constraint_holds_every_choice_under_the_cap():
 
 def test_change_detection_forgets_the_posterior_and_allows_a_jump_to_a_safer_size():
     make = lambda alpha: StragglerAwareController(  # noqa: E731
-        GRID, budget=0.05, threshold=DeadlineThreshold(1.0), warmup=0, hold=50, max_step=1, discount=0.98,
-        fallback=32, risk_cap=0.05, change_alpha=alpha, seed=0)
+        GRID,
+        budget=0.05,
+        threshold=DeadlineThreshold(1.0),
+        warmup=0,
+        hold=50,
+        max_step=1,
+        discount=0.98,
+        fallback=32,
+        risk_cap=0.05,
+        change_alpha=alpha,
+        seed=0,
+    )
     controller, reference = make(0.01), make(None)
     for policy in (controller, reference):
         for _ in range(30):  # a quiet tail: no unit is late; the hold keeps the fallback 32
@@ -293,8 +346,9 @@ def test_change_detection_forgets_the_posterior_and_allows_a_jump_to_a_safer_siz
 
 def test_wait_count_controller_raises_s_at_once_when_the_tail_gets_heavier():
     n, deadline, budget = 24, 0.6, 0.005
-    policy = WaitCountController(n, deadline=deadline, budget=budget, stragglers=range(17), discount=0.9, eta=2.0,
-                                 warmup=1, max_step=4, seed=0)
+    policy = WaitCountController(
+        n, deadline=deadline, budget=budget, stragglers=range(17), discount=0.9, eta=2.0, warmup=1, max_step=4, seed=0
+    )
     generator = torch.Generator().manual_seed(0)
     chosen = []
     for step in range(300):
@@ -304,8 +358,10 @@ def test_wait_count_controller_raises_s_at_once_when_the_tail_gets_heavier():
         latencies = 0.3 - scale * torch.log1p(-torch.rand(n, generator=generator, dtype=torch.float64))
         policy.observe(latencies.masked_fill(latencies > deadline, math.inf), stragglers=s, watched_until=deadline)
     # closed form: a worker is late w.p. q = exp(-0.3 / scale); the smallest S whose miss probability meets the budget
-    safe = {scale: min(s for s in range(17) if scipy.stats.binom.sf(s, n, math.exp(-0.3 / scale)) <= budget)
-            for scale in (0.06, 0.15)}
+    safe = {
+        scale: min(s for s in range(17) if scipy.stats.binom.sf(s, n, math.exp(-0.3 / scale)) <= budget)
+        for scale in (0.06, 0.15)
+    }
     assert safe == {0.06: 2, 0.15: 8}
     assert sum(chosen[100:150]) / 50 <= safe[0.06] + 1.5  # waits for more results while the tail is light
     first_late = next(t for t in range(150, 300) if chosen[t] >= safe[0.15])

@@ -8,8 +8,9 @@ from torchgcc.experiments.adaptive_wait import ADAPTIVE_WAIT, run_adaptive_wait
 
 
 def test_adaptive_wait_rows_are_paired_and_the_verdict_picks_the_most_accurate_feasible_s():
-    tiny = replace(ADAPTIVE_WAIT, stragglers=(0, 4, 8, 12), steps=40, calibration_samples=64, calibration_repeats=1,
-                   warmup=4)
+    tiny = replace(
+        ADAPTIVE_WAIT, stragglers=(0, 4, 8, 12), steps=40, calibration_samples=64, calibration_repeats=1, warmup=4
+    )
     records, config, verdict = run_adaptive_wait(tiny, progress=False)
     assert [r["scheme"] for r in records] == ["fixed S=0", "fixed S=4", "fixed S=8", "fixed S=12", "adaptive"]
     fixed = records[:-1]

@@ -75,14 +75,24 @@ def test_coded_module_on_cuda_draws_masks_on_the_device():
 
 
 @pytest.mark.parametrize(
-    "sampler", [FixedStragglers(3, seed=0), FixedStragglers(3, "contiguous", seed=0), BernoulliStragglers(0.2, seed=0),
-                LatencyStragglers(num_stragglers=3, seed=0)], ids=repr)
+    "sampler",
+    [
+        FixedStragglers(3, seed=0),
+        FixedStragglers(3, "contiguous", seed=0),
+        BernoulliStragglers(0.2, seed=0),
+        LatencyStragglers(num_stragglers=3, seed=0),
+    ],
+    ids=repr,
+)
 def test_samplers_draw_on_the_device(sampler):
     mask = sampler.sample(7, 16, device="cuda")
     assert mask.device.type == "cuda" and mask.dtype == torch.bool and mask.shape == (7, 16)
 
 
-@pytest.mark.parametrize("make", [lambda: torchgcc.GCC(16, 64, lambda_dec="spacing", check=False), lambda: torchgcc.BACC(16, 64, check=False)])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: torchgcc.GCC(16, 64, lambda_dec="spacing", check=False), lambda: torchgcc.BACC(16, 64, check=False)],
+)
 def test_no_host_sync_under_check_false(make):
     code = make().cuda()
     stragglers = FixedStragglers(16, seed=0)
@@ -96,7 +106,11 @@ def test_no_host_sync_under_check_false(make):
         out = code.decoder(y, mask)
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    reference = torchgcc.GCC(16, 64, lambda_dec="spacing").decoder if isinstance(code, torchgcc.GCC) else torchgcc.BACC(16, 64).decoder
+    reference = (
+        torchgcc.GCC(16, 64, lambda_dec="spacing").decoder
+        if isinstance(code, torchgcc.GCC)
+        else torchgcc.BACC(16, 64).decoder
+    )
     torch.testing.assert_close(out.cpu(), reference(y.cpu(), mask.cpu()), rtol=1e-4, atol=1e-4)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -141,9 +140,11 @@ def test_evaluate_coded_is_exact_for_lcc_on_a_linear_map():
 
 def test_evaluate_sweep_gives_every_code_the_same_masks(classifier):
     inputs = torch.randn(24, 1, 4, 4)
-    codes = {"natural": torchgcc.make_code("natural", num_inputs=4, num_workers=12),
-             "gcc": torchgcc.make_code("gcc", num_inputs=4, num_workers=12, lambda_enc=0.0, lambda_dec=0.0),
-             "bacc": torchgcc.make_code("bacc", num_inputs=4, num_workers=12)}
+    codes = {
+        "natural": torchgcc.make_code("natural", num_inputs=4, num_workers=12),
+        "gcc": torchgcc.make_code("gcc", num_inputs=4, num_workers=12, lambda_enc=0.0, lambda_dec=0.0),
+        "bacc": torchgcc.make_code("bacc", num_inputs=4, num_workers=12),
+    }
     settings = [({"S": s}, FixedStragglers(num_stragglers=s, seed=s)) for s in (0, 5)]
     records = evaluate_sweep(classifier, inputs, codes=codes, settings=settings, repeats=3, progress=False)
     assert [(r["scheme"], r["S"]) for r in records] == [(c, s) for s in (0, 5) for c in codes]
@@ -154,8 +155,14 @@ def test_evaluate_sweep_gives_every_code_the_same_masks(classifier):
     assert by["gcc", 5]["mse"] > by["gcc", 0]["mse"]
     assert all(r["N"] == 12 and r["K"] == 4 and r["repeats"] == 3 for r in records)
     with pytest.raises(ValueError, match="share"):
-        evaluate_sweep(classifier, inputs, codes={"a": codes["bacc"], "b": torchgcc.make_code("bacc", num_inputs=4,
-                       num_workers=9)}, settings=settings, repeats=1, progress=False)
+        evaluate_sweep(
+            classifier,
+            inputs,
+            codes={"a": codes["bacc"], "b": torchgcc.make_code("bacc", num_inputs=4, num_workers=9)},
+            settings=settings,
+            repeats=1,
+            progress=False,
+        )
 
 
 def test_quadratic_map_has_degree_two():
@@ -174,8 +181,10 @@ def test_fit_slopes_recovers_power_laws():
 
 
 def test_results_round_trip(tmp_path):
-    records = [{"scheme": "gcc", "N": 8, "K": 4, "S": 1, "mse": torch.tensor(0.5), "mse_ci": float("nan")},
-               {"scheme": "bacc", "N": 8, "K": 4, "S": 1, "mse": 0.75, "mse_ci": 0.1, "agreement": 0.9}]
+    records = [
+        {"scheme": "gcc", "N": 8, "K": 4, "S": 1, "mse": torch.tensor(0.5), "mse_ci": float("nan")},
+        {"scheme": "bacc", "N": 8, "K": 4, "S": 1, "mse": 0.75, "mse_ci": 0.1, "agreement": 0.9},
+    ]
     paths = write_results(tmp_path, config={"seed": 3, "out": tmp_path}, records=records, slopes={"gcc": -3.0})
     data = read_results(tmp_path)
     assert data["config"] == {"seed": 3, "out": str(tmp_path)} and data["slopes"] == {"gcc": -3.0}
@@ -190,8 +199,10 @@ def test_results_round_trip(tmp_path):
 
 
 def test_pivot_tables_put_settings_down_and_schemes_across():
-    records = [{"scheme": s, "S": n, "mse": m, "mse_ci": 0.01, "agreement": 0.98, "agreement_ci": 0.004}
-               for n, (s, m) in enumerate([("gcc", 0.5), ("bacc", 1.5)])]
+    records = [
+        {"scheme": s, "S": n, "mse": m, "mse_ci": 0.01, "agreement": 0.98, "agreement_ci": 0.004}
+        for n, (s, m) in enumerate([("gcc", 0.5), ("bacc", 1.5)])
+    ]
     header, rows = pivot(records, setting="S")
     assert header == ["S", "GCC MSE", "BACC MSE", "GCC agreement %", "BACC agreement %"]
     assert rows == [["0", "0.5 ± 0.01", "-", "98.0 ± 0.4", "-"], ["1", "-", "1.5 ± 0.01", "-", "98.0 ± 0.4"]]

@@ -5,8 +5,8 @@ import pytest
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-
 from references import berrut_reference, csaps_reference, natural_spline_reference
+
 from torchgcc.functional import (
     berrut_matrix,
     kernel_smoother_matrix,

@@ -15,8 +15,8 @@ from torchgcc.gradient_coding import (
     IgnoreStragglersGCCode,
     UncodedCode,
     UndecodableError,
-    make_scheme,
     list_schemes,
+    make_scheme,
     weighted_gradient,
 )
 

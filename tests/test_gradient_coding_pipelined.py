@@ -63,8 +63,9 @@ def test_pgc_fr_decodes_the_full_gradient_with_the_scheduled_staleness(s):
             total = total + weighted_gradient(history[step - age], [data.batch(p, step - age)], [1.0])
         updated = copy.deepcopy(history[-1])
         with torch.no_grad():
-            torch.nn.utils.vector_to_parameters(torch.nn.utils.parameters_to_vector(updated.parameters())
-                                                - lr * total / n, updated.parameters())
+            torch.nn.utils.vector_to_parameters(
+                torch.nn.utils.parameters_to_vector(updated.parameters()) - lr * total / n, updated.parameters()
+            )
         history.append(updated)
         assert record.staleness == [n // (s + 1) * tau.tolist().count(t) for t in range(s + 1)]
         for mine, theirs in zip(model.parameters(), updated.parameters()):

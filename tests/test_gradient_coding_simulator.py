@@ -13,8 +13,9 @@ from torchgcc.gradient_coding.clock import first_arrivals, timeline
 from torchgcc.stragglers import Exponential, PersistentSlow, ShiftedExponential, make_latency_model
 
 
-@pytest.mark.parametrize("scheme,s", [("dgd", 0), ("is-sgd", 1), ("gc-fr", 1), ("gc-cr", 2), ("gc-fr", 3),
-                                      ("pgc-fr", 2), ("is-gc", 3)])
+@pytest.mark.parametrize(
+    "scheme,s", [("dgd", 0), ("is-sgd", 1), ("gc-fr", 1), ("gc-cr", 2), ("gc-fr", 3), ("pgc-fr", 2), ("is-gc", 3)]
+)
 @pytest.mark.parametrize("mean", [1.0, 2.0])
 def test_mean_step_time_matches_the_order_statistic_closed_form(scheme, s, mean):
     """E[T] = c t_c + m (H_n - H_s) within 5% over 2000 simulated steps (n = 12, t_c = 0.3 s)."""
@@ -22,15 +23,23 @@ def test_mean_step_time_matches_the_order_statistic_closed_form(scheme, s, mean)
     code = make_scheme(scheme, num_workers=n, num_stragglers=s)
     _, times = timeline(code, DelaySchedule(Exponential(mean), n, seed=7), t_c, steps)
     loads = [code.compute_load(t) for t in range(steps)]
-    expected = sum(expected_step_time(load=c, compute_time=t_c, mean_delay=mean, num_workers=n,
-                                      num_stragglers=n - code.wait_for) for c in loads) / steps
+    expected = (
+        sum(
+            expected_step_time(
+                load=c, compute_time=t_c, mean_delay=mean, num_workers=n, num_stragglers=n - code.wait_for
+            )
+            for c in loads
+        )
+        / steps
+    )
     assert sum(times) / steps == pytest.approx(expected, rel=0.05)
 
 
 def test_harmonic_numbers_of_the_notes():
     """H_12 - H_s = 3.103, 2.103, 1.603, 1.270 for s = 0..3 (gradient_coding.md, section 2.5)."""
-    values = [expected_step_time(load=0, compute_time=0, mean_delay=1, num_workers=12, num_stragglers=s)
-              for s in range(4)]
+    values = [
+        expected_step_time(load=0, compute_time=0, mean_delay=1, num_workers=12, num_stragglers=s) for s in range(4)
+    ]
     assert values == pytest.approx([3.103, 2.103, 1.603, 1.270], abs=1e-3)
 
 

@@ -21,9 +21,26 @@ def _run(argv: list[str]) -> None:
 
 def test_reproduce_training_writes_consistent_results(tmp_path):
     out = tmp_path / "training"
-    argv = ["reproduce", "training", "--quick", "--steps", "10", "--eval-every", "5", "--stragglers", "1,2",
-            "--schemes", "dgd,is-sgd,gc-fr,pgc-fr,pgc-cr", "--reference-models", "none", "--target-loss", "2.0",
-            "--out", str(out), "--no-progress"]
+    argv = [
+        "reproduce",
+        "training",
+        "--quick",
+        "--steps",
+        "10",
+        "--eval-every",
+        "5",
+        "--stragglers",
+        "1,2",
+        "--schemes",
+        "dgd,is-sgd,gc-fr,pgc-fr,pgc-cr",
+        "--reference-models",
+        "none",
+        "--target-loss",
+        "2.0",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     _run(argv)
     payload = json.loads((out / "results.json").read_text())
     assert {p.name for p in out.iterdir()} >= {"results.json", "results.csv", "table.md", "training-mlp.png"}
@@ -56,16 +73,23 @@ def test_imagenet32_loader_reads_the_official_npz_layout(tmp_path):
 
     rng = np.random.default_rng(0)
     for name, count in (("train_data_batch_1.npz", 6), ("train_data_batch_2.npz", 4), ("val_data.npz", 3)):
-        np.savez(tmp_path / name, data=rng.integers(0, 256, (count, 3072), dtype=np.uint8),
-                 labels=rng.integers(1, 1001, count))
+        np.savez(
+            tmp_path / name,
+            data=rng.integers(0, 256, (count, 3072), dtype=np.uint8),
+            labels=rng.integers(1, 1001, count),
+        )
     split = load_dataset("imagenet32", data_dir=tmp_path)
     assert split.train_x.shape == (10, 3, 32, 32) and split.test_x.shape == (3, 3, 32, 32)
     assert split.num_classes == 1000 and 0 <= int(split.train_y.min()) and int(split.train_y.max()) < 1000
     raw = np.load(tmp_path / "train_data_batch_1.npz")
     assert int(split.train_y[0]) == int(raw["labels"][0]) - 1
     # channel-major: the standardised first pixel of channel 1 comes from column 1024 of the raw row
-    column = np.concatenate([np.load(tmp_path / f)["data"][:, 1024] for f in
-                             ("train_data_batch_1.npz", "train_data_batch_2.npz")]).astype(np.float64) / 255
+    column = (
+        np.concatenate(
+            [np.load(tmp_path / f)["data"][:, 1024] for f in ("train_data_batch_1.npz", "train_data_batch_2.npz")]
+        ).astype(np.float64)
+        / 255
+    )
     assert torch.corrcoef(torch.stack([split.train_x[:, 1, 0, 0].double(), torch.from_numpy(column)]))[0, 1] > 0.99
     with pytest.raises(ValueError, match="needs --data-dir"):
         load_dataset("imagenet32")
@@ -74,15 +98,36 @@ def test_imagenet32_loader_reads_the_official_npz_layout(tmp_path):
 def test_reproduce_training_adaptive_wait_rows(tmp_path):
     """``is-sgd:adaptive`` beside ``is-sgd``: S in 0..s chosen per step, the same choices on every clock."""
     out = tmp_path / "training"
-    argv = ["reproduce", "training", "--quick", "--steps", "24", "--eval-every", "8", "--stragglers", "2",
-            "--schemes", "is-sgd,is-sgd:adaptive", "--reference-models", "none", "--wait-deadline", "3",
-            "--wait-budget", "0.2", "--out", str(out), "--no-progress"]
+    argv = [
+        "reproduce",
+        "training",
+        "--quick",
+        "--steps",
+        "24",
+        "--eval-every",
+        "8",
+        "--stragglers",
+        "2",
+        "--schemes",
+        "is-sgd,is-sgd:adaptive",
+        "--reference-models",
+        "none",
+        "--wait-deadline",
+        "3",
+        "--wait-budget",
+        "0.2",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     _run(argv)
     payload = json.loads((out / "results.json").read_text())
     by = {(r["scheme"], r["m"]): r for r in payload["records"]}
     run = next(r for r in payload["runs"] if r["scheme"] == "is-sgd:adaptive")
     chosen = run["S_by_step"]
-    assert len(chosen) == 24 and set(chosen) <= {0, 1, 2} and chosen[:10] == [2] * 10 and min(chosen) < 2  # warm-up at the fallback, then more
+    assert (
+        len(chosen) == 24 and set(chosen) <= {0, 1, 2} and chosen[:10] == [2] * 10 and min(chosen) < 2
+    )  # warm-up at the fallback, then more
     assert run["wait_policy"]["controller"]["steps"] == 24
     assert run["mean_S"] == pytest.approx(sum(chosen) / 24)
     t_c = payload["config"]["compute_times"]["mlp"]["measured"]

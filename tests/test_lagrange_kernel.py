@@ -18,8 +18,13 @@ def product_formula_reference(nodes: torch.Tensor, points: torch.Tensor) -> torc
     """``L_j(x) = prod_{m != j} (x - t_m) / (t_j - t_m)`` in 60-digit arithmetic (mpmath), rounded to float64."""
     with mpmath.workdps(60):
         t = [mpmath.mpf(float(value)) for value in nodes]
-        rows = [[float(mpmath.fprod((mpmath.mpf(float(x)) - t_m) / (t_j - t_m) for m, t_m in enumerate(t) if m != j))
-                 for j, t_j in enumerate(t)] for x in points]
+        rows = [
+            [
+                float(mpmath.fprod((mpmath.mpf(float(x)) - t_m) / (t_j - t_m) for m, t_m in enumerate(t) if m != j))
+                for j, t_j in enumerate(t)
+            ]
+            for x in points
+        ]
     return torch.tensor(rows, dtype=torch.float64)
 
 
@@ -34,7 +39,9 @@ def test_lcc_decode_matrix_on_clustered_survivors_is_the_product_formula():
     assert decode[:, [i for i in range(40) if i not in survivors]].abs().max() == 0
     relative = (decode[:, survivors] - reference).abs().max() / reference.abs().max()
     assert relative < 1e-12
-    assert ((decode[:, survivors] - reference).abs() / reference.abs()).max() < 1e-12  # every entry, not just the largest
+    assert (
+        (decode[:, survivors] - reference).abs() / reference.abs()
+    ).max() < 1e-12  # every entry, not just the largest
 
 
 @pytest.mark.parametrize("n", [2, 5, 16])

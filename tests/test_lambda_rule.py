@@ -64,5 +64,6 @@ def test_banded_gcv_scores_match_hat_matrices(n, d):
     lams = torch.logspace(-8, -1, 5, dtype=torch.float64)
     hat = smoothing_spline_matrix(knots.unsqueeze(1), knots.unsqueeze(1), lams.view(1, -1))  # (3, 5, 20, 20)
     # the hat-matrix reference itself loses digits as n grows (random knots cluster): 1e-8 at n = 140
-    torch.testing.assert_close(spline_gcv_scores(knots, y, lams), gcv_scores(hat, y.unsqueeze(1)),
-                               rtol=1e-9 if n <= 20 else 1e-8, atol=0)
+    torch.testing.assert_close(
+        spline_gcv_scores(knots, y, lams), gcv_scores(hat, y.unsqueeze(1)), rtol=1e-9 if n <= 20 else 1e-8, atol=0
+    )

@@ -34,8 +34,11 @@ def test_coded_metrics_match_numpy_per_group():
         updates.append((decoded.numpy(), reference.numpy(), labels.numpy()))
     result = metrics.compute()
 
-    groups = [(d[i:i + group_size], r[i:i + group_size], y[i:i + group_size])
-              for d, r, y in updates for i in range(0, len(d), group_size)]
+    groups = [
+        (d[i : i + group_size], r[i : i + group_size], y[i : i + group_size])
+        for d, r, y in updates
+        for i in range(0, len(d), group_size)
+    ]
     half = lambda values: Z95 * np.std(values, ddof=1) / math.sqrt(len(values))  # noqa: E731
     all_d, all_r, all_y = (np.concatenate(part) for part in zip(*updates))
     assert result["groups"] == len(groups) == 5 and result["samples"] == 17
@@ -84,4 +87,6 @@ def test_argmax_agreement_torchmetrics_metric():
     metric.update(torch.tensor([[0.0, 1.0]]), torch.tensor([[0.0, 1.0]]), torch.tensor([0]))
     result = metric.compute()
     assert result["agreement"].item() == pytest.approx(2 / 3)
-    assert result["accuracy"].item() == pytest.approx(1 / 3) and result["reference_accuracy"].item() == pytest.approx(2 / 3)
+    assert result["accuracy"].item() == pytest.approx(1 / 3) and result["reference_accuracy"].item() == pytest.approx(
+        2 / 3
+    )

@@ -11,8 +11,17 @@ import torch
 from torchgcc import cli, timing
 from torchgcc.profiling import STAGES, ProfileSettings, profile_coded_inference
 
-TINY = dict(model="test_resnet", num_inputs=4, num_workers=8, num_stragglers=2, groups=3, image_size=16,
-            num_classes=5, warmup=0, repeats=2)
+TINY = dict(
+    model="test_resnet",
+    num_inputs=4,
+    num_workers=8,
+    num_stragglers=2,
+    groups=3,
+    image_size=16,
+    num_classes=5,
+    warmup=0,
+    repeats=2,
+)
 
 
 class FakeClock:
@@ -74,9 +83,33 @@ def test_profile_default_stragglers_and_bad_dtype():
 
 
 def test_profile_command_writes_json(tmp_path, capsys):
-    argv = ["profile", "--model", "test_resnet", "--num-inputs", "4", "--num-workers", "8", "--image-size", "16",
-            "--num-classes", "5", "--warmup", "0", "--repeats", "1", "--dtype", "bfloat16", "--quick", "--threads",
-            "1", "--lambda-dec", "1e-6", "--no-progress", "--out", str(tmp_path)]
+    argv = [
+        "profile",
+        "--model",
+        "test_resnet",
+        "--num-inputs",
+        "4",
+        "--num-workers",
+        "8",
+        "--image-size",
+        "16",
+        "--num-classes",
+        "5",
+        "--warmup",
+        "0",
+        "--repeats",
+        "1",
+        "--dtype",
+        "bfloat16",
+        "--quick",
+        "--threads",
+        "1",
+        "--lambda-dec",
+        "1e-6",
+        "--no-progress",
+        "--out",
+        str(tmp_path),
+    ]
     threads = torch.get_num_threads()
     try:
         assert cli.main(argv) == 0
@@ -90,11 +123,17 @@ def test_profile_command_writes_json(tmp_path, capsys):
     assert "decode / forward" in out and f"wrote {tmp_path / 'profile.json'}" in out
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--model", "resnet181"], "unknown timm --model 'resnet181'; did you mean resnet18"),
-    (["--code", "gccc"], "unknown --code 'gccc'; choose one of"),
-    (["--threads", "0"], "--threads must be at least 1"),
-] + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device cuda: no CUDA device is available here")]))
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "resnet181"], "unknown timm --model 'resnet181'; did you mean resnet18"),
+        (["--code", "gccc"], "unknown --code 'gccc'; choose one of"),
+        (["--threads", "0"], "--threads must be at least 1"),
+    ]
+    + (
+        [] if torch.cuda.is_available() else [(["--device", "cuda"], "--device cuda: no CUDA device is available here")]
+    ),
+)
 def test_profile_user_errors_are_one_line(argv, message, tmp_path, capsys):
     assert cli.main(["profile", *argv, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err

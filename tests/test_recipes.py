@@ -20,12 +20,24 @@ RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 sys.path.insert(0, str(RECIPES))
 
 from lightning_gcc import (  # noqa: E402
-    CIFAR10Data, CIFAR100Data, CodedClassifier, CodedTraining, DigitsData, ImageNetData, MNISTData, run,
+    CIFAR10Data,
+    CIFAR100Data,
+    CodedClassifier,
+    CodedTraining,
+    DigitsData,
+    ImageNetData,
+    MNISTData,
+    run,
 )
 from lightning_gcc.backbones import build_backbone  # noqa: E402
 
-OFFLINE = ["--data.synthetic=true", "--trainer.fast_dev_run=true", "--data.num_workers=0",
-           "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+OFFLINE = [
+    "--data.synthetic=true",
+    "--trainer.fast_dev_run=true",
+    "--data.num_workers=0",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+]
 
 
 def fit(datamodule, config, tmp_path, *extra):
@@ -55,14 +67,24 @@ def test_fit_one_step_per_recipe(datamodule, config, extra, shape, classes, tmp_
 
 
 def test_vit_config_builds_a_32px_vit(tmp_path):
-    cli = fit(CIFAR10Data, "cifar10.yaml", tmp_path, f"--config={RECIPES / 'configs' / 'vit32.yaml'}",
-              "--data.batch_size=8")
+    cli = fit(
+        CIFAR10Data, "cifar10.yaml", tmp_path, f"--config={RECIPES / 'configs' / 'vit32.yaml'}", "--data.batch_size=8"
+    )
     assert cli.model.net.patch_embed.grid_size == (8, 8)
 
 
 def test_script_runs_from_the_command_line(tmp_path):
-    command = [sys.executable, str(RECIPES / "digits.py"), "fit", "--data.synthetic", "true",
-               "--trainer.fast_dev_run", "true", "--trainer.default_root_dir", str(tmp_path)]
+    command = [
+        sys.executable,
+        str(RECIPES / "digits.py"),
+        "fit",
+        "--data.synthetic",
+        "true",
+        "--trainer.fast_dev_run",
+        "true",
+        "--trainer.default_root_dir",
+        str(tmp_path),
+    ]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)  # slow on a loaded CPU
     assert done.returncode == 0, done.stderr[-2000:]
     assert "max_steps=1" in done.stdout + done.stderr
@@ -71,11 +93,22 @@ def test_script_runs_from_the_command_line(tmp_path):
 def test_coded_eval_matches_coded_module(tmp_path):
     """The streaming sweep gives the same numbers as CodedModule on the same seeded masks."""
     out = tmp_path / "eval"
-    cli = run(DigitsData, "digits.yaml", args=[
-        "coded_eval", *OFFLINE, f"--trainer.default_root_dir={tmp_path}", "--codes=[gcc,bacc]",
-        "--stragglers=[0,5]", "--repeats=2", "--num_inputs=8", "--num_workers=16", "--seed=3",
-        f"--output_dir={out}",
-    ])
+    cli = run(
+        DigitsData,
+        "digits.yaml",
+        args=[
+            "coded_eval",
+            *OFFLINE,
+            f"--trainer.default_root_dir={tmp_path}",
+            "--codes=[gcc,bacc]",
+            "--stragglers=[0,5]",
+            "--repeats=2",
+            "--num_inputs=8",
+            "--num_workers=16",
+            "--seed=3",
+            f"--output_dir={out}",
+        ],
+    )
     results = json.loads((out / "results.json").read_text())
     assert (out / "results.csv").exists() and (out / "coded_eval.png").exists()
     records = {(r["scheme"], r["S"]): r for r in results["records"]}
@@ -105,8 +138,9 @@ def test_coded_finetune_one_step_through_the_code(tmp_path):
     assert cli.model.coded == CodedTraining(plain_loss_weight=1.0)
     assert {"val/coded_acc", "val/agreement", "train/loss"} <= set(cli.trainer.callback_metrics)
     # codes stay out of the checkpoint: a coded model's state dict is a plain model's
-    assert set(cli.model.state_dict()) == set(CodedClassifier(backbone="torchgcc:lenet5", in_chans=1,
-                                                               image_size=8).state_dict())
+    assert set(cli.model.state_dict()) == set(
+        CodedClassifier(backbone="torchgcc:lenet5", in_chans=1, image_size=8).state_dict()
+    )
 
 
 def test_training_loss_is_on_the_decoded_outputs():
@@ -130,8 +164,9 @@ def test_init_from_loads_a_plain_checkpoint_into_a_coded_model(tmp_path):
     cli = fit(DigitsData, "digits.yaml", tmp_path)
     checkpoint = tmp_path / "plain.ckpt"
     cli.trainer.save_checkpoint(checkpoint)
-    tuned = CodedClassifier(backbone="torchgcc:lenet5", in_chans=1, image_size=8, coded=CodedTraining(),
-                            init_from=str(checkpoint))
+    tuned = CodedClassifier(
+        backbone="torchgcc:lenet5", in_chans=1, image_size=8, coded=CodedTraining(), init_from=str(checkpoint)
+    )
     tuned.setup("fit")
     for name, value in cli.model.state_dict().items():
         torch.testing.assert_close(tuned.state_dict()[name], value)
@@ -188,11 +223,21 @@ def test_imagenet_reads_an_image_folder(tmp_path):
             folder.mkdir(parents=True)
             for i in range(2):
                 Image.new("RGB", (48, 40), color=colour).save(folder / f"{i}.png")
-    cli = run(ImageNetData, "imagenet.yaml", args=[
-        "fit", "--trainer.fast_dev_run=true", "--data.num_workers=0", "--data.batch_size=4", "--data.image_size=32",
-        f"--data.root={tmp_path / 'imagenet'}", f"--trainer.default_root_dir={tmp_path}",
-        "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
-    ])
+    cli = run(
+        ImageNetData,
+        "imagenet.yaml",
+        args=[
+            "fit",
+            "--trainer.fast_dev_run=true",
+            "--data.num_workers=0",
+            "--data.batch_size=4",
+            "--data.image_size=32",
+            f"--data.root={tmp_path / 'imagenet'}",
+            f"--trainer.default_root_dir={tmp_path}",
+            "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false",
+        ],
+    )
     assert cli.trainer.state.finished
     x, y = next(iter(cli.datamodule.val_dataloader()))
     assert x.shape == (4, 3, 32, 32) and sorted(y.tolist()) == [0, 0, 1, 1]

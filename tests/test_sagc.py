@@ -23,13 +23,15 @@ EOS = CountdownTask.EOS
 def test_countdown_rewards_count_matching_positions_over_the_longer_length():
     task = CountdownTask(max_span=6, max_low=3)
     prompts = torch.tensor([[5, 2, 10]] * 5)  # correct answer 5 4 3 2
-    answers = torch.tensor([
-        [5, 4, 3, 2, EOS, EOS],  # exact: 1
-        [5, 4, EOS, EOS, EOS, EOS],  # 2 of max(2, 4)
-        [5, 4, 3, 2, 1, 0],  # no EOS: 4 of 6
-        [9, 4, 3, 2, EOS, EOS],  # 3 of 4
-        [EOS, 4, 3, 2, 1, 0],  # empty: 0
-    ])
+    answers = torch.tensor(
+        [
+            [5, 4, 3, 2, EOS, EOS],  # exact: 1
+            [5, 4, EOS, EOS, EOS, EOS],  # 2 of max(2, 4)
+            [5, 4, 3, 2, 1, 0],  # no EOS: 4 of 6
+            [9, 4, 3, 2, EOS, EOS],  # 3 of 4
+            [EOS, 4, 3, 2, 1, 0],  # empty: 0
+        ]
+    )
     assert task.rewards(prompts, answers).tolist() == pytest.approx([1.0, 0.5, 4 / 6, 0.75, 0.0])
     drawn = task.sample_prompts(500, torch.Generator().manual_seed(0))
     span = drawn[:, 0] - drawn[:, 1]
@@ -41,8 +43,8 @@ def test_group_advantages_and_clipped_loss_match_the_formulas():
     rewards = torch.tensor([1.0, 0.0, 0.5, 0.5, 0.2, 0.2, 0.2, 0.8])
     adv = group_advantages(rewards, 4)
     for group in range(2):
-        r = rewards[4 * group: 4 * group + 4]
-        assert torch.allclose(adv[4 * group: 4 * group + 4], (r - r.mean()) / (r.std() + 1e-4))
+        r = rewards[4 * group : 4 * group + 4]
+        assert torch.allclose(adv[4 * group : 4 * group + 4], (r - r.mean()) / (r.std() + 1e-4))
     with pytest.raises(ValueError, match="group_size"):
         group_advantages(rewards, 3)
 
@@ -79,8 +81,10 @@ def test_makespan_is_list_scheduling():
     assert makespan(durations, 2) == pytest.approx(5.0)
     assert makespan(durations, 5) == pytest.approx(3.0) and makespan(durations, 1) == pytest.approx(9.0)
     # Graham: list scheduling in any order is within a factor 2 - 1/m of the optimal assignment (brute force)
-    best = min(max(sum(d for d, slot in zip(durations.tolist(), assign) if slot == side) for side in (0, 1))
-               for assign in itertools.product((0, 1), repeat=5))
+    best = min(
+        max(sum(d for d, slot in zip(durations.tolist(), assign) if slot == side) for side in (0, 1))
+        for assign in itertools.product((0, 1), repeat=5)
+    )
     assert best == pytest.approx(5.0) and makespan(durations, 2) <= 1.5 * best
 
 
@@ -110,8 +114,16 @@ def test_grpo_loop_learns_and_follows_the_hook():
 
 
 def test_run_sagc_summaries(tmp_path):
-    tiny = replace(SAGC, static_sizes=(4,), candidate_sizes=(4, 8), seeds=(0, 1),
-                   grpo=replace(SAGC.grpo, steps=6, prompts_per_step=4), window=2, warmup=0, hold=1)
+    tiny = replace(
+        SAGC,
+        static_sizes=(4,),
+        candidate_sizes=(4, 8),
+        seeds=(0, 1),
+        grpo=replace(SAGC.grpo, steps=6, prompts_per_step=4),
+        window=2,
+        warmup=0,
+        hold=1,
+    )
     records, config, histories = run_sagc(tiny, progress=False)
     assert [r["scheme"] for r in records] == ["static G=4", "sagc"]
     static = records[0]

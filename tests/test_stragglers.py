@@ -43,7 +43,9 @@ def test_worst_placement_leaves_the_largest_gap_by_brute_force(points, n, s):
     assert torch.equal(mask[0], mask[1])  # deterministic
 
     def gap(m):
-        survivors = torch.cat([torch.tensor([-1.0], dtype=torch.float64), beta[m], torch.tensor([1.0], dtype=torch.float64)])
+        survivors = torch.cat(
+            [torch.tensor([-1.0], dtype=torch.float64), beta[m], torch.tensor([1.0], dtype=torch.float64)]
+        )
         return survivors.diff().max().item()
 
     best = max(gap((torch.arange(n) < i) | (torch.arange(n) >= i + s)) for i in range(n - s + 1))
@@ -114,8 +116,12 @@ def test_make_latency_model_by_name():
 
 
 def test_samplers_draw_the_same_masks_when_asked_for_the_cpu():
-    for make in (lambda: FixedStragglers(3, seed=4), lambda: FixedStragglers(3, "contiguous", seed=4),
-                 lambda: BernoulliStragglers(0.3, min_arrived=2, seed=4), lambda: LatencyStragglers(num_stragglers=3, seed=4)):
+    for make in (
+        lambda: FixedStragglers(3, seed=4),
+        lambda: FixedStragglers(3, "contiguous", seed=4),
+        lambda: BernoulliStragglers(0.3, min_arrived=2, seed=4),
+        lambda: LatencyStragglers(num_stragglers=3, seed=4),
+    ):
         assert torch.equal(make().sample(6, 10, device="cpu"), make().sample(6, 10))
         sampler = make()
         assert sampler.generator_for(None) is sampler.generator is sampler.generator_for(torch.device("cpu"))

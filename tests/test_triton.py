@@ -30,8 +30,23 @@ def masks_with_every_straggler_count(num_workers: int, max_stragglers: int, seed
 def test_kernels_under_the_triton_interpreter():
     pytest.importorskip("triton")
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "pytest", str(Path(__file__).resolve()), "-q", "-x", "-k", "interpreted", "-p", "no:cacheprovider"]
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "1",
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(Path(__file__).resolve()),
+        "-q",
+        "-x",
+        "-k",
+        "interpreted",
+        "-p",
+        "no:cacheprovider",
+    ]
     result = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout and "skipped" not in result.stdout.split("\n")[-2], result.stdout[-2000:]
@@ -89,7 +104,9 @@ def test_interpreted_spline_kernel_extrapolates_linearly_outside_the_survivors()
     mask[1, -5:] = False
     for lam in (0.0, "spacing"):
         fused = torchgcc.GCC(6, 12, lambda_dec=lam, backend="triton").decoder.decode_matrix(mask)
-        torch.testing.assert_close(fused, torchgcc.GCC(6, 12, lambda_dec=lam).decoder.decode_matrix(mask), rtol=0, atol=1e-12)
+        torch.testing.assert_close(
+            fused, torchgcc.GCC(6, 12, lambda_dec=lam).decoder.decode_matrix(mask), rtol=0, atol=1e-12
+        )
 
 
 @interpreted

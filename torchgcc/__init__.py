@@ -38,7 +38,11 @@ def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'torchgcc' has no attribute {name!r}")
     module = _EXPORTS[name]
-    value = importlib.import_module(f"torchgcc.{name}") if module is None else getattr(importlib.import_module(module), name)
+    value = (
+        importlib.import_module(f"torchgcc.{name}")
+        if module is None
+        else getattr(importlib.import_module(module), name)
+    )
     globals()[name] = value
     return value
 

@@ -27,8 +27,17 @@ import torch
 from torchgcc.functional import smoothing_spline_matrix
 from torchgcc.points import PointSpec, resolve_points
 
-__all__ = ["Attack", "AttackedScheme", "ComposedAttack", "RandomAttack", "ConcentratedAttack", "GreedyAttack", "SignFlipAttack",
-           "ConstantAttack", "ATTACKS"]
+__all__ = [
+    "Attack",
+    "AttackedScheme",
+    "ComposedAttack",
+    "RandomAttack",
+    "ConcentratedAttack",
+    "GreedyAttack",
+    "SignFlipAttack",
+    "ConstantAttack",
+    "ATTACKS",
+]
 
 
 class Attack:
@@ -49,8 +58,10 @@ class Attack:
 
     def __call__(self, results: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if results.ndim < 2 or mask.shape != results.shape[:2] or mask.dtype != torch.bool:
-            raise ValueError(f"attack expects results (B, N, *out) and a bool mask (B, N), got {tuple(results.shape)} "
-                             f"and {tuple(mask.shape)} {mask.dtype}")
+            raise ValueError(
+                f"attack expects results (B, N, *out) and a bool mask (B, N), got {tuple(results.shape)} "
+                f"and {tuple(mask.shape)} {mask.dtype}"
+            )
         arrived = mask.cpu().count_nonzero(dim=1)
         if self.q > int(arrived.min()):
             raise ValueError(f"q={self.q} adversaries but a group has only {int(arrived.min())} arrived results")
@@ -144,8 +155,9 @@ class GreedyAttack(Attack):
     ``points``, take the not yet corrupted worker with the smallest residual norm, and move its result by
     ``M * sign(fit - y)`` (sign +1 where the residual is 0), clipped to ``[-M, M]``. Deterministic."""
 
-    def __init__(self, q: int, bound: float, *, points: PointSpec = "chebyshev2", lam: float = 1e-4,
-                 seed: Optional[int] = None) -> None:
+    def __init__(
+        self, q: int, bound: float, *, points: PointSpec = "chebyshev2", lam: float = 1e-4, seed: Optional[int] = None
+    ) -> None:
         super().__init__(q, seed=seed)
         self.bound = _check_bound(bound)
         self.points = points
@@ -196,8 +208,9 @@ class ConstantAttack(Attack):
     """Arrived workers return ``value`` in every output: ``q`` random ones, or those in ``workers`` (fixed ranks;
     a listed worker that straggles corrupts nothing)."""
 
-    def __init__(self, q: int = 0, value: float = 0.0, *, workers: Sequence[int] = (),
-                 seed: Optional[int] = None) -> None:
+    def __init__(
+        self, q: int = 0, value: float = 0.0, *, workers: Sequence[int] = (), seed: Optional[int] = None
+    ) -> None:
         super().__init__(q if not workers else len(workers), seed=seed)
         self.value = float(value)
         self.workers = tuple(int(w) for w in workers)

@@ -29,12 +29,16 @@ def output_leaves(output: object) -> tuple[list, list[torch.Tensor]]:
     elif isinstance(output, (tuple, list)):
         keys, values = list(range(len(output))), list(output)
     else:
-        raise TypeError(f"CodedModule decodes a model output that is a tensor, or a tuple, list or dict of tensors; "
-                        f"got {type(output).__name__}")
+        raise TypeError(
+            f"CodedModule decodes a model output that is a tensor, or a tuple, list or dict of tensors; "
+            f"got {type(output).__name__}"
+        )
     for key, value in zip(keys, values):
         if not isinstance(value, torch.Tensor):
-            raise TypeError(f"model output [{key!r}] is a {type(value).__name__}, not a tensor: CodedModule decodes "
-                            "tensors only (return the other values from a separate call)")
+            raise TypeError(
+                f"model output [{key!r}] is a {type(value).__name__}, not a tensor: CodedModule decodes "
+                "tensors only (return the other values from a separate call)"
+            )
     return keys, values
 
 
@@ -118,11 +122,15 @@ class CodedModule(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> ModelOutput:
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x must be a torch.Tensor of shape (M, *in), got {type(x).__name__}; "
-                            "convert it with torch.as_tensor(...)")
+            raise TypeError(
+                f"x must be a torch.Tensor of shape (M, *in), got {type(x).__name__}; "
+                "convert it with torch.as_tensor(...)"
+            )
         if mask is not None and not isinstance(mask, torch.Tensor):
-            raise TypeError(f"mask must be a bool torch.Tensor of shape (B, N), got {type(mask).__name__}; "
-                            "convert it with torch.as_tensor(mask, dtype=torch.bool)")
+            raise TypeError(
+                f"mask must be a bool torch.Tensor of shape (B, N), got {type(mask).__name__}; "
+                "convert it with torch.as_tensor(mask, dtype=torch.bool)"
+            )
         self._warn_train_batchnorm()
         num_samples = x.shape[0]
         perm = None if self.grouping is None else self.grouping(x)
@@ -134,14 +142,18 @@ class CodedModule(nn.Module):
         keys, leaves = output_leaves(output)
         mask = self.draw_mask(groups, leaves[0].device) if mask is None else mask
         if mask.shape != (groups, workers):
-            raise ValueError(f"mask must have shape (B, N) = {(groups, workers)} for {num_samples} samples, got {tuple(mask.shape)}")
+            raise ValueError(
+                f"mask must have shape (B, N) = {(groups, workers)} for {num_samples} samples, got {tuple(mask.shape)}"
+            )
         self.last_mask = mask
-        decoded = [self.decode(leaf.reshape((groups, workers) + leaf.shape[1:]), mask, num_samples, perm)
-                   for leaf in leaves]
+        decoded = [
+            self.decode(leaf.reshape((groups, workers) + leaf.shape[1:]), mask, num_samples, perm) for leaf in leaves
+        ]
         return rebuild_output(output, keys, decoded)
 
-    def decode(self, results: torch.Tensor, mask: torch.Tensor, num_samples: int,
-               perm: Optional[torch.Tensor]) -> torch.Tensor:
+    def decode(
+        self, results: torch.Tensor, mask: torch.Tensor, num_samples: int, perm: Optional[torch.Tensor]
+    ) -> torch.Tensor:
         """Noise, attack and decoder on one output's ``(B, N, *out)`` results -> ``(M, *out)`` in caller order."""
         if self.noise is not None:
             results = self.noise(results, mask)
@@ -155,9 +167,11 @@ class CodedModule(nn.Module):
             return
         if any(isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training for m in self.model.modules()):
             self._warned_batchnorm = True
-            warnings.warn("a BatchNorm layer of the model is in train mode: its batch statistics are computed over "
-                          "the coded inputs, not the samples; call model.eval() to use its running statistics",
-                          stacklevel=3)
+            warnings.warn(
+                "a BatchNorm layer of the model is in train mode: its batch statistics are computed over "
+                "the coded inputs, not the samples; call model.eval() to use its running statistics",
+                stacklevel=3,
+            )
 
     @eager_under_compile  # the straggler model's generator advances eagerly, also under torch.compile
     def draw_mask(self, num_groups: int, device: Optional[torch.device] = None) -> torch.Tensor:

@@ -55,7 +55,7 @@ def manifold_order(features: torch.Tensor, *, order: str = "greedy", neighbours:
     adjacency.scatter_(1, knn, True)
     adjacency |= adjacency.T.clone()
     scale = distances.gather(1, knn).median()
-    weights = torch.where(adjacency, torch.exp(-(distances / scale) ** 2), torch.zeros(()).double())
+    weights = torch.where(adjacency, torch.exp(-((distances / scale) ** 2)), torch.zeros(()).double())
     laplacian = torch.diag(weights.sum(dim=1)) - weights
     _, vectors = torch.linalg.eigh(laplacian)
     return vectors[:, 1].argsort()
@@ -70,8 +70,13 @@ class ManifoldGrouping:
         neighbours: k of the kNN graph (spectral order).
     """
 
-    def __init__(self, order: str = "greedy", *, embedding: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
-                 neighbours: int = 8) -> None:
+    def __init__(
+        self,
+        order: str = "greedy",
+        *,
+        embedding: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        neighbours: int = 8,
+    ) -> None:
         if order not in ORDERS:
             raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
         self.order, self.embedding, self.neighbours = order, embedding, neighbours

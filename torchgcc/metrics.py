@@ -42,8 +42,9 @@ def argmax_agreement(decoded: torch.Tensor, reference: torch.Tensor) -> torch.Te
 def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Top-1 accuracy of ``(M, C)`` logits against ``(M,)`` integer labels, a float64 scalar tensor."""
     if logits.shape[:-1] != labels.shape:
-        raise ValueError(f"logits {tuple(logits.shape)} need labels of shape {tuple(logits.shape[:-1])}, "
-                         f"got {tuple(labels.shape)}")
+        raise ValueError(
+            f"logits {tuple(logits.shape)} need labels of shape {tuple(logits.shape[:-1])}, got {tuple(labels.shape)}"
+        )
     return (logits.argmax(dim=-1) == labels).double().mean()
 
 
@@ -78,7 +79,8 @@ class CodedMetrics:
     another accumulator's groups (e.g. gathered from other ranks); the state is a few float64 numbers per group.
 
     >>> metrics = CodedMetrics(group_size=2)
-    >>> metrics.update(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]), torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]))
+    >>> decoded = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    >>> metrics.update(decoded, torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]))
     >>> result = metrics.compute()
     >>> result["groups"], round(result["agreement"], 4), round(result["mse"], 4)
     (2, 0.6667, 0.3333)
@@ -141,7 +143,9 @@ class CodedMetrics:
         if not self._updates:
             raise ValueError("CodedMetrics.compute() before any update()")
         if self._labelled not in (0, self._updates):
-            raise ValueError(f"labels were given to {self._labelled} of {self._updates} updates: give them to all or none")
+            raise ValueError(
+                f"labels were given to {self._labelled} of {self._updates} updates: give them to all or none"
+            )
         state = {name: torch.cat(values) if values else None for name, values in self._state.items()}
         samples = state["samples"]
         out: dict[str, Any] = {"groups": len(samples), "samples": int(samples.sum())}

@@ -46,8 +46,10 @@ def extra_for(module: str) -> str | None:
 def missing_message(module: str, extra: str | None = None) -> str:
     """One line: what is missing and the command that installs it (``extra`` defaults to :data:`EXTRAS`'s)."""
     extra = extra or extra_for(module) or "all"
-    return (f"{module.split('.')[0]} is not installed; it comes with the {extra!r} extra: "
-            f"pip install 'torchgcc[{extra}]' (or pip install -e '.[{extra}]' in a checkout)")
+    return (
+        f"{module.split('.')[0]} is not installed; it comes with the {extra!r} extra: "
+        f"pip install 'torchgcc[{extra}]' (or pip install -e '.[{extra}]' in a checkout)"
+    )
 
 
 def require(module: str, *, extra: str | None = None) -> ModuleType:

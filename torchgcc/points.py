@@ -75,8 +75,10 @@ def resolve_points(spec: PointSpec, n: int, *, name: str = "points", count_name:
         try:
             return rule(n)
         except ValueError as error:
-            raise ValueError(f"{name}={spec!r} cannot place {count_name}={n!r} points ({error}); raise {count_name} "
-                             f"or pick another {name} rule") from None
+            raise ValueError(
+                f"{name}={spec!r} cannot place {count_name}={n!r} points ({error}); raise {count_name} "
+                f"or pick another {name} rule"
+            ) from None
     points = torch.as_tensor(spec, dtype=torch.float64).detach().clone()
     if points.ndim != 1 or points.numel() != n:
         raise ValueError(f"{name} must have shape ({n},), got {tuple(points.shape)}")

@@ -34,8 +34,12 @@ from torchgcc.timing import make_timer, summarize
 __all__ = ["DTYPES", "ProfileSettings", "profile_coded_inference", "register"]
 
 #: ``--dtype`` choices.
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-                                  "float64": torch.float64}
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float64": torch.float64,
+}
 
 #: Stages in the order they are timed and shown.
 STAGES = ("encode", "forward", "decode_construct", "decode_apply", "decode")
@@ -74,8 +78,9 @@ def _build_model(settings: ProfileSettings) -> tuple[nn.Module, tuple[int, int, 
     return model, (channels, height, width)
 
 
-def profile_coded_inference(settings: ProfileSettings, *, trace: str | Path | None = None,
-                            progress: bool = False) -> dict[str, Any]:
+def profile_coded_inference(
+    settings: ProfileSettings, *, trace: str | Path | None = None, progress: bool = False
+) -> dict[str, Any]:
     """Time every stage of coded inference (see the module docstring) and return a JSON-ready report.
 
     Returns ``{"settings", "environment", "shapes", "stages": {stage: summary}, "per_group_ms",
@@ -93,8 +98,9 @@ def profile_coded_inference(settings: ProfileSettings, *, trace: str | Path | No
     torch.manual_seed(settings.seed)
     model, image_shape = _build_model(settings)
     model = model.to(device=device, dtype=dtype).eval()
-    code = torchgcc.make_code(settings.code, num_inputs=settings.num_inputs, num_workers=settings.num_workers,
-                              **settings.code_kwargs)
+    code = torchgcc.make_code(
+        settings.code, num_inputs=settings.num_inputs, num_workers=settings.num_workers, **settings.code_kwargs
+    )
     code = code.to(device)
     num_groups, num_workers = settings.groups, settings.num_workers
     images = torch.randn(num_groups, settings.num_inputs, *image_shape, device=device, dtype=dtype)
@@ -135,8 +141,9 @@ def profile_coded_inference(settings: ProfileSettings, *, trace: str | Path | No
     }
 
 
-def _export_trace(stages: dict[str, tuple[Callable[[], Any], Callable[[], Any] | None]], device: torch.device,
-                  path: Path) -> None:
+def _export_trace(
+    stages: dict[str, tuple[Callable[[], Any], Callable[[], Any] | None]], device: torch.device, path: Path
+) -> None:
     """One pass of every stage under ``torch.profiler``, each in its own ``record_function`` range."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -170,13 +177,21 @@ def print_report(report: dict[str, Any]) -> None:
 
     s = report["settings"]
     forward = report["stages"]["forward"]["median_ms"]
-    table = Table(title=f"{s['model']} {s['code']}: K={s['num_inputs']} N={s['num_workers']} S={s['num_stragglers']} "
-                        f"groups={s['groups']} {s['device']} {s['dtype']}")
+    table = Table(
+        title=f"{s['model']} {s['code']}: K={s['num_inputs']} N={s['num_workers']} S={s['num_stragglers']} "
+        f"groups={s['groups']} {s['device']} {s['dtype']}"
+    )
     for column in ("stage", "median ms", "mean ms", "std ms", "per group ms", "% of fwd"):
         table.add_column(column, justify="left" if column == "stage" else "right", no_wrap=True)
     for name, summary in report["stages"].items():
-        table.add_row(name, f"{summary['median_ms']:.4g}", f"{summary['mean_ms']:.4g}", f"{summary['std_ms']:.2g}",
-                      f"{report['per_group_ms'][name]:.4g}", f"{100 * summary['median_ms'] / forward:.3g}")
+        table.add_row(
+            name,
+            f"{summary['median_ms']:.4g}",
+            f"{summary['mean_ms']:.4g}",
+            f"{summary['std_ms']:.2g}",
+            f"{report['per_group_ms'][name]:.4g}",
+            f"{100 * summary['median_ms'] / forward:.3g}",
+        )
     console = Console()
     console.print(table)
     console.print(f"decode / forward = {100 * report['decode_over_forward']:.3g}%")
@@ -188,8 +203,10 @@ def _check_arguments(args: argparse.Namespace) -> None:
     from torchgcc.codes import list_codes
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device {args.device}: no CUDA device is available here (torch.cuda.is_available() is "
-                         f"False); use --device cpu")
+        raise UsageError(
+            f"--device {args.device}: no CUDA device is available here (torch.cuda.is_available() is "
+            f"False); use --device cpu"
+        )
     if args.code.lower() not in list_codes():
         raise UsageError(f"unknown --code {args.code!r}; choose one of {list_codes()}")
     timm = require("timm")
@@ -197,8 +214,10 @@ def _check_arguments(args: argparse.Namespace) -> None:
         import difflib
 
         close = difflib.get_close_matches(args.model, timm.list_models(), n=5, cutoff=0.6)
-        raise UsageError(f"unknown timm --model {args.model!r}" + (f"; did you mean {', '.join(close)}?" if close else
-                         "; see timm.list_models()"))
+        raise UsageError(
+            f"unknown timm --model {args.model!r}"
+            + (f"; did you mean {', '.join(close)}?" if close else "; see timm.list_models()")
+        )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -208,12 +227,22 @@ def _run(args: argparse.Namespace) -> int:
     _check_arguments(args)
     defaults = ProfileSettings()
     settings = ProfileSettings(
-        model=args.model, num_inputs=args.num_inputs, num_workers=args.num_workers,
-        num_stragglers=args.num_stragglers, groups=args.groups, code=args.code.lower(), device=args.device,
-        dtype=args.dtype, image_size=args.image_size, num_classes=args.num_classes,
+        model=args.model,
+        num_inputs=args.num_inputs,
+        num_workers=args.num_workers,
+        num_stragglers=args.num_stragglers,
+        groups=args.groups,
+        code=args.code.lower(),
+        device=args.device,
+        dtype=args.dtype,
+        image_size=args.image_size,
+        num_classes=args.num_classes,
         warmup=1 if args.quick and args.warmup is None else (defaults.warmup if args.warmup is None else args.warmup),
-        repeats=2 if args.quick and args.repeats is None else (defaults.repeats if args.repeats is None else args.repeats),
-        seed=args.seed, code_kwargs=gcc_options(args) if args.code.lower() == "gcc" else {},
+        repeats=2
+        if args.quick and args.repeats is None
+        else (defaults.repeats if args.repeats is None else args.repeats),
+        seed=args.seed,
+        code_kwargs=gcc_options(args) if args.code.lower() == "gcc" else {},
     )
     report = profile_coded_inference(settings, trace=args.trace, progress=args.progress)
     print_report(report)
@@ -230,8 +259,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     defaults = ProfileSettings()
     parser = subparsers.add_parser(
-        "profile", help="time encode, decode and the model forward of coded inference",
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "profile",
+        help="time encode, decode and the model forward of coded inference",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--model", default=defaults.model, help="timm model name (random weights)")
     parser.add_argument("--num-inputs", type=int, default=defaults.num_inputs, help="K, inputs per group")
@@ -243,10 +274,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dtype", default=defaults.dtype, choices=sorted(DTYPES), help="model and data dtype")
     parser.add_argument("--image-size", type=int, default=None, help="image size (the model's default input size)")
     parser.add_argument("--num-classes", type=int, default=defaults.num_classes, help="model outputs")
-    parser.add_argument("--warmup", type=int, default=None,
-                        help=f"untimed runs per stage ({defaults.warmup}; --quick: 1)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help=f"timed runs per stage ({defaults.repeats}; --quick: 2)")
+    parser.add_argument(
+        "--warmup", type=int, default=None, help=f"untimed runs per stage ({defaults.warmup}; --quick: 1)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=None, help=f"timed runs per stage ({defaults.repeats}; --quick: 2)"
+    )
     parser.add_argument("--trace", default=None, help="export a torch.profiler Chrome trace to this file")
     add_common_arguments(parser, name="profile")
     parser.set_defaults(func=_run)

@@ -7,7 +7,6 @@ names and suggests the closest ones.
 from __future__ import annotations
 
 import difflib
-
 from typing import Callable, Generic, Iterator, Optional, TypeVar, Union, overload
 
 __all__ = ["Registry"]

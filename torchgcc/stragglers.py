@@ -11,7 +11,8 @@ with the same seed (reproducible per device, but a different stream from the CPU
 - :class:`LatencyStragglers`: every worker gets a simulated latency (shifted exponential, Pareto or bimodal); the
   step waits for the fastest N - S results and/or until a deadline, and reports the step latency.
 - Latency models (:data:`LATENCY_MODELS`): shifted exponential, Pareto, bimodal, an additive exponential delay, a
-  persistent slow set and a shifted exponential whose tail changes after a number of draws (:class:`TailChange`); :mod:`torchgcc.gradient_coding` draws them per (worker, step) for its training clock.
+  persistent slow set and a shifted exponential whose tail changes after a number of draws (:class:`TailChange`);
+  :mod:`torchgcc.gradient_coding` draws them per (worker, step) for its training clock.
 """
 
 from __future__ import annotations
@@ -294,8 +295,10 @@ class TailChange(LatencyModel):
         return phase.sample(shape, generator)
 
     def __repr__(self) -> str:
-        return (f"TailChange(shift={self.before.shift}, scale={self.before.scale}, scale_after={self.after.scale}, "
-                f"change_at={self.change_at})")
+        return (
+            f"TailChange(shift={self.before.shift}, scale={self.before.scale}, scale_after={self.after.scale}, "
+            f"change_at={self.change_at})"
+        )
 
 
 #: Latency models by name.

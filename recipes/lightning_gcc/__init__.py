@@ -6,6 +6,15 @@ from .data import CIFAR10Data, CIFAR100Data, DigitsData, ImageNetData, MNISTData
 from .module import CodedClassifier, CodedTraining
 
 __all__ = [
-    "CIFAR10Data", "CIFAR100Data", "CodedCLI", "CodedClassifier", "CodedEvaluation", "CodedTrainer",
-    "CodedTraining", "DigitsData", "ImageNetData", "MNISTData", "run",
+    "CIFAR10Data",
+    "CIFAR100Data",
+    "CodedCLI",
+    "CodedClassifier",
+    "CodedEvaluation",
+    "CodedTrainer",
+    "CodedTraining",
+    "DigitsData",
+    "ImageNetData",
+    "MNISTData",
+    "run",
 ]

@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from unittest import mock
 from typing import Any
+from unittest import mock
 
 import torch
-
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
@@ -69,12 +68,24 @@ class CodedTrainer(Trainer):
         data_name = type(datamodule).__name__ if datamodule is not None else "data"
         if output_dir == "auto":
             output_dir = fresh_output_dir(f"coded_eval/{data_name}")
-        provenance = {"recipe": Path(sys.argv[0]).name, "data": data_name,
-                      "data_hparams": dict(getattr(datamodule, "hparams", {}) or {}),
-                      "backbone": getattr(model, "hparams", {}).get("backbone"), "ckpt_path": ckpt_path}
+        provenance = {
+            "recipe": Path(sys.argv[0]).name,
+            "data": data_name,
+            "data_hparams": dict(getattr(datamodule, "hparams", {}) or {}),
+            "backbone": getattr(model, "hparams", {}).get("backbone"),
+            "ckpt_path": ckpt_path,
+        }
         callback = CodedEvaluation(
-            codes=codes, num_inputs=num_inputs, num_workers=num_workers, stragglers=stragglers, repeats=repeats,
-            placement=placement, code_kwargs=code_kwargs, seed=seed, output_dir=output_dir, provenance=provenance,
+            codes=codes,
+            num_inputs=num_inputs,
+            num_workers=num_workers,
+            stragglers=stragglers,
+            repeats=repeats,
+            placement=placement,
+            code_kwargs=code_kwargs,
+            seed=seed,
+            output_dir=output_dir,
+            provenance=provenance,
         )
         self.callbacks.append(callback)
         try:
@@ -103,15 +114,16 @@ class CodedCLI(LightningCLI):
     def after_fit(self) -> None:
         """Print where the checkpoints went (nothing under ``fast_dev_run``, which saves none)."""
         callback = self.trainer.checkpoint_callback
-        paths = [path for path in (getattr(callback, "best_model_path", ""), getattr(callback, "last_model_path", ""))
-                 if path]
+        paths = [
+            path
+            for path in (getattr(callback, "best_model_path", ""), getattr(callback, "last_model_path", ""))
+            if path
+        ]
         if paths and self.trainer.is_global_zero:
             print("wrote checkpoint " + " and ".join(dict.fromkeys(paths)))
 
 
-def run(
-    datamodule_class: type[LightningDataModule], config: str | None = None, args: ArgsType = None
-) -> CodedCLI:
+def run(datamodule_class: type[LightningDataModule], config: str | None = None, args: ArgsType = None) -> CodedCLI:
     """Run the recipe CLI for ``datamodule_class`` with ``configs/<config>`` as default config file.
 
     ``args`` (a list of strings) replaces ``sys.argv[1:]``, for calls from Python and tests. Unless

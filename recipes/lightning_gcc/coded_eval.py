@@ -84,8 +84,14 @@ class CodedEvaluation(Callback):
         self.output_dir = None if output_dir is None else Path(output_dir)
         self.config = {
             **(provenance or {}),
-            "codes": list(codes), "K": num_inputs, "N": num_workers, "stragglers": self.stragglers,
-            "repeats": repeats, "placement": placement, "code_kwargs": code_kwargs or {}, "seed": seed,
+            "codes": list(codes),
+            "K": num_inputs,
+            "N": num_workers,
+            "stragglers": self.stragglers,
+            "repeats": repeats,
+            "placement": placement,
+            "code_kwargs": code_kwargs or {},
+            "seed": seed,
             "code_repr": {name: f"{type(code).__name__}({code.extra_repr()})" for name, code in self.codes.items()},
         }
         self.records: list[dict[str, Any]] = []
@@ -101,7 +107,12 @@ class CodedEvaluation(Callback):
 
     @torch.no_grad()
     def on_test_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
         x, labels = batch
@@ -125,14 +136,23 @@ class CodedEvaluation(Callback):
             merged = CodedMetrics(self.num_inputs)
             for part in _gather(metrics):
                 merged.merge(part)
-            record: dict[str, Any] = {"scheme": name, "N": self.num_workers, "K": self.num_inputs, "S": s,
-                                      "placement": self.placement, "repeats": self.repeats, **merged.compute()}
+            record: dict[str, Any] = {
+                "scheme": name,
+                "N": self.num_workers,
+                "K": self.num_inputs,
+                "S": s,
+                "placement": self.placement,
+                "repeats": self.repeats,
+                **merged.compute(),
+            }
             for metric in LOGGED_METRICS:
                 pl_module.log(f"coded/{name}/S{s}/{metric}", record[metric], sync_dist=True)  # equal on all ranks
             self.records.append(record)
         if self.output_dir is not None and trainer.is_global_zero:
             paths = write_results(self.output_dir, config=self.config, records=self.records)
-            title = (f"coded evaluation, K={self.num_inputs}, N={self.num_workers}, {self.placement} stragglers, "
-                     f"{self.repeats} repeats")
+            title = (
+                f"coded evaluation, K={self.num_inputs}, N={self.num_workers}, {self.placement} stragglers, "
+                f"{self.repeats} repeats"
+            )
             plot = plot_straggler_sweep(self.records, self.output_dir / "coded_eval.png", title=title)
             print(f"wrote {paths['json']}, {paths['csv']}, {plot}")

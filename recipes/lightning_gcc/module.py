@@ -107,9 +107,7 @@ class CodedClassifier(LightningModule):
     def _coded_run(self, stage: str, seed: int) -> torchgcc.CodedModule:
         """A fresh ``CodedModule`` around ``self.net`` whose straggler model is seeded with ``seed``."""
         cfg = self.coded
-        code = torchgcc.make_code(
-            cfg.code, num_inputs=cfg.num_inputs, num_workers=cfg.num_workers, **cfg.code_kwargs
-        )
+        code = torchgcc.make_code(cfg.code, num_inputs=cfg.num_inputs, num_workers=cfg.num_workers, **cfg.code_kwargs)
         stragglers = FixedStragglers(num_stragglers=cfg.num_stragglers, placement=cfg.placement, seed=seed)
         run = torchgcc.CodedModule(self.net, code, stragglers=stragglers).to(self.device)
         self._coded_runs[stage] = run

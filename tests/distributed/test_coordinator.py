@@ -12,8 +12,8 @@ import torch.distributed as dist
 from torchgcc import CodedModule
 from torchgcc.distributed import Coordinator, Measured, Simulated, TooFewWorkersError, make_scheme
 from torchgcc.distributed.links import Result, worker_link
-from torchgcc.distributed.transport import KEY_PREFIX, Channel
 from torchgcc.distributed.tasks import mlp_task
+from torchgcc.distributed.transport import KEY_PREFIX, Channel
 from torchgcc.stragglers import FixedStragglers
 
 WORLD = 3  # coordinator + 2 worker ranks; round robin: rank 1 hosts workers [0, 2], rank 2 hosts [1, 3]
@@ -112,8 +112,9 @@ def test_late_results_never_reach_a_later_step(master, transport):
     task = mlp_task(seed=1, batch_size=10)
     ranks = _start(master, task.model, transport, rank2={"late": [3]})
     scheme = make_scheme("gcc", num_inputs=K, num_workers=N)
-    coordinator = Coordinator(_channel(master, 0), num_workers=N, heartbeat_timeout_s=5.0, step_timeout_s=10.0,
-                              transport=transport)
+    coordinator = Coordinator(
+        _channel(master, 0), num_workers=N, heartbeat_timeout_s=5.0, step_timeout_s=10.0, transport=transport
+    )
     mode = Measured(num_stragglers=1)
     for step in range(4):
         x = task.batch(step)
@@ -147,8 +148,9 @@ def test_too_few_surviving_workers_is_a_clear_error(master):
     ranks = _start(master, task.model, "store", rank2={"silent_from": 1})
     scheme = make_scheme("lcc", num_inputs=K, num_workers=N, degree=2)  # needs (K-1)*2+1 = 3 results
     assert scheme.min_arrived == 3
-    coordinator = Coordinator(_channel(master, 0), num_workers=N, heartbeat_timeout_s=0.3, step_timeout_s=20.0,
-                              transport="store")
+    coordinator = Coordinator(
+        _channel(master, 0), num_workers=N, heartbeat_timeout_s=0.3, step_timeout_s=20.0, transport="store"
+    )
     mode = Measured(num_stragglers=0)
     assert coordinator.step(scheme, task.batch(0), mode.plan(4, N), step=0).arrived == [0, 1, 2, 3]
     with pytest.raises(TooFewWorkersError, match=r"only 2 of 4 workers remain \(lost: \[1, 3\]\)"):
@@ -174,8 +176,9 @@ def test_simulated_mode_with_a_hung_rank_decodes_every_group(master, transport):
             expected[expected.sum(1) < 2] = torch.tensor([False, True, False, True])  # topped up: workers 1, 3
             assert not result.mask[:, [0, 2]].any()
         assert torch.equal(result.mask, expected)
-        torch.testing.assert_close(result.output, CodedModule(task.model, scheme.code)(x, mask=result.mask),
-                                   rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            result.output, CodedModule(task.model, scheme.code)(x, mask=result.mask), rtol=0, atol=1e-6
+        )
     for rank in ranks:
         rank.stop.set()
 
@@ -200,8 +203,9 @@ def test_a_paused_rank_is_readmitted_when_it_beats_again(master, transport, capf
     task = mlp_task(seed=6, batch_size=8)
     ranks = _start(master, task.model, transport, rank2={"pause": (1, 1.5)})
     scheme = make_scheme("gcc", num_inputs=K, num_workers=N)
-    coordinator = Coordinator(_channel(master, 0), num_workers=N, heartbeat_timeout_s=0.4, step_timeout_s=10.0,
-                              transport=transport)
+    coordinator = Coordinator(
+        _channel(master, 0), num_workers=N, heartbeat_timeout_s=0.4, step_timeout_s=10.0, transport=transport
+    )
     mode = Measured(num_stragglers=2)
     results = []
     for step in range(40):

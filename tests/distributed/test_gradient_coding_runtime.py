@@ -22,11 +22,20 @@ pytestmark = pytest.mark.distributed
 
 
 def _torchrun(args: list[str], nproc: int, timeout_s: float = 55.0) -> list[dict]:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               "-m", "torchgcc.gradient_coding.runtime", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "torchgcc.gradient_coding.runtime",
+        *args,
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
     try:
         out, err = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -47,8 +56,20 @@ def test_fr_with_a_worker_three_seconds_late_matches_the_simulator(tmp_path):
     """5 processes (4 workers, s = 1, FR); worker 3 is 3 s late at every step: no step waits for it, and the
     model after 10 steps equals the simulator's for the same arrivals."""
     path = tmp_path / "run.pt"
-    args = ["--scheme", "gc-fr", "-s", "1", "--steps", "10", "--slow-worker", "3", "--slow-delay", "3",
-            "--save", str(path)]
+    args = [
+        "--scheme",
+        "gc-fr",
+        "-s",
+        "1",
+        "--steps",
+        "10",
+        "--slow-worker",
+        "3",
+        "--slow-delay",
+        "3",
+        "--save",
+        str(path),
+    ]
     records = _torchrun(args, nproc=5)
     steps = [r for r in records if "step" in r and "event" not in r]
     assert [r["step"] for r in steps] == list(range(10))
@@ -61,8 +82,22 @@ def test_fr_with_a_worker_three_seconds_late_matches_the_simulator(tmp_path):
 def test_pipelined_cr_under_random_delays_matches_the_simulator(tmp_path):
     """PGC-CR (uniform decoding; every worker's cache must advance every step) with exponential delays."""
     path = tmp_path / "run.pt"
-    args = ["--scheme", "pgc-cr", "-s", "1", "--steps", "8", "--mean-delay", "0.05", "--model", "lenet5",
-            "--lr", "0.2", "--save", str(path)]
+    args = [
+        "--scheme",
+        "pgc-cr",
+        "-s",
+        "1",
+        "--steps",
+        "8",
+        "--mean-delay",
+        "0.05",
+        "--model",
+        "lenet5",
+        "--lr",
+        "0.2",
+        "--save",
+        str(path),
+    ]
     records = _torchrun(args, nproc=4)
     assert records[-1]["event"] == "summary" and records[-1]["workers_not_closed"] == []
     saved = torch.load(path, weights_only=False)
@@ -78,16 +113,31 @@ def test_adaptive_wait_count_chooses_s_per_step_from_the_arrivals_it_observed(tm
     from torchgcc.control.wait_count import WaitCountController
 
     path = tmp_path / "run.pt"
-    args = ["--scheme", "is-sgd", "-s", "2", "--steps", "16", "--mean-delay", "0.02", "--wait-deadline", "0.3",
-            "--wait-budget", "0.2", "--save", str(path)]
+    args = [
+        "--scheme",
+        "is-sgd",
+        "-s",
+        "2",
+        "--steps",
+        "16",
+        "--mean-delay",
+        "0.02",
+        "--wait-deadline",
+        "0.3",
+        "--wait-budget",
+        "0.2",
+        "--save",
+        str(path),
+    ]
     records = _torchrun(args, nproc=5)
     steps = [r for r in records if "step" in r and "event" not in r]
     saved = torch.load(path, weights_only=False)
     chosen = saved["S_by_step"]
     assert [r["S"] for r in steps] == chosen and chosen[0] == 2 and chosen[-1] == 0  # warm-up at S = s, then all
     assert all(b <= a for a, b in zip(chosen, chosen[1:]))
-    replay = WaitCountController(4, deadline=0.3, budget=0.2, stragglers=range(3), discount=0.95, eta=2.0,
-                                 warmup=1, max_step=4, seed=0)
+    replay = WaitCountController(
+        4, deadline=0.3, budget=0.2, stragglers=range(3), discount=0.95, eta=2.0, warmup=1, max_step=4, seed=0
+    )
     for record, finish in zip(steps, saved["finish_s"]):
         s = replay.choose()
         assert record["S"] == s and len(record["arrived"]) >= 4 - s

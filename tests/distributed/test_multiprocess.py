@@ -37,8 +37,25 @@ def test_simulated_mode_matches_single_process_and_survives_a_hung_rank(tmp_path
     """Mode (a) equals CodedModule for the same masks; a rank hung from step 2 becomes a straggler every step."""
     path = tmp_path / "run.pt"
     run = launch(
-        [*COMMON, "--code", "gcc", "--mode", "simulated", "-S", "1", "--steps", "4", "--deadline", "0.5",
-         "--hang-rank", "1", "--hang-step", "2", "--save", str(path)],
+        [
+            *COMMON,
+            "--code",
+            "gcc",
+            "--mode",
+            "simulated",
+            "-S",
+            "1",
+            "--steps",
+            "4",
+            "--deadline",
+            "0.5",
+            "--hang-rank",
+            "1",
+            "--hang-step",
+            "2",
+            "--save",
+            str(path),
+        ],
         nproc=3,
         timeout_s=90,
     )
@@ -63,10 +80,39 @@ def test_injected_latency_returns_early_and_survives_a_killed_rank(tmp_path):
     """Mode (b) never waits for a worker delayed 60 s; a rank killed at step 2 is reported lost, the run ends."""
     path = tmp_path / "run.pt"
     run = launch(
-        [*COMMON, "--code", "gcc,bacc", "--mode", "injected", "-S", "1", "--steps", "4", "--deadline", "0",
-         "--latency", "shifted_exponential", "--latency-param", "shift=0.001", "--latency-param", "scale=0.002",
-         "--slow-worker", "3", "--slow-delay", "60", "--kill-rank", "2", "--kill-step", "2", "--kill-exit-code", "7",
-         "--heartbeat-timeout", "0.5", "--save", str(path)],
+        [
+            *COMMON,
+            "--code",
+            "gcc,bacc",
+            "--mode",
+            "injected",
+            "-S",
+            "1",
+            "--steps",
+            "4",
+            "--deadline",
+            "0",
+            "--latency",
+            "shifted_exponential",
+            "--latency-param",
+            "shift=0.001",
+            "--latency-param",
+            "scale=0.002",
+            "--slow-worker",
+            "3",
+            "--slow-delay",
+            "60",
+            "--kill-rank",
+            "2",
+            "--kill-step",
+            "2",
+            "--kill-exit-code",
+            "7",
+            "--heartbeat-timeout",
+            "0.5",
+            "--save",
+            str(path),
+        ],
         nproc=3,
         timeout_s=90,  # the job can only finish in time if no step waited for the 60 s worker
     )
@@ -92,13 +138,42 @@ def test_injected_latency_returns_early_and_survives_a_killed_rank(tmp_path):
 def test_torchrun_entry_point_and_its_teardown_when_a_rank_fails():
     """Under torchrun (agent-hosted store) the job runs; a rank exiting non-zero makes torchrun stop the job, and
     the coordinator says why in its last JSON lines instead of hanging."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
-               "-m", "torchgcc.distributed", *COMMON, "-S", "1", "--steps", "200",  # >= 10 s of steps:
-               "--mode", "injected", "--latency-param", "shift=0.05", "--latency-param", "scale=0.001",  # far more
-               # than torchrun needs to notice the failure and stop the job
-               "--kill-rank", "1", "--kill-step", "2", "--kill-exit-code", "1"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "3",
+        "-m",
+        "torchgcc.distributed",
+        *COMMON,
+        "-S",
+        "1",
+        "--steps",
+        "200",  # >= 10 s of steps:
+        "--mode",
+        "injected",
+        "--latency-param",
+        "shift=0.05",
+        "--latency-param",
+        "scale=0.001",  # far more
+        # than torchrun needs to notice the failure and stop the job
+        "--kill-rank",
+        "1",
+        "--kill-step",
+        "2",
+        "--kill-exit-code",
+        "1",
+    ]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     try:
         stdout, stderr = process.communicate(timeout=90)
     except subprocess.TimeoutExpired:
@@ -128,10 +203,39 @@ def test_sigkill_one_rank_and_sigstop_another_mid_run():
 
     start = time.monotonic()
     run = launch(
-        ["-N", "6", "-K", "2", "-S", "2", "--batch-size", "8", "--seed", "7", "--code", "gcc", "--steps", "12",
-         "--mode", "injected", "--latency-param", "shift=0.03", "--latency-param", "scale=0.01",
-         "--deadline", "0.5", "--heartbeat-timeout", "1", "--step-timeout", "20"],
-        nproc=4, timeout_s=100, on_start=pids.extend, on_record=strike, grace_s=3,
+        [
+            "-N",
+            "6",
+            "-K",
+            "2",
+            "-S",
+            "2",
+            "--batch-size",
+            "8",
+            "--seed",
+            "7",
+            "--code",
+            "gcc",
+            "--steps",
+            "12",
+            "--mode",
+            "injected",
+            "--latency-param",
+            "shift=0.03",
+            "--latency-param",
+            "scale=0.01",
+            "--deadline",
+            "0.5",
+            "--heartbeat-timeout",
+            "1",
+            "--step-timeout",
+            "20",
+        ],
+        nproc=4,
+        timeout_s=100,
+        on_start=pids.extend,
+        on_record=strike,
+        grace_s=3,
     )
     elapsed = time.monotonic() - start
     assert run.returncodes[0] == 0, run.stderr

@@ -90,7 +90,8 @@ def test_code_param_values_keep_their_type():
     import argparse
 
     args = add_job_arguments(argparse.ArgumentParser()).parse_args(
-        ["--code", "lcc", "--code-param", "degree=1", "--code-param", "lambda-dec=0.5"])
+        ["--code", "lcc", "--code-param", "degree=1", "--code-param", "lambda-dec=0.5"]
+    )
     assert args.code_param == [("degree", 1), ("lambda_dec", 0.5)]
     scheme = make_scheme("lcc", num_inputs=2, num_workers=4, degree=1)
     assert scheme.min_arrived == 2  # (K - 1) * degree + 1
@@ -137,8 +138,14 @@ def test_stopping_bench_latency_stops_every_process_and_removes_temp_folders(tmp
     env = dict(os.environ, TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
     # a shell that starts pytest in the background ignores SIGINT, and children inherit that; Ctrl-C reaches a
     # foreground process, so give the bench the default disposition (Python then raises KeyboardInterrupt)
-    bench = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    bench = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 45
         while len(_job_pids(marker)) < 5 and time.monotonic() < deadline:  # every rank of the job has started
@@ -156,6 +163,5 @@ def test_stopping_bench_latency_stops_every_process_and_removes_temp_folders(tmp
 
 
 def _job_pids(marker: str) -> list[str]:
-    found = subprocess.run(["pgrep", "-f", f"[t]orchgcc.distributed .*--seed {marker}"], capture_output=True,
-                           text=True)
+    found = subprocess.run(["pgrep", "-f", f"[t]orchgcc.distributed .*--seed {marker}"], capture_output=True, text=True)
     return found.stdout.split()

@@ -56,10 +56,17 @@ class Code(nn.Module):
             raise ValueError(f"num_inputs (K={num_inputs}) must not exceed num_workers (N={num_workers})")
         self.num_inputs = num_inputs
         self.num_workers = num_workers
-        self._points = (resolve_points(alpha, num_inputs, name="alpha", count_name="num_inputs"),
-                        resolve_points(beta, num_workers, name="beta", count_name="num_workers"))
-        self._decoder_options = {"nonfinite": nonfinite, "cache_size": cache_size, "cache_bytes": cache_bytes,
-                                 "backend": backend, "check": check}
+        self._points = (
+            resolve_points(alpha, num_inputs, name="alpha", count_name="num_inputs"),
+            resolve_points(beta, num_workers, name="beta", count_name="num_workers"),
+        )
+        self._decoder_options = {
+            "nonfinite": nonfinite,
+            "cache_size": cache_size,
+            "cache_bytes": cache_bytes,
+            "backend": backend,
+            "check": check,
+        }
 
     @property
     def alpha(self) -> torch.Tensor:

@@ -11,7 +11,16 @@ from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.functional import gcv_scores, smoothing_spline_matrix
 from torchgcc.functional.spline_gcv import spline_gcv_scores
 
-__all__ = ["GCC", "SplineDecoder", "GCVSplineDecoder", "FlooredGCVSplineDecoder", "spacing_lambda", "BANDWIDTH_RATIO", "GCV_GRID", "LAMBDA_RULES"]
+__all__ = [
+    "GCC",
+    "SplineDecoder",
+    "GCVSplineDecoder",
+    "FlooredGCVSplineDecoder",
+    "spacing_lambda",
+    "BANDWIDTH_RATIO",
+    "GCV_GRID",
+    "LAMBDA_RULES",
+]
 
 #: The default decoder smooths at this fraction of the mean spacing of the points it fits (see :func:`spacing_lambda`).
 BANDWIDTH_RATIO = 0.2
@@ -116,7 +125,8 @@ class FlooredGCVSplineDecoder(Decoder):
     The floor keeps the light smoothing that rough networks gain from (the ViT) at a bandwidth ratio small enough to
     cost little on exact smooth results (0.12 of the spacing, against 0.2 for ``"spacing"``); above it GCV smooths
     as much as noisy results warrant. The scores come from :func:`torchgcc.functional.spline_gcv_scores` (one
-    Demmler-Reinsch transform per group, then O(n) per candidate, without hat matrices), and only the chosen ``(K, n)`` decode matrix is formed per group; nothing is
+    Demmler-Reinsch transform per group, then O(n) per candidate, without hat matrices), and only the chosen ``(K,
+    n)`` decode matrix is formed per group; nothing is
     cached (the choice depends on the data). Chosen by ``benchmarks/lambda_suite.py``.
     """
 
@@ -124,8 +134,9 @@ class FlooredGCVSplineDecoder(Decoder):
 
     grid: torch.Tensor
 
-    def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, floor_ratio: float = ADAPTIVE_FLOOR_RATIO,
-                 **kwargs) -> None:
+    def __init__(
+        self, alpha: torch.Tensor, beta: torch.Tensor, *, floor_ratio: float = ADAPTIVE_FLOOR_RATIO, **kwargs
+    ) -> None:
         super().__init__(alpha, beta, **kwargs)
         self.floor_ratio = floor_ratio
         self.register_buffer("grid", 10.0 ** (torch.arange(13, dtype=torch.float64) / 2))
@@ -186,11 +197,13 @@ class GCC(Code):
         self.lambda_dec = lambda_dec if lambda_dec in LAMBDA_RULES else float(lambda_dec)
         alpha, beta = self._points
         if num_inputs >= 2:
-            self.encoder = Encoder(smoothing_spline_matrix(alpha, beta, self.lambda_enc),
-                                   check=self._decoder_options["check"])
+            self.encoder = Encoder(
+                smoothing_spline_matrix(alpha, beta, self.lambda_enc), check=self._decoder_options["check"]
+            )
         else:  # one input: the spline through one point is the constant
-            self.encoder = Encoder(torch.ones(num_workers, 1, dtype=torch.float64),
-                                   check=self._decoder_options["check"])
+            self.encoder = Encoder(
+                torch.ones(num_workers, 1, dtype=torch.float64), check=self._decoder_options["check"]
+            )
         if self.lambda_dec in ("gcv", "adaptive"):
             rule = GCVSplineDecoder if self.lambda_dec == "gcv" else FlooredGCVSplineDecoder
             self.decoder = rule(alpha, beta, min_arrived=2, **self._decoder_options)
@@ -204,4 +217,6 @@ class GCC(Code):
 
 def _check_lambda(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < float("inf")):
-        raise ValueError(f"{name} must be a finite number >= 0 (or one of {LAMBDA_RULES} for lambda_dec), got {value!r}")
+        raise ValueError(
+            f"{name} must be a finite number >= 0 (or one of {LAMBDA_RULES} for lambda_dec), got {value!r}"
+        )

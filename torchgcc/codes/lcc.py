@@ -58,7 +58,8 @@ class LCC(Code):
         self.threshold = (num_inputs - 1) * degree + 1
         if self.threshold > num_workers:
             raise ValueError(
-                f"LCC with K={num_inputs} and degree {degree} needs at least {self.threshold} workers, got N={num_workers}"
+                f"LCC with K={num_inputs} and degree {degree} needs at least {self.threshold} workers, "
+                f"got N={num_workers}"
             )
         alpha, beta = self._points
         self.encoder = Encoder(lagrange_matrix(alpha, beta), check=self._decoder_options["check"])

@@ -10,16 +10,24 @@ in one launch (see :data:`BACKENDS`).
 
 from __future__ import annotations
 
+import importlib.util
 from collections import OrderedDict
 from functools import lru_cache, wraps
-import importlib.util
 
 import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Encoder", "Decoder", "NONFINITE_POLICIES", "BACKENDS", "CACHE_BYTES", "triton_available", "apply_linear",
-           "compute_dtype"]
+__all__ = [
+    "Encoder",
+    "Decoder",
+    "NONFINITE_POLICIES",
+    "BACKENDS",
+    "CACHE_BYTES",
+    "triton_available",
+    "apply_linear",
+    "compute_dtype",
+]
 
 #: What a decoder does with a non-finite value from a worker whose result arrived.
 NONFINITE_POLICIES = ("error", "straggle")
@@ -93,8 +101,10 @@ def check_tensor(value: object, name: str, shape: str) -> torch.Tensor:
     """``value`` if it is a floating-point tensor with a non-empty leading (batch) dimension, else a one-line error
     naming ``name`` and the fix (``shape`` describes the expected shape)."""
     if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape {shape}, got {type(value).__name__}; "
-                        "convert it with torch.as_tensor(...)")
+        raise TypeError(
+            f"{name} must be a torch.Tensor of shape {shape}, got {type(value).__name__}; "
+            "convert it with torch.as_tensor(...)"
+        )
     if not value.is_floating_point():
         raise TypeError(f"{name} must be floating point, got {value.dtype}; cast it with .float()")
     if value.ndim >= 1 and value.shape[0] == 0:
@@ -143,9 +153,7 @@ class Encoder(_Float64Buffers):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = check_tensor(x, "encoder input x", f"(B, K={self.num_inputs}, *feat)")
         if x.ndim < 2 or x.shape[1] != self.num_inputs:
-            raise ValueError(
-                f"encoder expects inputs of shape (B, K={self.num_inputs}, *feat), got {tuple(x.shape)}"
-            )
+            raise ValueError(f"encoder expects inputs of shape (B, K={self.num_inputs}, *feat), got {tuple(x.shape)}")
         flat = x.reshape(x.shape[0], self.num_inputs, -1)
         coded = apply_linear(self.matrix, flat)
         if self.check and flat.dtype in _MAY_OVERFLOW and not torch.compiler.is_compiling():
@@ -328,8 +336,10 @@ class Decoder(_Float64Buffers):
         else from the cache where possible. Raises ``TypeError`` for a decoder whose matrices depend on the results
         (``depends_on_results``)."""
         if self.depends_on_results:
-            raise TypeError(f"{type(self).__name__}'s matrices depend on the results: call matrices(results, mask) "
-                            "or the decoder itself, or pick a mask-only rule (lambda_dec='spacing' or a number)")
+            raise TypeError(
+                f"{type(self).__name__}'s matrices depend on the results: call matrices(results, mask) "
+                "or the decoder itself, or pick a mask-only rule (lambda_dec='spacing' or a number)"
+            )
         if self.uses_fused_kernel(mask.device):
             return self.fused_matrices(mask)
         matrices, inverse = self.unique_matrices(mask)
@@ -345,7 +355,9 @@ class Decoder(_Float64Buffers):
         # Deduplicate on packed bytes in numpy: cheaper than torch.unique(dim=0), and the bytes are the cache keys.
         # Distinct rows are kept in order of first appearance, so a batch of distinct masks needs no reordering.
         packed = np.packbits(mask.cpu().numpy(), axis=1)
-        _, first, inverse = np.unique(packed.view(f"V{packed.shape[1]}").ravel(), return_index=True, return_inverse=True)
+        _, first, inverse = np.unique(
+            packed.view(f"V{packed.shape[1]}").ravel(), return_index=True, return_inverse=True
+        )
         order = np.argsort(first)
         rank = np.empty_like(order)
         rank[order] = np.arange(len(order))
@@ -398,8 +410,10 @@ class Decoder(_Float64Buffers):
     def _check(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         y = check_tensor(y, "decoder results y", f"(B, N={self.num_workers}, *out)")
         if not isinstance(mask, torch.Tensor):
-            raise TypeError(f"mask must be a bool torch.Tensor of shape (B, N) (True = result arrived), got "
-                            f"{type(mask).__name__}; convert it with torch.as_tensor(mask, dtype=torch.bool)")
+            raise TypeError(
+                f"mask must be a bool torch.Tensor of shape (B, N) (True = result arrived), got "
+                f"{type(mask).__name__}; convert it with torch.as_tensor(mask, dtype=torch.bool)"
+            )
         if mask.dtype != torch.bool:
             raise TypeError(f"mask must be a bool tensor (True = result arrived), got {mask.dtype}; use mask.bool()")
         if y.ndim < 2 or y.shape[1] != self.num_workers:

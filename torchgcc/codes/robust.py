@@ -16,7 +16,8 @@ Setting: of the results that arrive, up to ``q`` come from adversaries and are a
   * ``method="trim"``: fit, drop the ``q`` workers with the largest residual norms, refit on the rest, repeat.
 
   Then (``refit``, on by default) the flagged workers are treated as stragglers and the rest are decoded with GCC's
-  default smoothing spline, so the adversarial lambda's bias does not stay in the estimate. Neither robust variant is from a paper: they are our
+  default smoothing spline, so the adversarial lambda's bias does not stay in the estimate. Neither robust variant is
+  from a paper: they are our
   additions, measured against the plain decoder in ``torchgcc reproduce adversarial``.
 
 Both report what they did in the last call: ``last_weights`` ``(B, N)`` (1 for trusted workers, 0 for stragglers) and
@@ -34,8 +35,14 @@ from torchgcc.codes.gcc import GCC, SplineDecoder, _check_lambda
 from torchgcc.codes.maps import Decoder
 from torchgcc.functional.robust import huber_weights, weighted_smoothing_spline
 
-__all__ = ["ADVERSARIAL_C", "ROBUST_METHODS", "AdversarialSplineDecoder", "RobustSplineDecoder", "RobustGCC",
-           "adversarial_lambda"]
+__all__ = [
+    "ADVERSARIAL_C",
+    "ROBUST_METHODS",
+    "AdversarialSplineDecoder",
+    "RobustSplineDecoder",
+    "RobustGCC",
+    "adversarial_lambda",
+]
 
 #: Constant ``c`` of :func:`adversarial_lambda`.
 ADVERSARIAL_C = 0.1
@@ -78,9 +85,19 @@ class RobustSplineDecoder(Decoder):
 
     depends_on_results = True
 
-    def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, q: int, method: str = "huber",
-                 c: float = ADVERSARIAL_C, iters: Optional[int] = None, refit: Union[float, str, None] = "spacing",
-                 flag_below: float = 0.5, **options: Any) -> None:
+    def __init__(
+        self,
+        alpha: torch.Tensor,
+        beta: torch.Tensor,
+        *,
+        q: int,
+        method: str = "huber",
+        c: float = ADVERSARIAL_C,
+        iters: Optional[int] = None,
+        refit: Union[float, str, None] = "spacing",
+        flag_below: float = 0.5,
+        **options: Any,
+    ) -> None:
         if method not in ("huber", "trim"):
             raise ValueError(f"method must be 'huber' or 'trim', got {method!r}")
         options.setdefault("min_arrived", q + 3)
@@ -119,7 +136,9 @@ class RobustSplineDecoder(Decoder):
             out = estimate[:, :k].to(y.dtype)
         return out.reshape((y.shape[0], k) + y.shape[2:])
 
-    def _trim(self, clean: torch.Tensor, mask: torch.Tensor, estimate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _trim(
+        self, clean: torch.Tensor, mask: torch.Tensor, estimate: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         k = self.num_inputs
         kept = mask
         for _ in range(self.iters):
@@ -130,7 +149,9 @@ class RobustSplineDecoder(Decoder):
             estimate = self.plain(clean, kept)
         return estimate, kept.to(torch.float64)
 
-    def _huber(self, clean: torch.Tensor, mask: torch.Tensor, estimate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _huber(
+        self, clean: torch.Tensor, mask: torch.Tensor, estimate: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         k = self.num_inputs
         out = estimate.to(torch.float64).clone()
         weights = mask.to(torch.float64)
@@ -157,8 +178,17 @@ class RobustGCC(GCC):
     :class:`RobustSplineDecoder`. ``robust`` passes ``iters``, ``refit`` and ``flag_below`` to the latter.
     """
 
-    def __init__(self, num_inputs: int, num_workers: int, *, q: int, decoder: str = "huber", c: float = ADVERSARIAL_C,
-                 robust: Optional[dict] = None, **options: Any) -> None:
+    def __init__(
+        self,
+        num_inputs: int,
+        num_workers: int,
+        *,
+        q: int,
+        decoder: str = "huber",
+        c: float = ADVERSARIAL_C,
+        robust: Optional[dict] = None,
+        **options: Any,
+    ) -> None:
         if isinstance(q, bool) or not isinstance(q, int) or not 0 <= q < num_workers:
             raise ValueError(f"q must be an integer in [0, N) (the adversaries to withstand), got {q!r}")
         if decoder not in ROBUST_METHODS:
@@ -168,8 +198,9 @@ class RobustGCC(GCC):
         if decoder == "plain":
             self.decoder = AdversarialSplineDecoder(alpha, beta, q=q, c=c, min_arrived=2, **self._decoder_options)
         else:
-            self.decoder = RobustSplineDecoder(alpha, beta, q=q, method=decoder, c=c, **(robust or {}),
-                                               **self._decoder_options)
+            self.decoder = RobustSplineDecoder(
+                alpha, beta, q=q, method=decoder, c=c, **(robust or {}), **self._decoder_options
+            )
         self.q, self.decoder_name = q, decoder
         self.lambda_dec = f"adversarial(q={q}, c={c:g})"
 

@@ -171,8 +171,13 @@ class StragglerAwareController:
             self.index, self.held = target, 0
         return self.size
 
-    def observe(self, durations: torch.Tensor | Sequence[float], size: Optional[int] = None, *,
-                watched_until: Optional[float] = None) -> bool:
+    def observe(
+        self,
+        durations: torch.Tensor | Sequence[float],
+        size: Optional[int] = None,
+        *,
+        watched_until: Optional[float] = None,
+    ) -> bool:
         """Record one step's unit durations ``(units,)`` in seconds; returns whether it was a straggler event.
 
         ``size`` is the size the step ran with (default: the current size). Units whose result was not seen by
@@ -187,8 +192,9 @@ class StragglerAwareController:
         durations = torch.as_tensor(durations, dtype=torch.float64).flatten()
         expected = int(self.event_model.units(torch.tensor(size)))
         if durations.numel() != expected:
-            raise ValueError(f"size {size} runs {expected} units under {self.event_model!r}, "
-                             f"got {durations.numel()} durations")
+            raise ValueError(
+                f"size {size} runs {expected} units under {self.event_model!r}, got {durations.numel()} durations"
+            )
         if torch.isnan(durations).any() or (durations < 0).any():
             raise ValueError("durations must be >= 0 seconds (inf for results never seen), got NaN or negative values")
         seen = torch.isfinite(durations)
@@ -227,14 +233,26 @@ class StragglerAwareController:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: settings, posterior, dual variable, counters and the generator state."""
         return {
-            "sizes": self.sizes.tolist(), "utility": self.utility.tolist(),
-            "threshold": self.threshold.state_dict(), "event_model": self.event_model.state_dict(),
-            "dual": self.dual.state_dict(), "risk": self.risk.state_dict(),
-            "hold": self.hold, "max_step": self.max_step, "warmup": self.warmup,
-            "risk_cap": self.risk_cap, "change_alpha": self.change_alpha, "changes": self.changes,
+            "sizes": self.sizes.tolist(),
+            "utility": self.utility.tolist(),
+            "threshold": self.threshold.state_dict(),
+            "event_model": self.event_model.state_dict(),
+            "dual": self.dual.state_dict(),
+            "risk": self.risk.state_dict(),
+            "hold": self.hold,
+            "max_step": self.max_step,
+            "warmup": self.warmup,
+            "risk_cap": self.risk_cap,
+            "change_alpha": self.change_alpha,
+            "changes": self.changes,
             "after_change": self.after_change,
-            "fallback_index": self.fallback_index, "index": self.index, "adaptive": self.adaptive,
-            "held": self.held, "steps": self.steps, "events": self.events, "size_counts": list(self.size_counts),
+            "fallback_index": self.fallback_index,
+            "index": self.index,
+            "adaptive": self.adaptive,
+            "held": self.held,
+            "steps": self.steps,
+            "events": self.events,
+            "size_counts": list(self.size_counts),
             "generator": self.generator.get_state(),
         }
 
@@ -246,12 +264,27 @@ class StragglerAwareController:
         self.event_model = make_event_model(state["event_model"])
         self.dual.load_state_dict(state["dual"])
         self.risk.load_state_dict(state["risk"])
-        for key in ("hold", "max_step", "warmup", "risk_cap", "change_alpha", "changes", "after_change",
-                    "fallback_index", "index", "adaptive", "held", "steps", "events"):
+        for key in (
+            "hold",
+            "max_step",
+            "warmup",
+            "risk_cap",
+            "change_alpha",
+            "changes",
+            "after_change",
+            "fallback_index",
+            "index",
+            "adaptive",
+            "held",
+            "steps",
+            "events",
+        ):
             setattr(self, key, state[key])
         self.size_counts = list(state["size_counts"])
         self.generator.set_state(state["generator"])
 
     def __repr__(self) -> str:
-        return (f"StragglerAwareController(sizes={self.sizes.tolist()}, size={self.size}, budget={self.budget}, "
-                f"lambda={self.dual.value:.3g}, q={self.risk.mean:.3g}, {self.event_model!r}, {self.threshold!r})")
+        return (
+            f"StragglerAwareController(sizes={self.sizes.tolist()}, size={self.size}, budget={self.budget}, "
+            f"lambda={self.dual.value:.3g}, q={self.risk.mean:.3g}, {self.event_model!r}, {self.threshold!r})"
+        )

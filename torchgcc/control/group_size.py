@@ -48,8 +48,14 @@ def group_size_controller(
     if (deadline is None) == (kappa is None):
         raise ValueError("give exactly one of deadline= (seconds) or kappa= (a multiple of the median duration)")
     threshold = DeadlineThreshold(deadline) if deadline is not None else RelativeThreshold(kappa)
-    return StragglerAwareController(group_sizes, budget=budget, threshold=threshold,
-                                    event_model=AllMustFinish(prompts_per_step), utility=utility, **options)
+    return StragglerAwareController(
+        group_sizes,
+        budget=budget,
+        threshold=threshold,
+        event_model=AllMustFinish(prompts_per_step),
+        utility=utility,
+        **options,
+    )
 
 
 class GroupSizeHook:

@@ -22,9 +22,15 @@ def beta_binomial_sf(at_least: torch.Tensor, trials: torch.Tensor, alpha: float,
     x = torch.arange(int(trials.max().item()) + 1 if trials.numel() else 1, dtype=torch.float64)
     n = trials.unsqueeze(-1)
     lgamma = torch.lgamma
-    log_pmf = (lgamma(n + 1) - lgamma(x + 1) - lgamma((n - x).clamp_min(0) + 1)
-               + lgamma(x + alpha) + lgamma((n - x).clamp_min(0) + beta) - lgamma(n + alpha + beta)
-               - (math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta)))
+    log_pmf = (
+        lgamma(n + 1)
+        - lgamma(x + 1)
+        - lgamma((n - x).clamp_min(0) + 1)
+        + lgamma(x + alpha)
+        + lgamma((n - x).clamp_min(0) + beta)
+        - lgamma(n + alpha + beta)
+        - (math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta))
+    )
     keep = (x <= n) & (x >= at_least.unsqueeze(-1))
     return torch.where(keep, log_pmf.exp(), torch.zeros((), dtype=torch.float64)).sum(-1).clamp(0.0, 1.0)
 
@@ -90,8 +96,7 @@ class BetaTailRisk:
         return beta_binomial_sf(at_least, units, self.alpha, self.beta)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"prior": list(self.prior), "discount": self.discount, "exceeded": self.exceeded,
-                "within": self.within}
+        return {"prior": list(self.prior), "discount": self.discount, "exceeded": self.exceeded, "within": self.within}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.prior = (float(state["prior"][0]), float(state["prior"][1]))

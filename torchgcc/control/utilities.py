@@ -42,8 +42,10 @@ def normalised_utility(spec: UtilitySpec, sizes: torch.Tensor) -> torch.Tensor:
     else:
         raw = torch.as_tensor(spec, dtype=torch.float64).flatten()
         if raw.shape != sizes.shape:
-            raise ValueError(f"utility must be a name in {UTILITIES.names()} or one value per size "
-                             f"({len(sizes)}), got {len(raw)} values")
+            raise ValueError(
+                f"utility must be a name in {UTILITIES.names()} or one value per size "
+                f"({len(sizes)}), got {len(raw)} values"
+            )
     if not torch.isfinite(raw).all():
         raise ValueError(f"utility values must be finite, got {raw.tolist()}")
     span = raw.max() - raw.min()

@@ -96,9 +96,20 @@ class WaitCountController:
         if fallback not in candidates:
             raise ValueError(f"fallback={fallback} is not one of the candidate S values {candidates}")
         self.controller = StragglerAwareController(
-            waits, budget=budget, threshold=DeadlineThreshold(deadline), event_model=WaitForFastest(num_workers),
-            utility=utility, fallback=num_workers - fallback, risk_cap=budget if chance_constraint else None,
-            change_alpha=change_alpha, eta=eta, discount=discount, warmup=warmup, max_step=max_step, **options)
+            waits,
+            budget=budget,
+            threshold=DeadlineThreshold(deadline),
+            event_model=WaitForFastest(num_workers),
+            utility=utility,
+            fallback=num_workers - fallback,
+            risk_cap=budget if chance_constraint else None,
+            change_alpha=change_alpha,
+            eta=eta,
+            discount=discount,
+            warmup=warmup,
+            max_step=max_step,
+            **options,
+        )
 
     @property
     def stragglers(self) -> int:
@@ -114,8 +125,13 @@ class WaitCountController:
         """S for the next step (wait for ``N - S`` results)."""
         return self.num_workers - self.controller.choose()
 
-    def observe(self, latencies: torch.Tensor | Sequence[float], stragglers: Optional[int] = None, *,
-                watched_until: Optional[float] = None) -> bool:
+    def observe(
+        self,
+        latencies: torch.Tensor | Sequence[float],
+        stragglers: Optional[int] = None,
+        *,
+        watched_until: Optional[float] = None,
+    ) -> bool:
         """Record the ``(N,)`` worker latencies of a step run with ``stragglers`` (default: the current S).
 
         Results not seen by ``watched_until`` seconds (default: the end of the step) are ``inf``; an executor that
@@ -144,8 +160,9 @@ class WaitCountController:
         return f"WaitCountController(N={self.num_workers}, S={self.stragglers}, {self.controller!r})"
 
 
-def compare_with_fixed(fixed: Sequence[Mapping[str, Any]], adaptive: Mapping[str, Any], deadline: float
-                       ) -> dict[str, Any]:
+def compare_with_fixed(
+    fixed: Sequence[Mapping[str, Any]], adaptive: Mapping[str, Any], deadline: float
+) -> dict[str, Any]:
     """The acceptance comparison of an adaptive wait count with fixed S rows (each ``{"S", "p99", "agreement"}``).
 
     The reference is the most accurate fixed S whose p99 latency meets ``deadline`` (ties: the smaller S); the
@@ -155,8 +172,13 @@ def compare_with_fixed(fixed: Sequence[Mapping[str, Any]], adaptive: Mapping[str
     if not meeting:
         return {"reference_S": None, "note": "no fixed S meets the deadline at p99"}
     best = max(meeting, key=lambda r: (r["agreement"], -r["S"]))
-    return {"reference_S": best["S"], "reference_p99": best["p99"], "reference_agreement": best["agreement"],
-            "adaptive_p99": adaptive["p99"], "adaptive_agreement": adaptive["agreement"],
-            "adaptive_p99_no_worse": adaptive["p99"] <= best["p99"],
-            "adaptive_agreement_no_worse": adaptive["agreement"] >= best["agreement"],
-            "adaptive_meets_deadline": adaptive["p99"] <= deadline}
+    return {
+        "reference_S": best["S"],
+        "reference_p99": best["p99"],
+        "reference_agreement": best["agreement"],
+        "adaptive_p99": adaptive["p99"],
+        "adaptive_agreement": adaptive["agreement"],
+        "adaptive_p99_no_worse": adaptive["p99"] <= best["p99"],
+        "adaptive_agreement_no_worse": adaptive["agreement"] >= best["agreement"],
+        "adaptive_meets_deadline": adaptive["p99"] <= deadline,
+    }

@@ -7,8 +7,8 @@ heartbeats, shutdown). See docs/distributed.md.
 """
 
 from torchgcc.distributed.arrival import Injected, Measured, Simulated, StepPlan
-from torchgcc.distributed.dataplane import DataPlane, Message, PairBrokenError, PairChannel, open_peer_pair
 from torchgcc.distributed.coordinator import Coordinator, StepResult, TooFewWorkersError
+from torchgcc.distributed.dataplane import DataPlane, Message, PairBrokenError, PairChannel, open_peer_pair
 from torchgcc.distributed.faults import FaultPlan
 from torchgcc.distributed.layout import LAYOUTS, layout_workers
 from torchgcc.distributed.schemes import SCHEMES, CodedScheme, ReplicationScheme, UncodedScheme, make_scheme

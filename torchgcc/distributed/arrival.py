@@ -76,4 +76,3 @@ class Measured:
 
     def plan(self, num_groups: int, num_workers: int) -> StepPlan:
         return StepPlan(delays=None, required=None, quorum=num_workers - self.num_stragglers)
-

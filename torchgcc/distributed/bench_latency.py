@@ -59,25 +59,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="20 steps per setting (a smoke run)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before a setting's job is killed")
-    parser.add_argument("--latency-model", default=None,
-                        help="latency model of the injected delays instead of the bimodal one (e.g. tail_change; "
-                             "--straggle-probs, --fast and --slow are then unused)")
-    parser.add_argument("--latency-param", action="append", default=[], metavar="KEY=VALUE",
-                        help="parameter of --latency-model, e.g. shift=0.1 scale=0.02 scale_after=0.05 "
-                             "change_at=150 (repeatable)")
-    parser.add_argument("--adaptive-wait", action="store_true",
-                        help="run uncoded, GCC at every --wait-stragglers S and gcc:adaptive (S chosen per step)")
+    parser.add_argument(
+        "--latency-model",
+        default=None,
+        help="latency model of the injected delays instead of the bimodal one (e.g. tail_change; "
+        "--straggle-probs, --fast and --slow are then unused)",
+    )
+    parser.add_argument(
+        "--latency-param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="parameter of --latency-model, e.g. shift=0.1 scale=0.02 scale_after=0.05 change_at=150 (repeatable)",
+    )
+    parser.add_argument(
+        "--adaptive-wait",
+        action="store_true",
+        help="run uncoded, GCC at every --wait-stragglers S and gcc:adaptive (S chosen per step)",
+    )
     parser.add_argument("--wait-deadline", type=float, default=None, help="seconds: the adaptive wait's deadline")
-    parser.add_argument("--wait-budget", type=float, default=0.01,
-                        help="allowed fraction of adaptive steps over --wait-deadline")
+    parser.add_argument(
+        "--wait-budget", type=float, default=0.01, help="allowed fraction of adaptive steps over --wait-deadline"
+    )
     parser.add_argument("--wait-warmup", type=int, default=1, help="adaptive steps at S = N - K before adapting")
     parser.add_argument("--wait-max-step", type=int, default=4, help="largest change of the adaptive S per step")
-    parser.add_argument("--wait-discount", type=float, default=0.95,
-                        help="forgetting factor of the adaptive wait's tail-risk posterior (memory ~1/(1 - this) steps)")
-    parser.add_argument("--wait-stragglers", default=None,
-                        help="comma-separated fixed S of GCC beside the adaptive row (default 0, 2, ..., N - K)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output folder (default: a fresh ./torchgcc-results/bench-latency/<time>/)")
+    parser.add_argument(
+        "--wait-discount",
+        type=float,
+        default=0.95,
+        help="forgetting factor of the adaptive wait's tail-risk posterior (memory ~1/(1 - this) steps)",
+    )
+    parser.add_argument(
+        "--wait-stragglers",
+        default=None,
+        help="comma-separated fixed S of GCC beside the adaptive row (default 0, 2, ..., N - K)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default: a fresh ./torchgcc-results/bench-latency/<time>/)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -134,33 +156,74 @@ def _run_setting(args, num_workers: int, num_inputs: int, p: float, steps: int, 
     fixed_s = wait_stragglers_of(args, num_workers, num_inputs) if args.adaptive_wait else None
     schemes = schemes_of(num_workers, num_inputs, fixed_s)
     latency = args.latency_model or "bimodal"
-    latency_params = list(args.latency_param) if args.latency_model else [
-        f"fast={args.fast}", f"slow={args.slow}", f"p_slow={p}", "jitter=0.5"]
+    latency_params = (
+        list(args.latency_param)
+        if args.latency_model
+        else [f"fast={args.fast}", f"slow={args.slow}", f"p_slow={p}", "jitter=0.5"]
+    )
     job_args = [
-        "--mode", "injected", "--code", ",".join(schemes), "--deadline", "0",
-        "-N", str(num_workers), "-K", str(num_inputs), "-S", "0", "--steps", str(steps),
-        "--latency", latency, "--batch-size", str(args.batch_size), "--seed", str(args.seed),
+        "--mode",
+        "injected",
+        "--code",
+        ",".join(schemes),
+        "--deadline",
+        "0",
+        "-N",
+        str(num_workers),
+        "-K",
+        str(num_inputs),
+        "-S",
+        "0",
+        "--steps",
+        str(steps),
+        "--latency",
+        latency,
+        "--batch-size",
+        str(args.batch_size),
+        "--seed",
+        str(args.seed),
     ]
     if args.adaptive_wait:
-        job_args += ["--wait-deadline", str(args.wait_deadline), "--wait-budget", str(args.wait_budget),
-                     "--wait-max-stragglers", str(max(fixed_s)), "--wait-warmup", str(args.wait_warmup),
-                     "--wait-max-step", str(args.wait_max_step), "--wait-discount", str(args.wait_discount)]
+        job_args += [
+            "--wait-deadline",
+            str(args.wait_deadline),
+            "--wait-budget",
+            str(args.wait_budget),
+            "--wait-max-stragglers",
+            str(max(fixed_s)),
+            "--wait-warmup",
+            str(args.wait_warmup),
+            "--wait-max-step",
+            str(args.wait_max_step),
+            "--wait-discount",
+            str(args.wait_discount),
+        ]
     for param in latency_params:
         job_args += ["--latency-param", param]
     label = f"p={p}" if args.latency_model is None else latency
     task = progress.add_task(f"N={num_workers} K={num_inputs} {label}", total=steps * len(schemes))
     with tempfile.TemporaryDirectory(prefix="torchgcc-bench-") as folder:
         saved_path = Path(folder) / "steps.pt"
-        job = launch([*job_args, "--save", str(saved_path)], nproc=args.nproc, timeout_s=args.timeout,
-                     on_record=lambda record: progress.advance(task) if "step" in record else None)
+        job = launch(
+            [*job_args, "--save", str(saved_path)],
+            nproc=args.nproc,
+            timeout_s=args.timeout,
+            on_record=lambda record: progress.advance(task) if "step" in record else None,
+        )
         if any(job.returncodes):
-            raise RuntimeError(f"the N={num_workers} K={num_inputs} p={p} job failed with exit codes "
-                               f"{job.returncodes}:\n{job.stderr[-4000:]}")
+            raise RuntimeError(
+                f"the N={num_workers} K={num_inputs} p={p} job failed with exit codes "
+                f"{job.returncodes}:\n{job.stderr[-4000:]}"
+            )
         saved = torch.load(saved_path, weights_only=False)["steps"]
     records = job.steps
     for record, step in zip(records, saved):
-        record.update(N=num_workers, K=num_inputs, p=p, model_latency_s=model_latency(
-            step["delays"], record["scheme"], num_inputs, stragglers=record.get("S")))
+        record.update(
+            N=num_workers,
+            K=num_inputs,
+            p=p,
+            model_latency_s=model_latency(step["delays"], record["scheme"], num_inputs, stragglers=record.get("S")),
+        )
     summary = summarize(records)
     for name, row in summary.items():
         model = torch.tensor([r["model_latency_s"] for r in records if r["scheme"] == name], dtype=torch.float64)
@@ -168,19 +231,27 @@ def _run_setting(args, num_workers: int, num_inputs: int, p: float, steps: int, 
         row["p99_vs_uncoded"] = row["p99_latency_s"] / summary["uncoded"]["p99_latency_s"]
     delays = torch.stack([s["delays"] for s in saved[:: len(schemes)]])
     setting = {
-        "N": num_workers, "K": num_inputs, "p": p, "S": fixed_s or stragglers_of(num_workers, num_inputs),
-        "latency": latency, "latency_params": latency_params, "steps": steps,
+        "N": num_workers,
+        "K": num_inputs,
+        "p": p,
+        "S": fixed_s or stragglers_of(num_workers, num_inputs),
+        "latency": latency,
+        "latency_params": latency_params,
+        "steps": steps,
         "straggler_fraction": float((delays > (args.fast + args.slow) / 2).double().mean())
-        if args.latency_model is None else None,
-        "schemes": summary, "records": records,
+        if args.latency_model is None
+        else None,
+        "schemes": summary,
+        "records": records,
     }
     if args.adaptive_wait:
         setting["adaptive_wait"] = _adaptive_report(args, records, summary, job.of("summary")[0], fixed_s, steps)
     return setting
 
 
-def _adaptive_report(args, records: list[dict], summary: dict, job_summary: dict, fixed_s: list[int],
-                     steps: int) -> dict:
+def _adaptive_report(
+    args, records: list[dict], summary: dict, job_summary: dict, fixed_s: list[int], steps: int
+) -> dict:
     """Steps over the deadline and p99 after the tail change per scheme (added to ``summary``), the adaptive S,
     and the comparison with the most accurate fixed S meeting the deadline."""
     from torchgcc.control.wait_count import compare_with_fixed
@@ -189,19 +260,27 @@ def _adaptive_report(args, records: list[dict], summary: dict, job_summary: dict
     for name, row in summary.items():
         latency = torch.tensor([r["latency_s"] for r in records if r["scheme"] == name], dtype=torch.float64)
         row["over_deadline"] = float((latency > args.wait_deadline).double().mean())
-        row["p99_after_change_s"] = float(latency[int(change_at):].quantile(0.99)) if change_at < steps else None
-    fixed = [{"S": s, "p99": summary[f"gcc:S={s}"]["p99_latency_s"], "agreement": summary[f"gcc:S={s}"]["agreement"]}
-             for s in fixed_s]
+        row["p99_after_change_s"] = float(latency[int(change_at) :].quantile(0.99)) if change_at < steps else None
+    fixed = [
+        {"S": s, "p99": summary[f"gcc:S={s}"]["p99_latency_s"], "agreement": summary[f"gcc:S={s}"]["agreement"]}
+        for s in fixed_s
+    ]
     adaptive = summary["gcc:adaptive"]
     policy = job_summary["wait_policies"]["gcc:adaptive"]
     return {
-        "deadline_s": args.wait_deadline, "budget": args.wait_budget, "change_at_step": change_at,
-        "warmup": args.wait_warmup, "max_step": args.wait_max_step, "discount": args.wait_discount,
+        "deadline_s": args.wait_deadline,
+        "budget": args.wait_budget,
+        "change_at_step": change_at,
+        "warmup": args.wait_warmup,
+        "max_step": args.wait_max_step,
+        "discount": args.wait_discount,
         "S_by_step": [r["S"] for r in records if r["scheme"] == "gcc:adaptive"],
-        "stragglers_distribution": policy["stragglers_distribution"], "event_rate": policy["event_rate"],
+        "stragglers_distribution": policy["stragglers_distribution"],
+        "event_rate": policy["event_rate"],
         "detected_changes": policy["changes"],
-        "verdict": compare_with_fixed(fixed, {"p99": adaptive["p99_latency_s"], "agreement": adaptive["agreement"]},
-                                      args.wait_deadline),
+        "verdict": compare_with_fixed(
+            fixed, {"p99": adaptive["p99_latency_s"], "agreement": adaptive["agreement"]}, args.wait_deadline
+        ),
     }
 
 
@@ -225,15 +304,20 @@ def _table(results: list[dict]):
     from rich.table import Table
 
     table = Table(title="step latency and accuracy (same delays for every scheme of a setting)")
-    for column in ("N", "K", "p", "scheme", "median s", "p99 s", "model p99 s", "MSE (95% CI)",
-                   "agreement (95% CI)"):
+    for column in ("N", "K", "p", "scheme", "median s", "p99 s", "model p99 s", "MSE (95% CI)", "agreement (95% CI)"):
         table.add_column(column, justify="left" if column == "scheme" else "right")
     for setting in results:
         for name, row in setting["schemes"].items():
             table.add_row(
-                str(setting["N"]), str(setting["K"]), _delays_label(setting), name,
-                f"{row['median_latency_s']:.3f}", f"{row['p99_latency_s']:.3f}", f"{row['model_p99_latency_s']:.3f}",
-                f"{row['mse']:.2e} ± {row['mse_ci']:.1e}", f"{row['agreement']:.3f} ± {row['agreement_ci']:.3f}",
+                str(setting["N"]),
+                str(setting["K"]),
+                _delays_label(setting),
+                name,
+                f"{row['median_latency_s']:.3f}",
+                f"{row['p99_latency_s']:.3f}",
+                f"{row['model_p99_latency_s']:.3f}",
+                f"{row['mse']:.2e} ± {row['mse_ci']:.1e}",
+                f"{row['agreement']:.3f} ± {row['agreement_ci']:.3f}",
             )
     return table
 
@@ -246,8 +330,14 @@ def plot_frontier(results: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, len(results), figsize=(4.2 * len(results), 7), squeeze=False)
-    styles = {"uncoded": ("k", "s"), "replication": ("tab:red", "D"), "gcc": ("tab:blue", "o"),
-              "natural": ("tab:green", "^"), "bacc": ("tab:orange", "v"), "adaptive": ("tab:purple", "*")}
+    styles = {
+        "uncoded": ("k", "s"),
+        "replication": ("tab:red", "D"),
+        "gcc": ("tab:blue", "o"),
+        "natural": ("tab:green", "^"),
+        "bacc": ("tab:orange", "v"),
+        "adaptive": ("tab:purple", "*"),
+    }
     for column, setting in enumerate(results):
         top, bottom = axes[0, column], axes[1, column]
         for family, (colour, marker) in styles.items():
@@ -255,14 +345,32 @@ def plot_frontier(results: list[dict], path: Path) -> None:
             if not rows:
                 continue
             x = [r["p99_latency_s"] for _, r in rows]
-            top.errorbar(x, [r["agreement"] for _, r in rows], yerr=[r["agreement_ci"] for _, r in rows],
-                         color=colour, marker=marker, linestyle="-" if len(rows) > 1 else "none", label=family)
-            bottom.plot(x, [max(r["mse"], 1e-12) for _, r in rows], color=colour, marker=marker,
-                        linestyle="-" if len(rows) > 1 else "none", label=family)
+            top.errorbar(
+                x,
+                [r["agreement"] for _, r in rows],
+                yerr=[r["agreement_ci"] for _, r in rows],
+                color=colour,
+                marker=marker,
+                linestyle="-" if len(rows) > 1 else "none",
+                label=family,
+            )
+            bottom.plot(
+                x,
+                [max(r["mse"], 1e-12) for _, r in rows],
+                color=colour,
+                marker=marker,
+                linestyle="-" if len(rows) > 1 else "none",
+                label=family,
+            )
             for name, row in rows:
                 if ":" in name:
-                    top.annotate(name.partition(":")[2], (row["p99_latency_s"], row["agreement"]), fontsize=7,
-                                 textcoords="offset points", xytext=(3, 3))
+                    top.annotate(
+                        name.partition(":")[2],
+                        (row["p99_latency_s"], row["agreement"]),
+                        fontsize=7,
+                        textcoords="offset points",
+                        xytext=(3, 3),
+                    )
         if "adaptive_wait" in setting:
             for ax in (top, bottom):
                 ax.axvline(setting["adaptive_wait"]["deadline_s"], color="grey", ls="--", lw=1, label="wait deadline")
@@ -291,15 +399,19 @@ def plot_adaptive_wait(results: list[dict], records: list[dict], path: Path) -> 
         report = setting["adaptive_wait"]
         reference = report["verdict"].get("reference_S")
         top, bottom = axes[0, column], axes[1, column]
-        top.step(range(len(report["S_by_step"])), report["S_by_step"], where="post", color="tab:purple",
-                 label="adaptive S")
+        top.step(
+            range(len(report["S_by_step"])), report["S_by_step"], where="post", color="tab:purple", label="adaptive S"
+        )
         names = {"gcc:adaptive": ("tab:purple", "adaptive")}
         if reference is not None:
             top.axhline(reference, color="tab:blue", ls=":", label=f"reference fixed S = {reference}")
             names[f"gcc:S={reference}"] = ("tab:blue", f"fixed S = {reference}")
         for name, (colour, label) in names.items():
-            latency = [r["latency_s"] for r in records
-                       if r["scheme"] == name and (r["N"], r["K"], r["p"]) == (setting["N"], setting["K"], setting["p"])]
+            latency = [
+                r["latency_s"]
+                for r in records
+                if r["scheme"] == name and (r["N"], r["K"], r["p"]) == (setting["N"], setting["K"], setting["p"])
+            ]
             bottom.plot(latency, color=colour, lw=0.8, label=label)
         bottom.axhline(report["deadline_s"], color="grey", ls="--", lw=1, label="deadline")
         for ax in (top, bottom):
@@ -353,8 +465,9 @@ def run(args: argparse.Namespace) -> int:
     console.print(_table(results))
 
     out.mkdir(parents=True, exist_ok=True)
-    config = {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()
-              if key != "func"}
+    config = {
+        key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items() if key != "func"
+    }
     config.update(steps=steps, task="mlp", mode="injected", command="torchgcc bench-latency")
     records = [r for setting in results for r in setting.pop("records")]
     (out / "results.json").write_text(json.dumps({"config": config, "settings": results}, indent=2))

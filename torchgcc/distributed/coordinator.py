@@ -117,8 +117,16 @@ class Coordinator:
     def lost_workers(self) -> list[int]:
         return sorted(w for rank in self.monitor.lost for w in self.assignment[rank])
 
-    def step(self, scheme: Scheme, x: torch.Tensor, plan: StepPlan, *, step: int,
-             deadline_s: float | None = None, watch_s: float | None = None) -> StepResult:
+    def step(
+        self,
+        scheme: Scheme,
+        x: torch.Tensor,
+        plan: StepPlan,
+        *,
+        step: int,
+        deadline_s: float | None = None,
+        watch_s: float | None = None,
+    ) -> StepResult:
         """Run one step of ``scheme`` on the batch ``x`` ``(M, *in)``.
 
         The wait ends when the scheme's wait is over (codes: the plan's rule, i.e. its ``required`` workers or
@@ -145,8 +153,9 @@ class Coordinator:
         payloads = scheme.encode(x)
         delays = self._post_work(round_, step, payloads, plan.delays)
         deadline = float("inf") if deadline_s is None else start + deadline_s
-        results, compute, arrival = self._collect(round_, step, scheme, plan, num_groups, start=start,
-                                                  deadline=deadline)
+        results, compute, arrival = self._collect(
+            round_, step, scheme, plan, num_groups, start=start, deadline=deadline
+        )
 
         mask = self._mask(plan, results.keys(), num_groups, scheme.min_arrived)
         if isinstance(scheme, ReplicationScheme):
@@ -160,8 +169,10 @@ class Coordinator:
         latency_s = time.monotonic() - start
         if watch_s is not None:
             self._watch(round_, step, arrival, start=start, until=start + watch_s)
-        self.link.end_round(round_, {w for w in range(self.num_workers)
-                                     if w not in arrival and self.rank_of[w] not in self.monitor.lost})
+        self.link.end_round(
+            round_,
+            {w for w in range(self.num_workers) if w not in arrival and self.rank_of[w] not in self.monitor.lost},
+        )
         return StepResult(
             output=output,
             mask=mask.clone(),
@@ -172,13 +183,15 @@ class Coordinator:
             missing=missing,
             compute_s=max((compute[w] for w in arrived), default=0.0),
             payload_bytes=max(len(w) * payloads[0].nbytes for w in self.assignment.values()),
-            arrival_s=torch.tensor([arrival.get(w, float("inf")) for w in range(self.num_workers)],
-                                   dtype=torch.float64),
+            arrival_s=torch.tensor(
+                [arrival.get(w, float("inf")) for w in range(self.num_workers)], dtype=torch.float64
+            ),
             watched_s=latency_s if watch_s is None else max(latency_s, watch_s),
         )
 
-    def _post_work(self, round_: int, step: int, payloads: torch.Tensor,
-                   plan_delays: torch.Tensor | None) -> torch.Tensor | None:
+    def _post_work(
+        self, round_: int, step: int, payloads: torch.Tensor, plan_delays: torch.Tensor | None
+    ) -> torch.Tensor | None:
         """Send each live rank its workers' payloads ``(N, b, *in)`` and delays; returns the ``(N,)`` delays."""
         delays = None if plan_delays is None and not self.extra_delays.any() else self.extra_delays.clone()
         if plan_delays is not None:
@@ -200,9 +213,9 @@ class Coordinator:
         mask[short] = arrived  # the drawn survivors of these groups did not arrive: use whatever did
         return mask
 
-    def _collect(self, round_: int, step: int, scheme: Scheme, plan: StepPlan, num_groups: int, *,
-                 start: float, deadline: float
-                 ) -> tuple[dict[int, torch.Tensor], dict[int, float], dict[int, float]]:
+    def _collect(
+        self, round_: int, step: int, scheme: Scheme, plan: StepPlan, num_groups: int, *, start: float, deadline: float
+    ) -> tuple[dict[int, torch.Tensor], dict[int, float], dict[int, float]]:
         """Gather results of ``round_`` until the scheme's wait is over; returns ``{worker: (b, *out)}``, the
         compute seconds ``{worker: s}`` and the arrival seconds after ``start`` ``{worker: s}``."""
         results: dict[int, torch.Tensor] = {}
@@ -231,9 +244,13 @@ class Coordinator:
                 rule_met = not (required & pending)
             now = time.monotonic()
             decodable = bool(results) and scheme.decodable(
-                self._mask(plan, results.keys(), num_groups, scheme.min_arrived))
-            if decodable and (scheme.wait_over(self._mask(plan, results.keys(), num_groups, 0), rule_met)
-                              or now >= deadline or not pending):
+                self._mask(plan, results.keys(), num_groups, scheme.min_arrived)
+            )
+            if decodable and (
+                scheme.wait_over(self._mask(plan, results.keys(), num_groups, 0), rule_met)
+                or now >= deadline
+                or not pending
+            ):
                 break
             if now - start > self.step_timeout_s or not pending:
                 raise TooFewWorkersError(
@@ -261,12 +278,19 @@ class Coordinator:
         newly_lost |= {rank for rank in broken if self.monitor.declare_dead(rank)}
         gone = {w for rank in newly_lost for w in self.assignment[rank]}
         if gone:
-            print(f"[torchgcc] step {step}: lost rank(s) {sorted(newly_lost)} hosting workers {sorted(gone)}; "
-                  "they are stragglers from now on", file=sys.stderr, flush=True)
+            print(
+                f"[torchgcc] step {step}: lost rank(s) {sorted(newly_lost)} hosting workers {sorted(gone)}; "
+                "they are stragglers from now on",
+                file=sys.stderr,
+                flush=True,
+            )
         if readmitted:
             back = sorted(w for rank in readmitted for w in self.assignment[rank])
-            print(f"[torchgcc] step {step}: rank(s) {sorted(readmitted)} beat again: re-admitted workers {back}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[torchgcc] step {step}: rank(s) {sorted(readmitted)} beat again: re-admitted workers {back}",
+                file=sys.stderr,
+                flush=True,
+            )
         return gone
 
     def close(self, *, grace_s: float = 3.0) -> None:

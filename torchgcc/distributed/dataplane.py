@@ -50,8 +50,16 @@ OPERATION_TIMEOUT = timedelta(days=7)
 TAG_TO_PEER, TAG_FROM_PEER = 1, 2
 
 _DTYPES: tuple[torch.dtype, ...] = (
-    torch.float32, torch.float64, torch.float16, torch.bfloat16,
-    torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
 )
 
 
@@ -121,8 +129,9 @@ class PairChannel:
         epoch: the build generation of this pair (see :meth:`open`).
     """
 
-    def __init__(self, group: dist.ProcessGroup, *, side: int, device: torch.device | str, backend: str,
-                 epoch: int) -> None:
+    def __init__(
+        self, group: dist.ProcessGroup, *, side: int, device: torch.device | str, backend: str, epoch: int
+    ) -> None:
         self.group, self.side, self.backend, self.epoch = group, side, backend, epoch
         self.device = torch.device(device)
         self.peer = 1 - side
@@ -228,12 +237,19 @@ def epoch_key(name: int | str) -> str:
     return f"pair/{name}/epoch"
 
 
-def open_peer_pair(store: dist.Store, *, rank: int, backend: str = "gloo", device: torch.device | str = "cpu",
-                   connect_timeout_s: float = 60.0) -> PairChannel:
+def open_peer_pair(
+    store: dist.Store,
+    *,
+    rank: int,
+    backend: str = "gloo",
+    device: torch.device | str = "cpu",
+    connect_timeout_s: float = 60.0,
+) -> PairChannel:
     """The peer side (rank ``rank`` >= 1) of its pair with the coordinator, at the epoch the coordinator set."""
     epoch = int(store.get(epoch_key(rank))) if store.check([epoch_key(rank)]) else 0
-    return PairChannel.open(store, name=rank, side=1, epoch=epoch, backend=backend, device=device,
-                            connect_timeout_s=connect_timeout_s)
+    return PairChannel.open(
+        store, name=rank, side=1, epoch=epoch, backend=backend, device=device, connect_timeout_s=connect_timeout_s
+    )
 
 
 class _Link:
@@ -310,8 +326,15 @@ class DataPlane:
         TimeoutError: a peer did not join its pair in time (when it first opens).
     """
 
-    def __init__(self, store: dist.Store, ranks: list[int], *, backend: str = "gloo",
-                 device: torch.device | str = "cpu", connect_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        store: dist.Store,
+        ranks: list[int],
+        *,
+        backend: str = "gloo",
+        device: torch.device | str = "cpu",
+        connect_timeout_s: float = 60.0,
+    ) -> None:
         self.store, self.backend, self.device = store, backend, device
         self.connect_timeout_s = connect_timeout_s
         self.inbox: queue.Queue = queue.Queue()
@@ -326,8 +349,15 @@ class DataPlane:
         self.links = {rank: _Link(rank, pair, self.inbox) for rank, pair in opened.items()}
 
     def _open(self, rank: int) -> PairChannel:
-        return PairChannel.open(self.store, name=rank, side=0, epoch=self.epochs[rank], backend=self.backend,
-                                device=self.device, connect_timeout_s=self.connect_timeout_s)
+        return PairChannel.open(
+            self.store,
+            name=rank,
+            side=0,
+            epoch=self.epochs[rank],
+            backend=self.backend,
+            device=self.device,
+            connect_timeout_s=self.connect_timeout_s,
+        )
 
     def post(self, rank: int, message: Message, *, replaceable: bool = False) -> None:
         """Queue ``message`` for ``rank`` (returns at once)."""

@@ -121,8 +121,13 @@ def launch(
     return JobRun(returncodes=[p.returncode for p in processes], records=records, stderr=stderr)
 
 
-def _wait(processes: list[subprocess.Popen], rank0_out: str, timeout_s: float,
-          on_record: Callable[[dict], None] | None, grace_s: float) -> list[dict] | None:
+def _wait(
+    processes: list[subprocess.Popen],
+    rank0_out: str,
+    timeout_s: float,
+    on_record: Callable[[dict], None] | None,
+    grace_s: float,
+) -> list[dict] | None:
     """Wait for every process, feeding rank 0's JSON lines to ``on_record``; the records, or None on timeout.
 
     Ranks still running ``grace_s`` after rank 0 exited are killed."""
@@ -174,8 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m torchgcc.distributed.launch --nproc P [--timeout S] -- JOB OPTIONS``: rank 0's lines on stdout."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m torchgcc.distributed.launch", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m torchgcc.distributed.launch",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--nproc", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds before every process is killed")
     parser.add_argument("job", nargs=argparse.REMAINDER, help="options of python -m torchgcc.distributed")
@@ -187,8 +195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"rank {rank} pid {pid}", file=sys.stderr, flush=True)
 
     try:
-        run = launch(job, nproc=args.nproc, timeout_s=args.timeout, on_start=started,
-                     on_record=lambda record: print(json.dumps(record), flush=True))
+        run = launch(
+            job,
+            nproc=args.nproc,
+            timeout_s=args.timeout,
+            on_start=started,
+            on_record=lambda record: print(json.dumps(record), flush=True),
+        )
     except TimeoutError as error:
         print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
         return 124

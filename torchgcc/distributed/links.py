@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from torchgcc.distributed.dataplane import DataPlane, epoch_key, Message, PairBrokenError, PairChannel, open_peer_pair
+from torchgcc.distributed.dataplane import DataPlane, Message, PairBrokenError, PairChannel, epoch_key, open_peer_pair
 from torchgcc.distributed.transport import STORE_CHUNK_BYTES, Channel, check_chunk_bytes
 
 __all__ = ["TRANSPORTS", "Result", "Work", "coordinator_link", "worker_link"]
@@ -127,16 +127,18 @@ class StoreWorkerLink:
         return work
 
     def send(self, result: Result) -> None:
-        self.channel.put_payload(f"result/{result.round}/{result.worker}", result.__dict__,
-                                 chunk_bytes=self.chunk_bytes)
+        self.channel.put_payload(
+            f"result/{result.round}/{result.worker}", result.__dict__, chunk_bytes=self.chunk_bytes
+        )
 
 
 # -- data plane ----------------------------------------------------------------------------------------------------
 class GroupCoordinatorLink:
     """Coordinator side of the data-plane transport (one :class:`DataPlane` pair per worker rank)."""
 
-    def __init__(self, channel: Channel, ranks: list[int], *, backend: str = "gloo",
-                 device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, channel: Channel, ranks: list[int], *, backend: str = "gloo", device: torch.device | str = "cpu"
+    ) -> None:
         self.plane = DataPlane(channel.store, ranks, backend=backend, device=device)
         self._arrived: list[Result] = []
 
@@ -213,8 +215,9 @@ class GroupWorkerLink:
             key = epoch_key(self.channel.rank)
             if self.channel.store.check([key]) and int(self.channel.store.get(key)) > self.pair.epoch:
                 try:
-                    self.pair = open_peer_pair(self.channel.store, rank=self.channel.rank, backend=self.backend,
-                                               device=self.device)
+                    self.pair = open_peer_pair(
+                        self.channel.store, rank=self.channel.rank, backend=self.backend, device=self.device
+                    )
                     return True
                 except (TimeoutError, dist.DistError):
                     return False
@@ -222,8 +225,9 @@ class GroupWorkerLink:
         return False
 
 
-def coordinator_link(transport: str, channel: Channel, ranks: list[int], *, chunk_bytes: int = STORE_CHUNK_BYTES,
-                     backend: str = "gloo") -> StoreCoordinatorLink | GroupCoordinatorLink:
+def coordinator_link(
+    transport: str, channel: Channel, ranks: list[int], *, chunk_bytes: int = STORE_CHUNK_BYTES, backend: str = "gloo"
+) -> StoreCoordinatorLink | GroupCoordinatorLink:
     """The coordinator's link for ``transport`` (``"pg"`` or ``"store"``)."""
     if transport == "store":
         return StoreCoordinatorLink(channel, chunk_bytes=chunk_bytes)
@@ -232,8 +236,14 @@ def coordinator_link(transport: str, channel: Channel, ranks: list[int], *, chun
     raise ValueError(f"unknown transport {transport!r}; choose from {TRANSPORTS}")
 
 
-def worker_link(transport: str, channel: Channel, *, chunk_bytes: int = STORE_CHUNK_BYTES, backend: str = "gloo",
-                device: torch.device | str = "cpu") -> StoreWorkerLink | GroupWorkerLink:
+def worker_link(
+    transport: str,
+    channel: Channel,
+    *,
+    chunk_bytes: int = STORE_CHUNK_BYTES,
+    backend: str = "gloo",
+    device: torch.device | str = "cpu",
+) -> StoreWorkerLink | GroupWorkerLink:
     """A worker rank's link for ``transport`` (the pair's tensors live on ``device``: CPU for gloo)."""
     if transport == "store":
         return StoreWorkerLink(channel, chunk_bytes=chunk_bytes)

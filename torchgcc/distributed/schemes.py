@@ -14,8 +14,8 @@ import math
 import torch
 from torch import nn
 
-from torchgcc.codes import list_codes, make_code
 from torchgcc.coded_module import group_samples, ungroup_samples
+from torchgcc.codes import list_codes, make_code
 
 __all__ = ["SCHEMES", "CodedScheme", "ReplicationScheme", "UncodedScheme", "make_scheme"]
 
@@ -172,8 +172,10 @@ def make_scheme(
     num_stragglers = None
     if option == "adaptive":
         if policy is None or name in SCHEMES:
-            raise ValueError(f"scheme {name}:adaptive needs a code name and policy=WaitCountController(...) "
-                             "(torchgcc.distributed: --wait-deadline)")
+            raise ValueError(
+                f"scheme {name}:adaptive needs a code name and policy=WaitCountController(...) "
+                "(torchgcc.distributed: --wait-deadline)"
+            )
     elif option:
         key, _, value = option.partition("=")
         if key != "S" or not value.isdigit() or name in SCHEMES:

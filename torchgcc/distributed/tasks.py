@@ -28,7 +28,9 @@ class Task:
     batch: Callable[[int], torch.Tensor]
 
 
-def mlp_task(*, seed: int = 0, batch_size: int = 64, in_features: int = 16, hidden: int = 64, classes: int = 10) -> Task:
+def mlp_task(
+    *, seed: int = 0, batch_size: int = 64, in_features: int = 16, hidden: int = 64, classes: int = 10
+) -> Task:
     """A seeded random tanh MLP ``(M, in_features) -> (M, classes)`` on standard normal inputs."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -41,8 +43,15 @@ def mlp_task(*, seed: int = 0, batch_size: int = 64, in_features: int = 16, hidd
     return Task(model=model, batch=batch)
 
 
-def timm_task(name: str, *, seed: int = 0, batch_size: int = 64, image_size: int = 224, num_classes: int = 1000,
-              checkpoint: str | None = None) -> Task:
+def timm_task(
+    name: str,
+    *,
+    seed: int = 0,
+    batch_size: int = 64,
+    image_size: int = 224,
+    num_classes: int = 1000,
+    checkpoint: str | None = None,
+) -> Task:
     """A timm model in eval mode (seeded random weights unless ``checkpoint``) on seeded ``N(0, 1)`` images.
 
     Raises:
@@ -77,10 +86,18 @@ def timm_task(name: str, *, seed: int = 0, batch_size: int = 64, image_size: int
 TASKS: dict[str, Callable[..., Task]] = {"mlp": mlp_task}
 
 
-def make_task(name: str, *, seed: int, batch_size: int, image_size: int = 224, num_classes: int = 1000,
-              checkpoint: str | None = None) -> Task:
+def make_task(
+    name: str,
+    *,
+    seed: int,
+    batch_size: int,
+    image_size: int = 224,
+    num_classes: int = 1000,
+    checkpoint: str | None = None,
+) -> Task:
     """A built-in task (:data:`TASKS`) or, for any other name, :func:`timm_task`."""
     if name in TASKS:
         return TASKS[name](seed=seed, batch_size=batch_size)
-    return timm_task(name, seed=seed, batch_size=batch_size, image_size=image_size, num_classes=num_classes,
-                     checkpoint=checkpoint)
+    return timm_task(
+        name, seed=seed, batch_size=batch_size, image_size=image_size, num_classes=num_classes, checkpoint=checkpoint
+    )

@@ -141,4 +141,3 @@ def connect(timeout_s: float = 60.0) -> Channel:
         )
     store, rank, world_size = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
     return Channel(dist.PrefixStore(KEY_PREFIX, store), rank, world_size)
-

@@ -45,7 +45,8 @@ def serve(
     Each round the coordinator sends a :class:`~torchgcc.distributed.links.Work` (``inputs`` ``(W, b, *in)`` and
     ``delays`` ``(W,)`` or None) for the W coded workers this rank hosts. The rank runs ``model`` once on the
     ``W * b`` rows, then sends worker i's ``(b, *out)`` output ``delays[i]`` seconds after the model finished
-    (fastest first: an injected delay comes on top of the real compute time), with the seconds the model took. It stops waiting, and sends nothing more, as soon as the coordinator has moved to
+    (fastest first: an injected delay comes on top of the real compute time), with the seconds the model took. It
+    stops waiting, and sends nothing more, as soon as the coordinator has moved to
     a later round; work of a round that is already over is skipped. Runs the model on ``device``
     (``cuda:<local rank>`` in one-GPU-per-rank jobs); with ``transport="pg"`` on CPU the data plane is gloo.
     """

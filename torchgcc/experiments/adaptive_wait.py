@@ -42,11 +42,11 @@ from torchgcc.coded_module import group_samples  # noqa: E402
 from torchgcc.control.wait_count import WaitCountController, compare_with_fixed  # noqa: E402
 from torchgcc.experiments.data import load_dataset  # noqa: E402
 from torchgcc.experiments.evaluate import evaluate_coded, model_outputs  # noqa: E402
-from torchgcc.metrics import mean_ci  # noqa: E402
 from torchgcc.experiments.options import apply_threads, output_dir  # noqa: E402
 from torchgcc.experiments.plots import _save as save_figure  # noqa: E402
 from torchgcc.experiments.row_report import publish_rows, value_ci  # noqa: E402
 from torchgcc.experiments.training import load_or_train  # noqa: E402
+from torchgcc.metrics import mean_ci  # noqa: E402
 from torchgcc.stragglers import FixedStragglers, LatencyStragglers  # noqa: E402
 
 __all__ = ["ADAPTIVE_WAIT", "QUICK", "AdaptiveWaitExperiment", "run", "run_adaptive_wait"]
@@ -88,8 +88,9 @@ def calibrate_agreement(model, code, inputs: torch.Tensor, experiment: AdaptiveW
     groups = math.ceil(len(inputs) / experiment.num_inputs)
     profile = {}
     for s in experiment.stragglers:
-        masks = FixedStragglers(s, seed=10_000 + s).sample(groups * experiment.calibration_repeats,
-                                                           experiment.num_workers)
+        masks = FixedStragglers(s, seed=10_000 + s).sample(
+            groups * experiment.calibration_repeats, experiment.num_workers
+        )
         stats = evaluate_coded(model, code, inputs, masks.view(experiment.calibration_repeats, groups, -1))
         profile[s] = stats["agreement"]
     return profile
@@ -107,9 +108,15 @@ class _Tally:
     def summary(self, deadline: float, rows: slice) -> dict[str, float]:
         latency = np.array(self.latency[rows])
         agreement, agreement_ci = mean_ci(torch.tensor(self.agreement[rows]))
-        return {"p50": float(np.quantile(latency, 0.5)), "p99": float(np.quantile(latency, 0.99)),
-                "miss_rate": float(np.mean(latency > deadline)), "agreement": agreement, "agreement_ci": agreement_ci,
-                "accuracy": float(np.mean(self.accuracy[rows])), "mean_S": float(np.mean(self.stragglers[rows]))}
+        return {
+            "p50": float(np.quantile(latency, 0.5)),
+            "p99": float(np.quantile(latency, 0.99)),
+            "miss_rate": float(np.mean(latency > deadline)),
+            "agreement": agreement,
+            "agreement_ci": agreement_ci,
+            "accuracy": float(np.mean(self.accuracy[rows])),
+            "mean_S": float(np.mean(self.stragglers[rows])),
+        }
 
 
 def run_adaptive_wait(experiment: AdaptiveWaitExperiment, *, progress: bool = True):
@@ -130,13 +137,23 @@ def run_adaptive_wait(experiment: AdaptiveWaitExperiment, *, progress: bool = Tr
     reference = torch.cat([reference, reference[-1:].expand(padded - len(reference))]).view(num_groups, k)
     labels = torch.cat([labels, labels[-1:].expand(padded - len(labels))]).view(num_groups, k)
 
-    phases = [LatencyStragglers(name, seed=experiment.seed + index, **params)
-              for index, (name, params) in enumerate((experiment.latency_before, experiment.latency_after))]
+    phases = [
+        LatencyStragglers(name, seed=experiment.seed + index, **params)
+        for index, (name, params) in enumerate((experiment.latency_before, experiment.latency_after))
+    ]
     waiters = {s: LatencyStragglers(phases[0].latency, num_stragglers=s) for s in experiment.stragglers}
-    policy = WaitCountController(n, deadline=experiment.deadline, budget=experiment.budget,
-                                 stragglers=experiment.stragglers, accuracy=profile, eta=experiment.eta,
-                                 discount=experiment.discount, warmup=experiment.warmup,
-                                 max_step=experiment.max_step, seed=experiment.seed)
+    policy = WaitCountController(
+        n,
+        deadline=experiment.deadline,
+        budget=experiment.budget,
+        stragglers=experiment.stragglers,
+        accuracy=profile,
+        eta=experiment.eta,
+        discount=experiment.discount,
+        warmup=experiment.warmup,
+        max_step=experiment.max_step,
+        seed=experiment.seed,
+    )
     tallies = {s: _Tally() for s in experiment.stragglers}
     tallies["adaptive"] = _Tally()
     half = experiment.steps // 2
@@ -157,24 +174,42 @@ def run_adaptive_wait(experiment: AdaptiveWaitExperiment, *, progress: bool = Tr
 
     records = []
     for scheme, tally in tallies.items():
-        record = {"scheme": "adaptive" if scheme == "adaptive" else f"fixed S={scheme}", "N": n, "K": k,
-                  "S": None if scheme == "adaptive" else scheme, "profile_agreement": profile.get(scheme),
-                  **tally.summary(experiment.deadline, slice(None))}
+        record = {
+            "scheme": "adaptive" if scheme == "adaptive" else f"fixed S={scheme}",
+            "N": n,
+            "K": k,
+            "S": None if scheme == "adaptive" else scheme,
+            "profile_agreement": profile.get(scheme),
+            **tally.summary(experiment.deadline, slice(None)),
+        }
         for name, rows in (("before", slice(0, half)), ("after", slice(half, None))):
-            record.update({f"{key}_{name}": value for key, value in tally.summary(experiment.deadline, rows).items()
-                           if key in ("p99", "miss_rate", "agreement", "mean_S")})
+            record.update(
+                {
+                    f"{key}_{name}": value
+                    for key, value in tally.summary(experiment.deadline, rows).items()
+                    if key in ("p99", "miss_rate", "agreement", "mean_S")
+                }
+            )
         records.append(record)
     verdict = compare_with_fixed(records[:-1], records[-1], experiment.deadline)
     verdict["adaptive_S_by_step"] = tallies["adaptive"].stragglers
     verdict["detected_changes"] = policy.controller.changes
-    config = {**asdict(experiment), "gcc_lambda_enc": code.lambda_enc, "gcc_lambda_dec": code.lambda_dec,
-              "test_samples": len(split.test_y), "test_accuracy": trained.test_accuracy,
-              "calibration_agreement": profile, "torch": torch.__version__, "torchgcc": torchgcc.__version__}
+    config = {
+        **asdict(experiment),
+        "gcc_lambda_enc": code.lambda_enc,
+        "gcc_lambda_dec": code.lambda_dec,
+        "test_samples": len(split.test_y),
+        "test_accuracy": trained.test_accuracy,
+        "calibration_agreement": profile,
+        "torch": torch.__version__,
+        "torchgcc": torchgcc.__version__,
+    }
     return records, config, verdict
 
 
-def plot_adaptive_wait(records: list[dict[str, Any]], adaptive_s: list[int], path: Path, *, deadline: float,
-                       title: str) -> Path:
+def plot_adaptive_wait(
+    records: list[dict[str, Any]], adaptive_s: list[int], path: Path, *, deadline: float, title: str
+) -> Path:
     """p99 latency and RelAcc of every fixed S with the adaptive scheme drawn as a line, and the adaptive S by step."""
     fixed, adaptive = records[:-1], records[-1]
     s = [r["S"] for r in fixed]
@@ -183,8 +218,15 @@ def plot_adaptive_wait(records: list[dict[str, Any]], adaptive_s: list[int], pat
     latency.axhline(adaptive["p99"], color="C3", label=f"adaptive, p99 (mean S {adaptive['mean_S']:.1f})")
     latency.axhline(deadline, color="k", ls="--", lw=1, label="deadline")
     latency.set(xlabel="stragglers S (wait for N - S)", ylabel="p99 step latency (s)")
-    accuracy.errorbar(s, [r["agreement"] for r in fixed], yerr=[r["agreement_ci"] for r in fixed], fmt="o-", ms=3,
-                      capsize=2, label="fixed S")
+    accuracy.errorbar(
+        s,
+        [r["agreement"] for r in fixed],
+        yerr=[r["agreement_ci"] for r in fixed],
+        fmt="o-",
+        ms=3,
+        capsize=2,
+        label="fixed S",
+    )
     accuracy.axhline(adaptive["agreement"], color="C3", label="adaptive")
     accuracy.set(xlabel="stragglers S", ylabel="RelAcc (argmax agreement)")
     trace.plot(adaptive_s, lw=0.6, color="C3")
@@ -208,9 +250,11 @@ def run(args: argparse.Namespace) -> int:
     experiment = replace(QUICK if args.quick else ADAPTIVE_WAIT, seed=args.seed)
     records, config, verdict = run_adaptive_wait(experiment, progress=args.progress)
     before, after = experiment.latency_before, experiment.latency_after
-    title = (f"Adaptive wait count: GCC, {experiment.model} on {experiment.data}, N={experiment.num_workers}, "
-             f"K={experiment.num_inputs}, {experiment.steps} steps, deadline {experiment.deadline:g} s, budget "
-             f"{experiment.budget}\nlatency {before[0]}{dict(before[1])} -> {after[0]}{dict(after[1])} at mid-run")
+    title = (
+        f"Adaptive wait count: GCC, {experiment.model} on {experiment.data}, N={experiment.num_workers}, "
+        f"K={experiment.num_inputs}, {experiment.steps} steps, deadline {experiment.deadline:g} s, budget "
+        f"{experiment.budget}\nlatency {before[0]}{dict(before[1])} -> {after[0]}{dict(after[1])} at mid-run"
+    )
     columns = [
         ("scheme", lambda record: record["scheme"]),
         ("mean S", _number("mean_S", 1)),
@@ -223,10 +267,12 @@ def run(args: argparse.Namespace) -> int:
         ("accuracy vs labels", _number("accuracy", 4)),
     ]
     out = output_dir(args)
-    paths = publish_rows(out, config=config, records=records, columns=columns, title=title, console=console,
-                         verdict=verdict)
-    plot_adaptive_wait(records, verdict["adaptive_S_by_step"], out / "adaptive_wait.png",
-                       deadline=experiment.deadline, title=title)
+    paths = publish_rows(
+        out, config=config, records=records, columns=columns, title=title, console=console, verdict=verdict
+    )
+    plot_adaptive_wait(
+        records, verdict["adaptive_S_by_step"], out / "adaptive_wait.png", deadline=experiment.deadline, title=title
+    )
     shown = {key: value for key, value in verdict.items() if key != "adaptive_S_by_step"}
     console.print(f"verdict: {shown}")
     console.print(f"wrote {paths['json']}, results.csv, table.md, adaptive_wait.png")

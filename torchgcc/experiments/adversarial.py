@@ -28,12 +28,11 @@ from tqdm.auto import tqdm
 
 import torchgcc
 from torchgcc.attacks import ATTACKS, Attack, RandomAttack
+from torchgcc.coded_module import group_samples
 from torchgcc.codes.robust import RobustGCC
-from torchgcc.coded_module import group_samples, ungroup_samples
 from torchgcc.experiments.evaluate import model_outputs
 from torchgcc.metrics import mean_ci
 from torchgcc.stragglers import FixedStragglers
-from torchgcc import metrics
 
 __all__ = ["AdversarialExperiment", "run_adversarial", "worst_case", "fit_slopes", "evaluate_attacked"]
 
@@ -78,9 +77,16 @@ def make_codes(k: int, n: int, q: int) -> dict[str, torchgcc.Code]:
 
 
 @torch.no_grad()
-def evaluate_attacked(f: Callable[[torch.Tensor], torch.Tensor], code: torchgcc.Code, inputs: torch.Tensor,
-                      reference: torch.Tensor, masks: torch.Tensor, attack: Attack, *,
-                      classification: bool) -> dict[str, float]:
+def evaluate_attacked(
+    f: Callable[[torch.Tensor], torch.Tensor],
+    code: torchgcc.Code,
+    inputs: torch.Tensor,
+    reference: torch.Tensor,
+    masks: torch.Tensor,
+    attack: Attack,
+    *,
+    classification: bool,
+) -> dict[str, float]:
     """Coded inference of ``f`` with ``attack`` corrupting the arrived results of every group under ``masks``
     ``(B, N)``; MSE (and RelAcc) against ``reference`` with 95% CIs over groups, and the detection rate when the
     decoder reports flagged workers."""
@@ -119,13 +125,32 @@ def fit_slopes(records: list[dict[str, Any]]) -> dict[str, float]:
     for record in records:
         if record["mse"] > 0:
             series.setdefault(f"{record['workload']} a={record['a']:g} {record['scheme']}", []).append(
-                (record["N"], record["mse"]))
-    return {key: float(np.polyfit(np.log([n for n, _ in pts]), np.log([m for _, m in pts]), 1)[0])
-            for key, pts in series.items() if len(pts) >= 2}
+                (record["N"], record["mse"])
+            )
+    return {
+        key: float(np.polyfit(np.log([n for n, _ in pts]), np.log([m for _, m in pts]), 1)[0])
+        for key, pts in series.items()
+        if len(pts) >= 2
+    }
 
 
-def _sweep(workload: str, f, inputs, reference, *, k: int, workers, exponents, attacks, bound: float,
-           stragglers: int, repeats: int, classification: bool, seed: int, progress: bool) -> list[dict[str, Any]]:
+def _sweep(
+    workload: str,
+    f,
+    inputs,
+    reference,
+    *,
+    k: int,
+    workers,
+    exponents,
+    attacks,
+    bound: float,
+    stragglers: int,
+    repeats: int,
+    classification: bool,
+    seed: int,
+    progress: bool,
+) -> list[dict[str, Any]]:
     records = []
     steps = [(n, a) for n in workers for a in exponents]
     for n, a in tqdm(steps, desc=workload, disable=not progress, leave=False):
@@ -136,8 +161,20 @@ def _sweep(workload: str, f, inputs, reference, *, k: int, workers, exponents, a
             for attack_name in attacks:
                 attack = make_attack(attack_name, q, bound, seed=seed + n)
                 stats = evaluate_attacked(f, code, inputs, reference, masks, attack, classification=classification)
-                records.append({"workload": workload, "scheme": scheme, "attack": attack_name, "a": a, "q": q,
-                                "N": n, "K": k, "S": stragglers, "M": bound, **stats})
+                records.append(
+                    {
+                        "workload": workload,
+                        "scheme": scheme,
+                        "attack": attack_name,
+                        "a": a,
+                        "q": q,
+                        "N": n,
+                        "K": k,
+                        "S": stragglers,
+                        "M": bound,
+                        **stats,
+                    }
+                )
     return records
 
 
@@ -150,29 +187,77 @@ def run_adversarial(experiment: AdversarialExperiment, *, progress: bool = True)
     alpha = torchgcc.points.resolve_points("chebyshev1", k, name="alpha")
     x = (10 * alpha).unsqueeze(-1)  # (K, 1): one group of K scalar inputs
     f = lambda t: t * torch.sin(t)  # noqa: E731
-    records = _sweep("xsinx", f, x, f(x), k=k, workers=experiment.xsinx_workers, exponents=experiment.exponents,
-                     attacks=experiment.attacks, bound=100.0, stragglers=0, repeats=1, classification=False,
-                     seed=experiment.seed, progress=progress)
+    records = _sweep(
+        "xsinx",
+        f,
+        x,
+        f(x),
+        k=k,
+        workers=experiment.xsinx_workers,
+        exponents=experiment.exponents,
+        attacks=experiment.attacks,
+        bound=100.0,
+        stragglers=0,
+        repeats=1,
+        classification=False,
+        seed=experiment.seed,
+        progress=progress,
+    )
 
     split = load_dataset("digits", seed=experiment.seed)
     model = load_or_train("lenet5", split, seed=experiment.seed, progress=progress).model
     logits = model_outputs(model, split.test_x)
     bound = 10 * logits.pow(2).mean().sqrt().item()
-    common = dict(k=experiment.lenet_inputs, attacks=experiment.attacks, bound=bound, classification=True,
-                  seed=experiment.seed, progress=progress)
-    records += _sweep("lenet5", model, split.test_x, logits, workers=experiment.lenet_workers,
-                      exponents=experiment.exponents, stragglers=experiment.lenet_stragglers, repeats=1, **common)
+    common = dict(
+        k=experiment.lenet_inputs,
+        attacks=experiment.attacks,
+        bound=bound,
+        classification=True,
+        seed=experiment.seed,
+        progress=progress,
+    )
+    records += _sweep(
+        "lenet5",
+        model,
+        split.test_x,
+        logits,
+        workers=experiment.lenet_workers,
+        exponents=experiment.exponents,
+        stragglers=experiment.lenet_stragglers,
+        repeats=1,
+        **common,
+    )
     n, q, s = experiment.lenet_case
-    records += _sweep("lenet5_case", model, split.test_x, logits, workers=(n,), exponents=(float(np.log(q) / np.log(n)),),
-                      stragglers=s, repeats=experiment.lenet_repeats, **common)
-    config = {**asdict(experiment), "xsinx_bound": 100.0, "lenet_bound": bound, "lenet_test_samples": len(logits),
-              "torch": torch.__version__, "torchgcc": torchgcc.__version__}
+    records += _sweep(
+        "lenet5_case",
+        model,
+        split.test_x,
+        logits,
+        workers=(n,),
+        exponents=(float(np.log(q) / np.log(n)),),
+        stragglers=s,
+        repeats=experiment.lenet_repeats,
+        **common,
+    )
+    config = {
+        **asdict(experiment),
+        "xsinx_bound": 100.0,
+        "lenet_bound": bound,
+        "lenet_test_samples": len(logits),
+        "torch": torch.__version__,
+        "torchgcc": torchgcc.__version__,
+    }
     return worst_case(records), records, config
 
 
 #: ``--quick``: fewer N, two exponents, three attacks.
-QUICK = AdversarialExperiment(exponents=(0.5, 0.7), xsinx_workers=(100, 200, 400), lenet_workers=(32, 64),
-                              attacks=("concentrated", "random", "random_pm"), lenet_repeats=1)
+QUICK = AdversarialExperiment(
+    exponents=(0.5, 0.7),
+    xsinx_workers=(100, 200, 400),
+    lenet_workers=(32, 64),
+    attacks=("concentrated", "random", "random_pm"),
+    lenet_repeats=1,
+)
 
 
 def acceptance(records: list[dict[str, Any]], attacks: tuple[str, ...] = ("concentrated", "random")) -> dict[str, Any]:
@@ -186,11 +271,15 @@ def acceptance(records: list[dict[str, Any]], attacks: tuple[str, ...] = ("conce
         at = {r["scheme"]: r["mse"] for r in chosen if r["a"] == a and r["N"] == largest}
         for scheme in ("huber", "trim"):
             out["xsinx"][f"a={a:g} {scheme}"] = {
-                "slope": slopes[f"xsinx a={a:g} {scheme}"], "bound": 1.2 * (a - 1) + 0.15,
-                "natural_over_robust_at_largest_N": at["natural"] / at[scheme], "largest_N": largest}
+                "slope": slopes[f"xsinx a={a:g} {scheme}"],
+                "bound": 1.2 * (a - 1) + 0.15,
+                "natural_over_robust_at_largest_N": at["natural"] / at[scheme],
+                "largest_N": largest,
+            }
     case = [r for r in records if r["workload"] == "lenet5_case"]
-    out["lenet5_case"] = {f"{r['scheme']} {r['attack']}": {k: r.get(k) for k in ("mse", "agreement", "detection")}
-                          for r in case}
+    out["lenet5_case"] = {
+        f"{r['scheme']} {r['attack']}": {k: r.get(k) for k in ("mse", "agreement", "detection")} for r in case
+    }
     return out
 
 
@@ -205,8 +294,10 @@ def plot_adversarial(records: list[dict[str, Any]], path, *, title: str):
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2), squeeze=False)
     for ax, (workload, a) in zip(axes[0], panels):
         for scheme in SCHEMES:
-            rows = sorted((r for r in records if r["workload"] == workload and r["a"] == a and r["scheme"] == scheme),
-                          key=lambda r: r["N"])
+            rows = sorted(
+                (r for r in records if r["workload"] == workload and r["a"] == a and r["scheme"] == scheme),
+                key=lambda r: r["N"],
+            )
             ax.loglog([r["N"] for r in rows], [max(r["mse"], 1e-30) for r in rows], "o-", label=scheme, ms=3)
         ax.set_title(f"{workload}, q = N^{a:g}", fontsize=9)
         ax.set_xlabel("N")
@@ -222,11 +313,10 @@ def plot_adversarial(records: list[dict[str, Any]], path, *, title: str):
 def run(args) -> int:
     """``torchgcc reproduce adversarial``."""
     from dataclasses import replace
-    from torchgcc.experiments.options import output_dir
 
     from rich.console import Console
 
-    from torchgcc.experiments.options import apply_threads
+    from torchgcc.experiments.options import apply_threads, output_dir
     from torchgcc.experiments.report import publish
 
     apply_threads(args)
@@ -237,13 +327,27 @@ def run(args) -> int:
     checks = acceptance(every)
     title = "Adversarial workers: worst case over attacks, q = N^a (x sin x: M = 100; LeNet5: M = 10x logit RMS)"
     series = lambda r: f"{r['workload']} a={r['a']:.2g} {r['scheme']}"  # noqa: E731
-    publish(out, config=config, records=worst, setting="N", title=title, series=series, console=console,
-            slopes=fit_slopes(worst), acceptance=checks, records_by_attack=every)
+    publish(
+        out,
+        config=config,
+        records=worst,
+        setting="N",
+        title=title,
+        series=series,
+        console=console,
+        slopes=fit_slopes(worst),
+        acceptance=checks,
+        records_by_attack=every,
+    )
     plot_adversarial(worst, out / "adversarial.png", title=title)
     for key, value in checks["xsinx"].items():
-        console.print(f"x sin x {key}: slope {value['slope']:.2f} (bound {value['bound']:.2f}), natural/robust at "
-                      f"N={value['largest_N']}: {value['natural_over_robust_at_largest_N']:.1f}x")
+        console.print(
+            f"x sin x {key}: slope {value['slope']:.2f} (bound {value['bound']:.2f}), natural/robust at "
+            f"N={value['largest_N']}: {value['natural_over_robust_at_largest_N']:.1f}x"
+        )
     for key, value in checks["lenet5_case"].items():
-        console.print(f"LeNet5 N=32 q=2 S=4 {key}: " + ", ".join(f"{k} {v:.3g}" for k, v in value.items() if v is not None))
+        console.print(
+            f"LeNet5 N=32 q=2 S=4 {key}: " + ", ".join(f"{k} {v:.3g}" for k, v in value.items() if v is not None)
+        )
     console.print(f"wrote {out}/results.json, results.csv, table.md, adversarial.png")
     return 0

@@ -69,9 +69,7 @@ def list_datasets() -> list[str]:
     return DATASETS.names()
 
 
-def load_dataset(
-    name: str, *, data_dir: str | Path | None = None, download: bool = False, seed: int = 0
-) -> DataSplit:
+def load_dataset(name: str, *, data_dir: str | Path | None = None, download: bool = False, seed: int = 0) -> DataSplit:
     """Load the registered dataset ``name`` as a standardised :class:`DataSplit`.
 
     ``seed`` fixes the train/test split of datasets that do not ship one (digits). ``data_dir`` and ``download``
@@ -80,8 +78,14 @@ def load_dataset(
     return DATASETS[name](data_dir=data_dir, download=download, seed=seed)
 
 
-def _standardise(name: str, train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
-                 test_y: torch.Tensor, num_classes: int) -> DataSplit:
+def _standardise(
+    name: str,
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    test_x: torch.Tensor,
+    test_y: torch.Tensor,
+    num_classes: int,
+) -> DataSplit:
     mean = train_x.mean(dim=(0, 2, 3), keepdim=True)
     std = train_x.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-8)
     return DataSplit(
@@ -95,8 +99,9 @@ def _standardise(name: str, train_x: torch.Tensor, train_y: torch.Tensor, test_x
 
 
 @register_dataset("digits")
-def load_digits(*, data_dir: str | Path | None = None, download: bool = False, seed: int = 0,
-                test_fraction: float = 0.2) -> DataSplit:
+def load_digits(
+    *, data_dir: str | Path | None = None, download: bool = False, seed: int = 0, test_fraction: float = 0.2
+) -> DataSplit:
     """scikit-learn's 1797 8x8 digits, split 80/20 by a permutation seeded with ``seed`` (offline)."""
     from sklearn.datasets import load_digits as sklearn_digits
 

@@ -22,8 +22,9 @@ from torchgcc.experiments.straggler_sweep import StragglerSweep, run_straggler_s
 __all__ = ["DEMO", "QUICK", "register", "run", "run_and_publish"]
 
 #: The published demo: LeNet5 on digits, K = 8 inputs per group on N = 32 workers, S = 0..16, 20 repeats.
-DEMO = StragglerSweep(model="lenet5", data="digits", num_inputs=8, num_workers=32,
-                      stragglers=tuple(range(0, 17, 2)), repeats=20)
+DEMO = StragglerSweep(
+    model="lenet5", data="digits", num_inputs=8, num_workers=32, stragglers=tuple(range(0, 17, 2)), repeats=20
+)
 #: ``--quick``: the same model and code on three values of S with 4 repeats.
 QUICK = replace(DEMO, stragglers=(0, 8, 16), repeats=4)
 
@@ -47,8 +48,10 @@ def print_verdict(records: list[dict], console: Console) -> bool:
     stragglers = sorted({r["S"] for r in records})
     mse_wins = all(by["gcc", s]["mse"] < by["bacc", s]["mse"] for s in stragglers)
     agreement_ok = all(by["gcc", s]["agreement"] >= by["bacc", s]["agreement"] - 0.005 for s in stragglers)
-    console.print(f"GCC MSE below BACC at every S: [bold]{'yes' if mse_wins else 'no'}[/]; "
-                  f"GCC agreement >= BACC - 0.5 points at every S: [bold]{'yes' if agreement_ok else 'no'}[/]")
+    console.print(
+        f"GCC MSE below BACC at every S: [bold]{'yes' if mse_wins else 'no'}[/]; "
+        f"GCC agreement >= BACC - 0.5 points at every S: [bold]{'yes' if agreement_ok else 'no'}[/]"
+    )
     return mse_wins and agreement_ok
 
 
@@ -64,10 +67,14 @@ def run_and_publish(sweep: StragglerSweep, *, out: Path, progress: bool, heading
     console = Console()
     records, config = run_straggler_sweep(sweep, progress=progress)
     origin = "loaded from" if config["model_from_cache"] else "trained and cached in"
-    console.print(f"{sweep.model} on {sweep.data}: test accuracy {100 * config['test_accuracy']:.1f}% "
-                  f"({origin} {config['model_cache']})")
-    title = (f"{heading}, {sweep.model} on {sweep.data}, K={sweep.num_inputs}, N={sweep.num_workers}, "
-             f"{sweep.placement} stragglers, {sweep.repeats} repeats\n{lambda_label(config)}")
+    console.print(
+        f"{sweep.model} on {sweep.data}: test accuracy {100 * config['test_accuracy']:.1f}% "
+        f"({origin} {config['model_cache']})"
+    )
+    title = (
+        f"{heading}, {sweep.model} on {sweep.data}, K={sweep.num_inputs}, N={sweep.num_workers}, "
+        f"{sweep.placement} stragglers, {sweep.repeats} repeats\n{lambda_label(config)}"
+    )
     publish(out, config=config, records=records, setting="S", title=title, console=console)
     plot_straggler_sweep(records, out / "stragglers.png", title=title)
     print_verdict(records, console)

@@ -14,17 +14,19 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from torchgcc.codes import Code
 from torchgcc.coded_module import group_samples, ungroup_samples
+from torchgcc.codes import Code
 from torchgcc.metrics import CodedMetrics
 from torchgcc.optional import require
 from torchgcc.stragglers import StragglerModel
 
 __all__ = ["evaluate_coded", "evaluate_sweep", "model_outputs"]
 
+
 @torch.no_grad()
-def model_outputs(model: Callable[[torch.Tensor], torch.Tensor], inputs: torch.Tensor, *,
-                  batch_size: int = 4096) -> torch.Tensor:
+def model_outputs(
+    model: Callable[[torch.Tensor], torch.Tensor], inputs: torch.Tensor, *, batch_size: int = 4096
+) -> torch.Tensor:
     """The uncoded outputs ``(M, *out)`` of ``model`` on ``inputs`` ``(M, *in)``, computed in batches."""
     return torch.cat([model(inputs[i : i + batch_size]) for i in range(0, len(inputs), batch_size)])
 
@@ -52,8 +54,9 @@ def evaluate_coded(
     num_inputs, num_workers = code.num_inputs, code.num_workers
     num_groups = math.ceil(len(inputs) / num_inputs)
     if masks.dim() != 3 or masks.shape[1:] != (num_groups, num_workers):
-        raise ValueError(f"masks must be (repeats, B, N) with B={num_groups}, N={num_workers}, "
-                         f"got shape {tuple(masks.shape)}")
+        raise ValueError(
+            f"masks must be (repeats, B, N) with B={num_groups}, N={num_workers}, got shape {tuple(masks.shape)}"
+        )
     if reference is None:
         reference = model_outputs(model, inputs, batch_size=batch_size)
     coded = code.encoder(group_samples(inputs, num_inputs))  # (B, N, *in)
@@ -88,7 +91,7 @@ def evaluate_sweep(
     shapes = {(code.num_inputs, code.num_workers) for code in codes.values()}
     if len(shapes) != 1:
         raise ValueError(f"all codes must share (K, N), got {sorted(shapes)}")
-    (num_inputs, num_workers), = shapes
+    ((num_inputs, num_workers),) = shapes
     num_groups = math.ceil(len(inputs) / num_inputs)
     if reference is None:
         reference = model_outputs(model, inputs)
@@ -99,8 +102,7 @@ def evaluate_sweep(
         for scheme, code in codes.items():
             bar.set_postfix(scheme=scheme, **label)
             stats = evaluate_coded(model, code, inputs, masks, reference=reference, classification=classification)
-            records.append({"scheme": scheme, "N": num_workers, "K": num_inputs, **label, "repeats": repeats,
-                            **stats})
+            records.append({"scheme": scheme, "N": num_workers, "K": num_inputs, **label, "repeats": repeats, **stats})
             bar.update()
     bar.close()
     return records

@@ -49,8 +49,15 @@ def cubic_polynomial(w: torch.Tensor):
 
     def f(x: torch.Tensor) -> torch.Tensor:
         z = x @ w
-        return torch.stack([z[:, 0] ** 3 + z[:, 1] ** 2 * z[:, 2], z[:, 1] ** 3 + z[:, 2] ** 2 * z[:, 0],
-                            z[:, 2] ** 3 + z[:, 0] ** 2 * z[:, 1]], dim=1)
+        return torch.stack(
+            [
+                z[:, 0] ** 3 + z[:, 1] ** 2 * z[:, 2],
+                z[:, 1] ** 3 + z[:, 2] ** 2 * z[:, 0],
+                z[:, 2] ** 3 + z[:, 0] ** 2 * z[:, 1],
+            ],
+            dim=1,
+        )
+
     return f
 
 
@@ -82,11 +89,22 @@ def run_manifold(experiment: ManifoldExperiment, *, progress: bool = True) -> tu
             masks = masks.view(experiment.repeats, groups, n)
             base = None
             for name, perm in orders.items():
-                stats = evaluate_coded(model, code, x[perm], masks, reference=reference[perm],
-                                       classification=classification)
+                stats = evaluate_coded(
+                    model, code, x[perm], masks, reference=reference[perm], classification=classification
+                )
                 base = stats["mse"] if base is None else base
-                records.append({"workload": workload, "scheme": name, "N": n, "K": k, "S": s,
-                                "repeats": experiment.repeats, **stats, "ratio": stats["mse"] / base})
+                records.append(
+                    {
+                        "workload": workload,
+                        "scheme": name,
+                        "N": n,
+                        "K": k,
+                        "S": s,
+                        "repeats": experiment.repeats,
+                        **stats,
+                        "ratio": stats["mse"] / base,
+                    }
+                )
     return records, config
 
 
@@ -96,11 +114,10 @@ QUICK = ManifoldExperiment(stragglers=(0, 8), repeats=2, swissroll_samples=256)
 def run(args) -> int:
     """``torchgcc reproduce manifold``."""
     from dataclasses import replace
-    from torchgcc.experiments.options import output_dir
 
     from rich.console import Console
 
-    from torchgcc.experiments.options import apply_threads
+    from torchgcc.experiments.options import apply_threads, output_dir
     from torchgcc.experiments.report import publish
 
     apply_threads(args)
@@ -108,13 +125,24 @@ def run(args) -> int:
     experiment = replace(QUICK if args.quick else ManifoldExperiment(), seed=args.seed)
     records, config = run_manifold(experiment, progress=args.progress)
     out = output_dir(args)
-    title = (f"Manifold-aware grouping (our reconstruction) vs standard GCC, K={experiment.num_inputs}, "
-             f"N={experiment.num_workers}, random stragglers, same masks")
-    publish(out, config=config, records=records, setting="S", title=title, console=console,
-            series=lambda r: f"{r['workload']} {r['scheme']}")
+    title = (
+        f"Manifold-aware grouping (our reconstruction) vs standard GCC, K={experiment.num_inputs}, "
+        f"N={experiment.num_workers}, random stragglers, same masks"
+    )
+    publish(
+        out,
+        config=config,
+        records=records,
+        setting="S",
+        title=title,
+        console=console,
+        series=lambda r: f"{r['workload']} {r['scheme']}",
+    )
     for r in records:
         if r["scheme"] != "standard":
-            console.print(f"{r['workload']} S={r['S']} {r['scheme']}: MSE ratio to standard {r['ratio']:.3f}"
-                          + (f", RelAcc {100 * r['agreement']:.1f}%" if "agreement" in r else ""))
+            console.print(
+                f"{r['workload']} S={r['S']} {r['scheme']}: MSE ratio to standard {r['ratio']:.3f}"
+                + (f", RelAcc {100 * r['agreement']:.1f}%" if "agreement" in r else "")
+            )
     console.print(f"wrote {out}/results.json, results.csv, table.md")
     return 0

@@ -1,8 +1,10 @@
 """``torchgcc reproduce noisy``: coded inference when the workers' results are noisy (the LeTCC setting).
 
 ``f`` is the fixed random smooth network of the rates experiment (a tanh MLP, 2 -> 16 -> 4, float64); every result
-gets Gaussian noise of standard deviation ``sigma`` times its group's result RMS (:class:`torchgcc.noise.GaussianNoise`),
-and ``S`` random workers straggle. Decoders: GCC with the noise-aware lambda ``0.01 (sigma^2 / n)^(4/5)`` for ``n`` fitted
+gets Gaussian noise of standard deviation ``sigma`` times its group's result RMS
+(:class:`torchgcc.noise.GaussianNoise`),
+and ``S`` random workers straggle. Decoders: GCC with the noise-aware lambda ``0.01 (sigma^2 / n)^(4/5)`` for ``n``
+fitted
 results (OUR RECONSTRUCTION of the ``lambda ~ n^(-4/5)`` scaling of the noisy-GCC analysis, with the known relative
 noise level), natural-spline GCC, GCC with GCV, and BACC. Two sweeps: N at fixed sigma, and sigma at fixed N. The
 fitted log-log slope of MSE against N goes beside the ``S^(8/5) N^(-3/5)`` bound's -0.6. A last panel runs the
@@ -21,8 +23,8 @@ import torch
 import torchgcc
 from torchgcc.coded_module import group_samples
 from torchgcc.experiments.evaluate import model_outputs
-from torchgcc.metrics import mean_ci
 from torchgcc.experiments.rates import SmoothMLP
+from torchgcc.metrics import mean_ci
 from torchgcc.noise import GaussianNoise, LowPrecisionWorkers
 from torchgcc.stragglers import FixedStragglers
 
@@ -52,15 +54,18 @@ class NoisyExperiment:
 
 
 @torch.no_grad()
-def _evaluate(f, workers_f, inputs, reference, *, k: int, n: int, s: int, sigma: float, repeats: int,
-              seed: int) -> list[dict[str, Any]]:
+def _evaluate(
+    f, workers_f, inputs, reference, *, k: int, n: int, s: int, sigma: float, repeats: int, seed: int
+) -> list[dict[str, Any]]:
     groups = math.ceil(len(inputs) / k)
     masks = FixedStragglers(s, seed=1000 * seed + n).sample(groups * repeats, n)
-    codes = {"noise-aware": torchgcc.GCC(k, n, lambda_dec=noise_aware_lambda(sigma, n - s)),
-             "natural": torchgcc.make_code("natural", num_inputs=k, num_workers=n),
-             "gcv": torchgcc.GCC(k, n, lambda_dec="gcv"),
-             "gcc": torchgcc.GCC(k, n),
-             "bacc": torchgcc.make_code("bacc", num_inputs=k, num_workers=n)}
+    codes = {
+        "noise-aware": torchgcc.GCC(k, n, lambda_dec=noise_aware_lambda(sigma, n - s)),
+        "natural": torchgcc.make_code("natural", num_inputs=k, num_workers=n),
+        "gcv": torchgcc.GCC(k, n, lambda_dec="gcv"),
+        "gcc": torchgcc.GCC(k, n),
+        "bacc": torchgcc.make_code("bacc", num_inputs=k, num_workers=n),
+    }
     truth = group_samples(reference, k).repeat(repeats, 1, 1)
     records = []
     for scheme, code in codes.items():
@@ -69,31 +74,52 @@ def _evaluate(f, workers_f, inputs, reference, *, k: int, n: int, s: int, sigma:
         if sigma > 0:
             results = GaussianNoise(sigma, seed=seed + n)(results, masks)
         per_group = (code.decoder(results, masks).double() - truth).pow(2).flatten(1).mean(dim=1)
-        records.append({"scheme": scheme, "N": n, "K": k, "S": s, "sigma": sigma, "mse": per_group.mean().item(),
-                        "mse_ci": mean_ci(per_group)[1]})
+        records.append(
+            {
+                "scheme": scheme,
+                "N": n,
+                "K": k,
+                "S": s,
+                "sigma": sigma,
+                "mse": per_group.mean().item(),
+                "mse_ci": mean_ci(per_group)[1],
+            }
+        )
     return records
 
 
 def run_noisy(experiment: NoisyExperiment) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     f = SmoothMLP(seed=experiment.seed)
-    inputs = torch.randn(experiment.samples, 2, dtype=torch.float64,
-                         generator=torch.Generator().manual_seed(experiment.seed + 1))
+    inputs = torch.randn(
+        experiment.samples, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(experiment.seed + 1)
+    )
     reference = model_outputs(f, inputs)
-    common = dict(k=experiment.num_inputs, s=experiment.num_stragglers, repeats=experiment.repeats,
-                  seed=experiment.seed)
+    common = dict(
+        k=experiment.num_inputs, s=experiment.num_stragglers, repeats=experiment.repeats, seed=experiment.seed
+    )
     records = []
     for n in experiment.workers:
-        records += [{**r, "sweep": "N"} for r in _evaluate(f, f, inputs, reference, n=n, sigma=experiment.sigma, **common)]
+        records += [
+            {**r, "sweep": "N"} for r in _evaluate(f, f, inputs, reference, n=n, sigma=experiment.sigma, **common)
+        ]
     for sigma in experiment.sigmas:
-        records += [{**r, "sweep": "sigma"} for r in
-                    _evaluate(f, f, inputs, reference, n=experiment.sigma_workers, sigma=sigma, **common)]
+        records += [
+            {**r, "sweep": "sigma"}
+            for r in _evaluate(f, f, inputs, reference, n=experiment.sigma_workers, sigma=sigma, **common)
+        ]
     low = LowPrecisionWorkers(f.float(), torch.bfloat16)
     f32, x32 = SmoothMLP(seed=experiment.seed).float(), inputs.float()
     for n in experiment.workers:
-        records += [{**r, "sweep": "bf16", "sigma": 0.0} for r in
-                    _evaluate(f32, low, x32, model_outputs(f32, x32), n=n, sigma=0.0, **common)]
-    return records, {**asdict(experiment), "function": "tanh MLP 2 -> 16 -> 4 (rates experiment)",
-                     "torch": torch.__version__, "torchgcc": torchgcc.__version__}
+        records += [
+            {**r, "sweep": "bf16", "sigma": 0.0}
+            for r in _evaluate(f32, low, x32, model_outputs(f32, x32), n=n, sigma=0.0, **common)
+        ]
+    return records, {
+        **asdict(experiment),
+        "function": "tanh MLP 2 -> 16 -> 4 (rates experiment)",
+        "torch": torch.__version__,
+        "torchgcc": torchgcc.__version__,
+    }
 
 
 def fit_slopes(records: list[dict[str, Any]], sweep: str = "N") -> dict[str, float]:
@@ -112,11 +138,10 @@ QUICK = NoisyExperiment(workers=(32, 64, 128), sigmas=(1e-3, 1e-1), sigma_worker
 def run(args) -> int:
     """``torchgcc reproduce noisy``."""
     from dataclasses import replace
-    from torchgcc.experiments.options import output_dir
 
     from rich.console import Console
 
-    from torchgcc.experiments.options import apply_threads
+    from torchgcc.experiments.options import apply_threads, output_dir
     from torchgcc.experiments.report import publish
 
     apply_threads(args)
@@ -125,11 +150,21 @@ def run(args) -> int:
     records, config = run_noisy(experiment)
     slopes = {"N": fit_slopes(records, "N"), "bf16": fit_slopes(records, "bf16"), "bound": -0.6}
     out = output_dir(args)
-    title = (f"Noisy workers: tanh MLP, K={experiment.num_inputs}, S={experiment.num_stragglers} random, "
-             f"relative Gaussian noise sigma={experiment.sigma:g} (N sweep), N={experiment.sigma_workers} (sigma sweep)")
-    publish(out, config=config, records=[r for r in records if r["sweep"] != "sigma"], setting="N", title=title,
-            console=console, series=lambda r: f"{r['sweep']} {r['scheme']}", slopes=slopes,
-            sigma_records=[r for r in records if r["sweep"] == "sigma"])
+    title = (
+        f"Noisy workers: tanh MLP, K={experiment.num_inputs}, S={experiment.num_stragglers} random, "
+        f"relative Gaussian noise sigma={experiment.sigma:g} (N sweep), N={experiment.sigma_workers} (sigma sweep)"
+    )
+    publish(
+        out,
+        config=config,
+        records=[r for r in records if r["sweep"] != "sigma"],
+        setting="N",
+        title=title,
+        console=console,
+        series=lambda r: f"{r['sweep']} {r['scheme']}",
+        slopes=slopes,
+        sigma_records=[r for r in records if r["sweep"] == "sigma"],
+    )
     for r in records:
         if r["sweep"] == "sigma":
             console.print(f"sigma={r['sigma']:g} N={r['N']} {r['scheme']}: MSE {r['mse']:.3g}")

@@ -14,8 +14,16 @@ from typing import Any, Union
 
 from torchgcc.cli import UsageError
 
-__all__ = ["RESULTS_ROOT", "add_common_arguments", "apply_threads", "default_threads",
-           "fresh_output_dir", "gcc_options", "output_dir", "parse_lambda"]
+__all__ = [
+    "RESULTS_ROOT",
+    "add_common_arguments",
+    "apply_threads",
+    "default_threads",
+    "fresh_output_dir",
+    "gcc_options",
+    "output_dir",
+    "parse_lambda",
+]
 
 #: Root of every default output folder (gitignored).
 RESULTS_ROOT = Path("torchgcc-results")
@@ -70,21 +78,42 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, name: str) -> None:
     """``--quick``, ``--seed``, ``--out`` (default: :func:`fresh_output_dir` of ``name``, see :func:`output_dir`),
     ``--threads``, ``--no-progress`` and the GCC smoothing parameters ``--lambda-enc`` / ``--lambda-dec`` (library
     defaults unless given)."""
-    parser.add_argument("--quick", action="store_true",
-                        help="small sizes, finishes in under 2 minutes on 2 CPU cores")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="seed of every random draw: data split, weights, inputs, stragglers (default 0)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"output folder (default: a fresh ./torchgcc-results/{name}/<date>-<time>)")
+    parser.add_argument("--quick", action="store_true", help="small sizes, finishes in under 2 minutes on 2 CPU cores")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of every random draw: data split, weights, inputs, stragglers (default 0)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"output folder (default: a fresh ./torchgcc-results/{name}/<date>-<time>)",
+    )
     parser.set_defaults(out_name=name)
-    parser.add_argument("--lambda-dec", type=parse_lambda, default=None, metavar="adaptive|gcv|spacing|FLOAT",
-                        help="GCC decoder smoothing: a number >= 0, 'adaptive' (GCV above a light floor), 'gcv' "
-                             "(generalized cross-validation per group) or 'spacing'; "
-                             "default: the library default")
-    parser.add_argument("--lambda-enc", type=_non_negative, default=None, metavar="FLOAT",
-                        help="GCC encoder smoothing, a number >= 0; default: the library default")
-    parser.add_argument("--threads", type=int, default=default_threads(),
-                        help="torch CPU threads (default: half the CPUs, at most 4; %(default)s here)")
+    parser.add_argument(
+        "--lambda-dec",
+        type=parse_lambda,
+        default=None,
+        metavar="adaptive|gcv|spacing|FLOAT",
+        help="GCC decoder smoothing: a number >= 0, 'adaptive' (GCV above a light floor), 'gcv' "
+        "(generalized cross-validation per group) or 'spacing'; "
+        "default: the library default",
+    )
+    parser.add_argument(
+        "--lambda-enc",
+        type=_non_negative,
+        default=None,
+        metavar="FLOAT",
+        help="GCC encoder smoothing, a number >= 0; default: the library default",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=default_threads(),
+        help="torch CPU threads (default: half the CPUs, at most 4; %(default)s here)",
+    )
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
 
 

@@ -31,8 +31,11 @@ def _series(records: Sequence[Record], *, x: str, y: str, **match: Any) -> tuple
     """x values, y values and y CI half-widths of the records matching ``match``, sorted by x."""
     rows = sorted((r for r in records if all(r.get(k) == v for k, v in match.items()) and x in r), key=lambda r: r[x])
     as_float = lambda values: np.array([np.nan if v is None else v for v in values], dtype=float)  # noqa: E731
-    return (as_float([r[x] for r in rows]), as_float([r[y] for r in rows]),
-            as_float([r.get(f"{y}_ci", np.nan) for r in rows]))
+    return (
+        as_float([r[x] for r in rows]),
+        as_float([r[y] for r in rows]),
+        as_float([r.get(f"{y}_ci", np.nan) for r in rows]),
+    )
 
 
 def _schemes(records: Sequence[Record]) -> list[str]:
@@ -88,8 +91,7 @@ def plot_straggler_sweep(records: Sequence[Record], path: str | Path, *, title: 
     return _save(fig, path)
 
 
-def plot_polynomial(records: Sequence[Record], path: str | Path, *, threshold_stragglers: int,
-                    title: str = "") -> Path:
+def plot_polynomial(records: Sequence[Record], path: str | Path, *, threshold_stragglers: int, title: str = "") -> Path:
     """MSE vs S for GCC and LCC: a zoom on the range LCC tolerates (linear axis) and the full range (log axis).
 
     ``threshold_stragglers`` is the most stragglers LCC tolerates (``N - recovery threshold``), drawn dashed.
@@ -109,22 +111,25 @@ def plot_polynomial(records: Sequence[Record], path: str | Path, *, threshold_st
     return _save(fig, path)
 
 
-def _log_errorbar(ax: Any, xs: np.ndarray, ys: np.ndarray, ci: np.ndarray, fmt: str, colour: str | None,
-                  label: str) -> None:
+def _log_errorbar(
+    ax: Any, xs: np.ndarray, ys: np.ndarray, ci: np.ndarray, fmt: str, colour: str | None, label: str
+) -> None:
     """Error bars of a log-scale plot, the lower one clipped so that it stays above zero."""
     ci = np.nan_to_num(ci)
     ax.errorbar(xs, ys, yerr=[np.minimum(ci, 0.9 * ys), ci], fmt=fmt, ms=3, color=colour, label=label, capsize=2)
 
 
-def _reference(ax: Any, xs: np.ndarray, shape: Callable[[np.ndarray], np.ndarray], anchor: float,
-               label: str, colour: str | None) -> None:
+def _reference(
+    ax: Any, xs: np.ndarray, shape: Callable[[np.ndarray], np.ndarray], anchor: float, label: str, colour: str | None
+) -> None:
     """Draw ``shape(xs)`` scaled to pass through ``anchor`` at ``xs[0]`` (the constants of the bounds are unknown)."""
     values = shape(xs)
     ax.plot(xs, values * anchor / values[0], ":", color=colour, lw=1.5, label=label)
 
 
-def plot_rates(records: Sequence[Record], path: str | Path, *, num_stragglers: int, slopes: Mapping[str, float],
-               title: str = "") -> Path:
+def plot_rates(
+    records: Sequence[Record], path: str | Path, *, num_stragglers: int, slopes: Mapping[str, float], title: str = ""
+) -> Path:
     """Log-log MSE vs N: (a) GCC vs BACC with ``num_stragglers`` worst-case stragglers and the ``S^3 N^-3`` curve;
     (b) GCC with Bernoulli(p) stragglers beside the worst case, with ``log_{1/p}(N)^3 N^-3`` curves.
 
@@ -135,22 +140,36 @@ def plot_rates(records: Sequence[Record], path: str | Path, *, num_stragglers: i
     for scheme in _schemes(worst):
         xs, ys, ci = _series(worst, x="N", y="mse", scheme=scheme)
         colour = _COLOURS.get(scheme)
-        _log_errorbar(left, xs, ys, ci, "o-", colour,
-                      f"{SCHEME_LABELS.get(scheme, scheme)} (slope {slopes.get(scheme, np.nan):.2f})")
+        _log_errorbar(
+            left,
+            xs,
+            ys,
+            ci,
+            "o-",
+            colour,
+            f"{SCHEME_LABELS.get(scheme, scheme)} (slope {slopes.get(scheme, np.nan):.2f})",
+        )
         if scheme == "gcc":
             _reference(left, xs, lambda n: num_stragglers**3 / n**3, ys[0], r"$S^3 N^{-3}$", colour)
     left.set(title=f"(a) worst-case S = {num_stragglers}")
 
     xs, ys, ci = _series(worst, x="N", y="mse", scheme="gcc")
-    _log_errorbar(right, xs, ys, ci, "o-", "k",
-                  f"worst case S = {num_stragglers} (slope {slopes.get('gcc', np.nan):.2f})")
+    _log_errorbar(
+        right, xs, ys, ci, "o-", "k", f"worst case S = {num_stragglers} (slope {slopes.get('gcc', np.nan):.2f})"
+    )
     bernoulli = [r for r in records if r.get("p") is not None]
     for index, p in enumerate(sorted({r["p"] for r in bernoulli})):
         xs, ys, ci = _series(bernoulli, x="N", y="mse", scheme="gcc", p=p)
         colour = f"C{index + 4}"
         _log_errorbar(right, xs, ys, ci, "s-", colour, f"p = {p:g} (slope {slopes.get(f'gcc_p{p:g}', np.nan):.2f})")
-        _reference(right, xs, lambda n, p=p: (np.log(n) / np.log(1 / p)) ** 3 / n**3, ys[0],
-                   rf"$\log_{{1/p}}(N)^3 N^{{-3}}$, p = {p:g}", colour)
+        _reference(
+            right,
+            xs,
+            lambda n, p=p: (np.log(n) / np.log(1 / p)) ** 3 / n**3,
+            ys[0],
+            rf"$\log_{{1/p}}(N)^3 N^{{-3}}$, p = {p:g}",
+            colour,
+        )
     right.set(title="(b) GCC, Bernoulli(p) stragglers")
     workers = sorted({r["N"] for r in records})
     for ax in (left, right):

@@ -60,22 +60,37 @@ class PolynomialExperiment:
         return (self.num_inputs - 1) * 2 + 1
 
 
-def run_polynomial(experiment: PolynomialExperiment, *, progress: bool = True
-                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def run_polynomial(
+    experiment: PolynomialExperiment, *, progress: bool = True
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Sweep S for GCC and LCC. Returns the records and a config dict (with ``threshold_stragglers``)."""
     f = QuadraticMap(dim=experiment.dim, seed=experiment.seed)
-    inputs = torch.randn(experiment.samples, experiment.dim, dtype=torch.float64,
-                         generator=torch.Generator().manual_seed(experiment.seed + 1))
+    inputs = torch.randn(
+        experiment.samples,
+        experiment.dim,
+        dtype=torch.float64,
+        generator=torch.Generator().manual_seed(experiment.seed + 1),
+    )
     size = dict(num_inputs=experiment.num_inputs, num_workers=experiment.num_workers)
     codes = {
         "gcc": torchgcc.make_code("gcc", **size, **dict(experiment.gcc)),
         "lcc": torchgcc.make_code("lcc", **size, degree=2, below_threshold="interpolate"),
     }
     stragglers = experiment.stragglers or tuple(range(experiment.num_workers - 1))
-    settings = [({"S": s}, FixedStragglers(num_stragglers=s, placement="random", seed=1000 * experiment.seed + s))
-                for s in stragglers]
-    records = evaluate_sweep(f, inputs, codes=codes, settings=settings, repeats=experiment.repeats,
-                             classification=False, progress=progress, desc="polynomial task")
+    settings = [
+        ({"S": s}, FixedStragglers(num_stragglers=s, placement="random", seed=1000 * experiment.seed + s))
+        for s in stragglers
+    ]
+    records = evaluate_sweep(
+        f,
+        inputs,
+        codes=codes,
+        settings=settings,
+        repeats=experiment.repeats,
+        classification=False,
+        progress=progress,
+        desc="polynomial task",
+    )
     config = {
         **asdict(experiment),
         "stragglers": list(stragglers),

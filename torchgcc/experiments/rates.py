@@ -64,15 +64,22 @@ def fit_slopes(records: list[dict[str, Any]]) -> dict[str, float]:
         key = record["scheme"] if record.get("p") is None else f"{record['scheme']}_p{record['p']:g}"
         if record["mse"] > 0:
             series.setdefault(key, []).append((record["N"], record["mse"]))
-    return {key: float(np.polyfit(np.log([n for n, _ in points]), np.log([m for _, m in points]), 1)[0])
-            for key, points in series.items() if len(points) >= 2}
+    return {
+        key: float(np.polyfit(np.log([n for n, _ in points]), np.log([m for _, m in points]), 1)[0])
+        for key, points in series.items()
+        if len(points) >= 2
+    }
 
 
 def run_rates(experiment: RatesExperiment, *, progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Sweep N for both panels. Returns the records and a config dict (the slopes come from :func:`fit_slopes`)."""
     f = SmoothMLP(dim=experiment.dim, seed=experiment.seed)
-    inputs = torch.randn(experiment.samples, experiment.dim, dtype=torch.float64,
-                         generator=torch.Generator().manual_seed(experiment.seed + 1))
+    inputs = torch.randn(
+        experiment.samples,
+        experiment.dim,
+        dtype=torch.float64,
+        generator=torch.Generator().manual_seed(experiment.seed + 1),
+    )
     reference = model_outputs(f, inputs)
     records: list[dict[str, Any]] = []
     lambda_dec: dict[int, Any] = {}
@@ -80,16 +87,39 @@ def run_rates(experiment: RatesExperiment, *, progress: bool = True) -> tuple[li
         size = dict(num_inputs=experiment.num_inputs, num_workers=num_workers)
         gcc = torchgcc.make_code("gcc", **size, **dict(experiment.gcc))
         lambda_enc, lambda_dec[num_workers] = gcc.lambda_enc, gcc.lambda_dec
-        worst = [({"S": experiment.num_stragglers},
-                  FixedStragglers(num_stragglers=experiment.num_stragglers, placement="worst", seed=experiment.seed))]
-        records += evaluate_sweep(f, inputs, codes={"gcc": gcc, "bacc": torchgcc.make_code("bacc", **size)},
-                                  settings=worst, repeats=1, reference=reference,  # "worst" is deterministic
-                                  classification=False, progress=False)
-        bernoulli = [({"p": p}, BernoulliStragglers(p=p, seed=1000 * experiment.seed + num_workers,
-                                                    min_arrived=experiment.min_arrived))
-                     for p in experiment.probabilities]
-        records += evaluate_sweep(f, inputs, codes={"gcc": gcc}, settings=bernoulli, repeats=experiment.repeats,
-                                  reference=reference, classification=False, progress=False)
+        worst = [
+            (
+                {"S": experiment.num_stragglers},
+                FixedStragglers(num_stragglers=experiment.num_stragglers, placement="worst", seed=experiment.seed),
+            )
+        ]
+        records += evaluate_sweep(
+            f,
+            inputs,
+            codes={"gcc": gcc, "bacc": torchgcc.make_code("bacc", **size)},
+            settings=worst,
+            repeats=1,
+            reference=reference,  # "worst" is deterministic
+            classification=False,
+            progress=False,
+        )
+        bernoulli = [
+            (
+                {"p": p},
+                BernoulliStragglers(p=p, seed=1000 * experiment.seed + num_workers, min_arrived=experiment.min_arrived),
+            )
+            for p in experiment.probabilities
+        ]
+        records += evaluate_sweep(
+            f,
+            inputs,
+            codes={"gcc": gcc},
+            settings=bernoulli,
+            repeats=experiment.repeats,
+            reference=reference,
+            classification=False,
+            progress=False,
+        )
     config = {
         **asdict(experiment),
         "function": f"f(x) = tanh(x W1 + b1) W2, fixed random, {experiment.dim} -> 16 -> 4, float64",

@@ -11,10 +11,9 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from torchgcc.optional import require
-
 from torchgcc.experiments.plots import SCHEME_LABELS
 from torchgcc.experiments.results import write_results
+from torchgcc.optional import require
 
 __all__ = ["lambda_label", "markdown_table", "pivot", "publish", "rich_table", "scheme_series"]
 
@@ -58,19 +57,23 @@ def pivot(
     setting: str,
     series: Callable[[Record], str] = scheme_series,
 ) -> tuple[list[str], list[list[str]]]:
-    """Header and rows: ``setting`` values down, ``(metric, series)`` across (MSE, then agreement and accuracy in % if present)."""
+    """Header and rows: ``setting`` values down, ``(metric, series)`` across (MSE, then agreement and accuracy in % if
+    present)."""
     names = list(dict.fromkeys(series(r) for r in records))
     metrics = _metrics(records)
     index = {(r[setting], series(r)): r for r in records if setting in r}
     values = sorted({key[0] for key in index})
     header = [setting] + [f"{name} {METRIC_LABELS[metric]}" for metric in metrics for name in names]
-    rows = [[f"{value:g}"] + [_cell(index.get((value, name)), metric) for metric in metrics for name in names]
-            for value in values]
+    rows = [
+        [f"{value:g}"] + [_cell(index.get((value, name)), metric) for metric in metrics for name in names]
+        for value in values
+    ]
     return header, rows
 
 
-def rich_table(records: Sequence[Record], *, setting: str, title: str = "",
-               series: Callable[[Record], str] = scheme_series) -> Any:
+def rich_table(
+    records: Sequence[Record], *, setting: str, title: str = "", series: Callable[[Record], str] = scheme_series
+) -> Any:
     """``records`` as a ``rich.table.Table``, narrow enough for a terminal: one row per (setting, series),
     a section per setting value, MSE and (if present) agreement and accuracy columns."""
     metrics = _metrics(records)
@@ -83,13 +86,16 @@ def rich_table(records: Sequence[Record], *, setting: str, title: str = "",
     for value in values:
         rows = [r for r in records if r.get(setting) == value]
         for index, record in enumerate(rows):
-            table.add_row(f"{value:g}" if index == 0 else "", series(record), *[_cell(record, m) for m in metrics],
-                          end_section=index == len(rows) - 1)
+            table.add_row(
+                f"{value:g}" if index == 0 else "",
+                series(record),
+                *[_cell(record, m) for m in metrics],
+                end_section=index == len(rows) - 1,
+            )
     return table
 
 
-def markdown_table(records: Sequence[Record], *, setting: str,
-                   series: Callable[[Record], str] = scheme_series) -> str:
+def markdown_table(records: Sequence[Record], *, setting: str, series: Callable[[Record], str] = scheme_series) -> str:
     """The :func:`pivot` of ``records`` as a GitHub Markdown table."""
     header, rows = pivot(records, setting=setting, series=series)
     lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
@@ -115,5 +121,7 @@ def publish(
     paths = write_results(out_dir, config=config, records=records, **extra)
     paths["table"] = Path(out_dir) / "table.md"
     paths["table"].write_text(f"{title}\n\n" + markdown_table(records, setting=setting, series=series))
-    (console or require("rich.console").Console()).print(rich_table(records, setting=setting, title=title, series=series))
+    (console or require("rich.console").Console()).print(
+        rich_table(records, setting=setting, title=title, series=series)
+    )
     return paths

@@ -13,10 +13,10 @@ from typing import Callable
 
 from rich.console import Console
 
+from torchgcc.cli import UsageError
 from torchgcc.experiments.data import list_datasets
 from torchgcc.experiments.demo import DEMO, QUICK, run_and_publish
 from torchgcc.experiments.models import list_models
-from torchgcc.cli import UsageError
 from torchgcc.experiments.options import add_common_arguments, apply_threads, gcc_options, output_dir
 from torchgcc.experiments.plots import plot_polynomial, plot_rates
 from torchgcc.experiments.polynomial import PolynomialExperiment, run_polynomial
@@ -38,8 +38,15 @@ RATES_QUICK = replace(RATES, workers=(16, 32, 64, 128), probabilities=(0.1,), sa
 
 def _stragglers(args: argparse.Namespace) -> int:
     apply_threads(args)
-    sweep = replace(STRAGGLERS_QUICK if args.quick else STRAGGLERS, model=args.model, data=args.data,
-                    data_dir=args.data_dir, download=args.download, seed=args.seed, gcc=gcc_options(args))
+    sweep = replace(
+        STRAGGLERS_QUICK if args.quick else STRAGGLERS,
+        model=args.model,
+        data=args.data,
+        data_dir=args.data_dir,
+        download=args.download,
+        seed=args.seed,
+        gcc=gcc_options(args),
+    )
     if args.stragglers is not None:
         if max(args.stragglers) >= sweep.num_workers - 1 or min(args.stragglers) < 0:
             raise UsageError(f"--stragglers must lie in [0, {sweep.num_workers - 2}] (GCC needs 2 results)")
@@ -54,9 +61,11 @@ def _polynomial(args: argparse.Namespace) -> int:
     console = Console()
     experiment = replace(POLYNOMIAL_QUICK if args.quick else POLYNOMIAL, seed=args.seed, gcc=gcc_options(args))
     records, config = run_polynomial(experiment, progress=args.progress)
-    title = (f"Fig. 3 analogue: quadratic f, K={experiment.num_inputs}, N={experiment.num_workers}, "
-             f"LCC threshold {config['lcc_threshold']} results (S <= {config['threshold_stragglers']})\n"
-             f"{lambda_label(config)}")
+    title = (
+        f"Fig. 3 analogue: quadratic f, K={experiment.num_inputs}, N={experiment.num_workers}, "
+        f"LCC threshold {config['lcc_threshold']} results (S <= {config['threshold_stragglers']})\n"
+        f"{lambda_label(config)}"
+    )
     out = output_dir(args)
     publish(out, config=config, records=records, setting="S", title=title, console=console)
     plot_polynomial(records, out / "polynomial.png", threshold_stragglers=config["threshold_stragglers"], title=title)
@@ -70,9 +79,11 @@ def _rates(args: argparse.Namespace) -> int:
     experiment = replace(RATES_QUICK if args.quick else RATES, seed=args.seed, gcc=gcc_options(args))
     records, config = run_rates(experiment, progress=args.progress)
     slopes = fit_slopes(records)
-    title = (f"Fig. 4 analogue: smooth f, K={experiment.num_inputs}, worst-case S={experiment.num_stragglers} "
-             f"and Bernoulli(p) stragglers\n"
-             f"GCC lambdas: {gcc_options(args) or 'library defaults (lambda_dec adaptive: GCV above a light floor)'}")
+    title = (
+        f"Fig. 4 analogue: smooth f, K={experiment.num_inputs}, worst-case S={experiment.num_stragglers} "
+        f"and Bernoulli(p) stragglers\n"
+        f"GCC lambdas: {gcc_options(args) or 'library defaults (lambda_dec adaptive: GCV above a light floor)'}"
+    )
     out = output_dir(args)
     publish(out, config=config, records=records, setting="N", title=title, console=console, slopes=slopes)
     plot_rates(records, out / "rates.png", num_stragglers=experiment.num_stragglers, slopes=slopes, title=title)
@@ -95,13 +106,22 @@ def _adaptive_wait(args: argparse.Namespace) -> int:
 
 def _stragglers_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=list_models(), default="lenet5", help="classifier (default lenet5)")
-    parser.add_argument("--data", choices=list_datasets(), default="digits",
-                        help="dataset (default digits, offline; the others need --data-dir or --download)")
+    parser.add_argument(
+        "--data",
+        choices=list_datasets(),
+        default="digits",
+        help="dataset (default digits, offline; the others need --data-dir or --download)",
+    )
     parser.add_argument("--data-dir", default=None, help="torchvision dataset folder for mnist/cifar10/cifar100")
     parser.add_argument("--download", action="store_true", help="let torchvision download the dataset")
-    parser.add_argument("--stragglers", type=_int_list, default=None, metavar="S1,S2,...",
-                        help=f"values of S to sweep (default {','.join(map(str, STRAGGLERS.stragglers))}; "
-                             f"--quick: {','.join(map(str, STRAGGLERS_QUICK.stragglers))})")
+    parser.add_argument(
+        "--stragglers",
+        type=_int_list,
+        default=None,
+        metavar="S1,S2,...",
+        help=f"values of S to sweep (default {','.join(map(str, STRAGGLERS.stragglers))}; "
+        f"--quick: {','.join(map(str, STRAGGLERS_QUICK.stragglers))})",
+    )
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -112,22 +132,39 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 #: ``name -> (help, extra-arguments hook or None, runner)``.
-EXPERIMENTS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None] | None,
-                             Callable[[argparse.Namespace], int]]] = {
-    "stragglers": ("Fig. 2: MSE and argmax agreement (RelAcc) vs S for GCC, natural-spline GCC and BACC (LeNet5 or ViT)",
-                   _stragglers_arguments, _stragglers),
+EXPERIMENTS: dict[
+    str, tuple[str, Callable[[argparse.ArgumentParser], None] | None, Callable[[argparse.Namespace], int]]
+] = {
+    "stragglers": (
+        "Fig. 2: MSE and argmax agreement (RelAcc) vs S for GCC, natural-spline GCC and BACC (LeNet5 or ViT)",
+        _stragglers_arguments,
+        _stragglers,
+    ),
     "polynomial": ("Fig. 3: GCC vs LCC on a quadratic task as S crosses LCC's recovery threshold", None, _polynomial),
     "rates": ("Fig. 4: log-log MSE vs N, worst-case and Bernoulli stragglers, with fitted slopes", None, _rates),
     "training": ("Gradient coding: DGD, IS-SGD, GC, IS-GC, PGC under stragglers", add_training_arguments, run_training),
-    "adversarial": ("adversarial workers: worst-case error vs N for q = N^a, plain, adversarial-lambda and robust "
-                    "decoders beside BACC (x sin x and LeNet5)", None, lambda args: _lazy("adversarial")(args)),
-    "manifold": ("manifold-aware grouping (our reconstruction) vs standard GCC: LeNet5, ViT, Swiss-roll polynomial",
-                 None, lambda args: _lazy("manifold")(args)),
-    "noisy": ("noisy workers: MSE vs N and vs sigma for noise-aware, natural, GCV GCC and BACC; bf16 workers",
-              None, lambda args: _lazy("noisy")(args)),
+    "adversarial": (
+        "adversarial workers: worst-case error vs N for q = N^a, plain, adversarial-lambda and robust "
+        "decoders beside BACC (x sin x and LeNet5)",
+        None,
+        lambda args: _lazy("adversarial")(args),
+    ),
+    "manifold": (
+        "manifold-aware grouping (our reconstruction) vs standard GCC: LeNet5, ViT, Swiss-roll polynomial",
+        None,
+        lambda args: _lazy("manifold")(args),
+    ),
+    "noisy": (
+        "noisy workers: MSE vs N and vs sigma for noise-aware, natural, GCV GCC and BACC; bf16 workers",
+        None,
+        lambda args: _lazy("noisy")(args),
+    ),
     "sagc": ("SAGC: synchronous GRPO with static G in {4, 8, 16} vs straggler-aware adaptive G, 3 seeds", None, _sagc),
-    "adaptive-wait": ("coded inference, N=24, K=8: adaptive wait count N - S vs every fixed S as the latency tail "
-                      "changes mid-run", None, _adaptive_wait),
+    "adaptive-wait": (
+        "coded inference, N=24, K=8: adaptive wait count N - S vs every fixed S as the latency tail changes mid-run",
+        None,
+        _adaptive_wait,
+    ),
 }
 
 
@@ -140,8 +177,9 @@ def _lazy(module: str) -> Callable[[argparse.Namespace], int]:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``reproduce`` subcommand and its experiments."""
-    parser = subparsers.add_parser("reproduce", help="reproduce the GCC papers' experiments (Figs. 2, 3, 4)",
-                                   description=__doc__)
+    parser = subparsers.add_parser(
+        "reproduce", help="reproduce the GCC papers' experiments (Figs. 2, 3, 4)", description=__doc__
+    )
     experiments = parser.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
     for name, (help_text, add_arguments, runner) in EXPERIMENTS.items():
         sub = experiments.add_parser(name, help=help_text, description=help_text)

@@ -76,9 +76,18 @@ def time_to_target(steps: list[dict[str, Any]], target: float, window: int) -> f
 def _controller(experiment: SAGCExperiment, sizes: tuple[int, ...], seed: int):
     """A static scheme is a controller with one size; SAGC starts from (and falls back to) ``experiment.fallback``."""
     fallback = experiment.fallback if len(sizes) > 1 else sizes[0]
-    return group_size_controller(sizes, prompts_per_step=experiment.grpo.prompts_per_step, budget=experiment.budget,
-                                 kappa=experiment.kappa, eta=experiment.eta, hold=experiment.hold,
-                                 max_step=experiment.max_step, warmup=experiment.warmup, fallback=fallback, seed=seed)
+    return group_size_controller(
+        sizes,
+        prompts_per_step=experiment.grpo.prompts_per_step,
+        budget=experiment.budget,
+        kappa=experiment.kappa,
+        eta=experiment.eta,
+        hold=experiment.hold,
+        max_step=experiment.max_step,
+        warmup=experiment.warmup,
+        fallback=fallback,
+        seed=seed,
+    )
 
 
 def run_sagc(experiment: SAGCExperiment, *, progress: bool = True) -> tuple[list[dict], dict, dict]:
@@ -91,12 +100,17 @@ def run_sagc(experiment: SAGCExperiment, *, progress: bool = True) -> tuple[list
         runs = []
         for seed in experiment.seeds:
             hook = GroupSizeHook(_controller(experiment, sizes, seed))
-            runs.append(train_grpo(replace(experiment.grpo, seed=seed), hook, progress=progress,
-                                   desc=f"{scheme} seed {seed}"))
+            runs.append(
+                train_grpo(replace(experiment.grpo, seed=seed), hook, progress=progress, desc=f"{scheme} seed {seed}")
+            )
         histories[scheme] = runs
         records.append(_summary(scheme, runs, experiment))
-    config = {**asdict(experiment), "torch": torch.__version__, "torchgcc": torchgcc.__version__,
-              "clock": "simulated rollout delays + measured generation and update times (on a shared CPU)"}
+    config = {
+        **asdict(experiment),
+        "torch": torch.__version__,
+        "torchgcc": torchgcc.__version__,
+        "clock": "simulated rollout delays + measured generation and update times (on a shared CPU)",
+    }
     return records, config, histories
 
 
@@ -104,7 +118,7 @@ def _summary(scheme: str, runs: list[list[dict[str, Any]]], experiment: SAGCExpe
     per_seed = {
         "event_rate": [float(np.mean([step["event"] for step in run])) for run in runs],
         "time_to_target": [time_to_target(run, experiment.reward_target, experiment.window) for run in runs],
-        "final_reward": [float(np.mean([step["reward"] for step in run[-experiment.window:]])) for run in runs],
+        "final_reward": [float(np.mean([step["reward"] for step in run[-experiment.window :]])) for run in runs],
         "total_clock": [run[-1]["clock"] for run in runs],
         "answer_tokens": [float(np.mean([step["answer_tokens"] for step in run])) for run in runs],
         "mean_G": [float(np.mean([step["G"] for step in run])) for run in runs],
@@ -121,8 +135,14 @@ def _summary(scheme: str, runs: list[list[dict[str, Any]]], experiment: SAGCExpe
     return record
 
 
-def plot_sagc(histories: dict[str, list[list[dict[str, Any]]]], records: list[dict[str, Any]], path: Path, *,
-              experiment: SAGCExperiment, title: str) -> Path:
+def plot_sagc(
+    histories: dict[str, list[list[dict[str, Any]]]],
+    records: list[dict[str, Any]],
+    path: Path,
+    *,
+    experiment: SAGCExperiment,
+    title: str,
+) -> Path:
     """Three panels: trailing mean reward vs wall-clock (seed 0 of every scheme), event rate per scheme with CIs,
     and the distribution of SAGC's chosen G."""
     fig, (curve, events, sizes) = plt.subplots(1, 3, figsize=(15, 4))
@@ -130,12 +150,19 @@ def plot_sagc(histories: dict[str, list[list[dict[str, Any]]]], records: list[di
         for seed_index, run in enumerate(runs):
             rewards = np.array([step["reward"] for step in run])
             trailing = np.convolve(rewards, np.ones(experiment.window) / experiment.window, mode="valid")
-            clock = [step["clock"] for step in run][experiment.window - 1:]
-            curve.plot(clock, trailing, color=f"C{index}", alpha=0.9 if seed_index == 0 else 0.35, lw=1.2,
-                       label=scheme if seed_index == 0 else None)
+            clock = [step["clock"] for step in run][experiment.window - 1 :]
+            curve.plot(
+                clock,
+                trailing,
+                color=f"C{index}",
+                alpha=0.9 if seed_index == 0 else 0.35,
+                lw=1.2,
+                label=scheme if seed_index == 0 else None,
+            )
     curve.axhline(experiment.reward_target, ls="--", color="grey", lw=1, label="reward target")
-    curve.set(xlabel="wall-clock (s, simulated delays included)",
-              ylabel=f"reward, trailing {experiment.window}-step mean")
+    curve.set(
+        xlabel="wall-clock (s, simulated delays included)", ylabel=f"reward, trailing {experiment.window}-step mean"
+    )
     curve.legend(fontsize=7)
     names = [record["scheme"] for record in records]
     rates = [record["event_rate"] for record in records]
@@ -172,11 +199,20 @@ def run(args: argparse.Namespace) -> int:
     experiment = replace(base, seeds=tuple(args.seed + seed for seed in base.seeds))
     records, config, histories = run_sagc(experiment, progress=args.progress)
     out = output_dir(args)
-    title = (f"Synchronous GRPO, countdown task, {experiment.grpo.prompts_per_step} prompts/step, "
-             f"{experiment.grpo.steps} steps, {len(experiment.seeds)} seeds; straggler = rollout > "
-             f"{experiment.kappa:g} x step median; SAGC budget {experiment.budget}")
-    paths = publish_rows(out, config=config, records=records, columns=_columns(experiment), title=title,
-                         console=console, histories=histories)
+    title = (
+        f"Synchronous GRPO, countdown task, {experiment.grpo.prompts_per_step} prompts/step, "
+        f"{experiment.grpo.steps} steps, {len(experiment.seeds)} seeds; straggler = rollout > "
+        f"{experiment.kappa:g} x step median; SAGC budget {experiment.budget}"
+    )
+    paths = publish_rows(
+        out,
+        config=config,
+        records=records,
+        columns=_columns(experiment),
+        title=title,
+        console=console,
+        histories=histories,
+    )
     plot_sagc(histories, records, out / "sagc.png", experiment=experiment, title=title)
     console.print(f"SAGC's chosen G: {records[-1]['G_distribution']}")
     console.print(f"wrote {paths['json']}, results.csv, table.md, sagc.png")

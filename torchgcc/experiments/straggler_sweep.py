@@ -51,16 +51,27 @@ def run_straggler_sweep(sweep: StragglerSweep, *, progress: bool = True) -> tupl
     split = load_dataset(sweep.data, data_dir=sweep.data_dir, download=sweep.download, seed=sweep.seed)
     trained = load_or_train(sweep.model, split, seed=sweep.seed, progress=progress)
     codes = {
-        scheme: torchgcc.make_code(scheme, num_inputs=sweep.num_inputs, num_workers=sweep.num_workers,
-                                   **(dict(sweep.gcc) if scheme == "gcc" else {}))
+        scheme: torchgcc.make_code(
+            scheme,
+            num_inputs=sweep.num_inputs,
+            num_workers=sweep.num_workers,
+            **(dict(sweep.gcc) if scheme == "gcc" else {}),
+        )
         for scheme in SCHEMES
     }
     settings = [
         ({"S": s}, FixedStragglers(num_stragglers=s, placement=sweep.placement, seed=1000 * sweep.seed + s))
         for s in sweep.stragglers
     ]
-    records = evaluate_sweep(trained.model, split.test_x, codes=codes, settings=settings, repeats=sweep.repeats,
-                             progress=progress, desc=f"{sweep.model} on {sweep.data}")
+    records = evaluate_sweep(
+        trained.model,
+        split.test_x,
+        codes=codes,
+        settings=settings,
+        repeats=sweep.repeats,
+        progress=progress,
+        desc=f"{sweep.model} on {sweep.data}",
+    )
     config = {
         **asdict(sweep),
         "gcc_lambda_enc": codes["gcc"].lambda_enc,

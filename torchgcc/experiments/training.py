@@ -20,11 +20,10 @@ from tqdm import tqdm
 
 from torchgcc.experiments.data import DataSplit
 from torchgcc.experiments.evaluate import model_outputs
-from torchgcc.metrics import accuracy
 from torchgcc.experiments.models import build_model
+from torchgcc.metrics import accuracy
 
-__all__ = ["TrainConfig", "TrainedModel", "cache_dir", "default_train_config", "load_or_train",
-           "train_classifier"]
+__all__ = ["TrainConfig", "TrainedModel", "cache_dir", "default_train_config", "load_or_train", "train_classifier"]
 
 
 @dataclass(frozen=True)
@@ -83,8 +82,7 @@ def train_classifier(
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=config.epochs * len(loader))
     loss_fn = nn.CrossEntropyLoss()
     model.train()
-    bar = tqdm(range(config.epochs), desc=f"training on {split.name}", unit="epoch", disable=not progress,
-               leave=False)
+    bar = tqdm(range(config.epochs), desc=f"training on {split.name}", unit="epoch", disable=not progress, leave=False)
     for _ in bar:
         for images, labels in loader:
             optimizer.zero_grad(set_to_none=True)
@@ -97,8 +95,14 @@ def train_classifier(
 
 
 def _cache_path(model_name: str, split: DataSplit, seed: int, config: TrainConfig) -> Path:
-    key = {"model": model_name, "data": split.name, "shape": list(split.train_x.shape[1:]),
-           "classes": split.num_classes, "seed": seed, **asdict(config)}
+    key = {
+        "model": model_name,
+        "data": split.name,
+        "shape": list(split.train_x.shape[1:]),
+        "classes": split.num_classes,
+        "seed": seed,
+        **asdict(config),
+    }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return cache_dir() / f"{model_name}-{split.name}-seed{seed}-{digest}.pt"
 
@@ -119,8 +123,9 @@ def load_or_train(
     path = _cache_path(model_name, split, seed, config)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = build_model(model_name, in_channels=split.in_channels, image_size=split.image_size,
-                            num_classes=split.num_classes)
+        model = build_model(
+            model_name, in_channels=split.in_channels, image_size=split.image_size, num_classes=split.num_classes
+        )
         from_cache = path.exists()
         if from_cache:
             model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
@@ -131,5 +136,6 @@ def load_or_train(
             torch.save(model.state_dict(), partial)
             partial.replace(path)
     model.eval().requires_grad_(False)
-    return TrainedModel(model=model, test_accuracy=model_accuracy(model, split.test_x, split.test_y), path=path,
-                        from_cache=from_cache)
+    return TrainedModel(
+        model=model, test_accuracy=model_accuracy(model, split.test_x, split.test_y), path=path, from_cache=from_cache
+    )

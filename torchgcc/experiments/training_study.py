@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -56,8 +55,9 @@ STUDY_MODELS: Registry[Callable[..., nn.Module]] = Registry("training-study mode
 @STUDY_MODELS.register("mlp")
 def _mlp(*, in_channels: int, image_size: int, num_classes: int) -> nn.Module:
     """Flatten, 64 tanh units, logits."""
-    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * image_size**2, 64), nn.Tanh(),
-                         nn.Linear(64, num_classes))
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(in_channels * image_size**2, 64), nn.Tanh(), nn.Linear(64, num_classes)
+    )
 
 
 @STUDY_MODELS.register("resnet18")
@@ -78,8 +78,10 @@ def load_imagenet32(*, data_dir: str | Path | None = None, download: bool = Fals
     (channel-major) and ``labels`` 1..1000. It cannot be downloaded here (it needs an image-net.org account).
     The full training set takes about 16 GB as float32."""
     if data_dir is None or download:
-        raise ValueError("imagenet32 needs --data-dir with train_data_batch_*.npz and val_data.npz "
-                         "(downloaded from image-net.org; --download is not supported)")
+        raise ValueError(
+            "imagenet32 needs --data-dir with train_data_batch_*.npz and val_data.npz "
+            "(downloaded from image-net.org; --download is not supported)"
+        )
     folder = Path(data_dir)
     train_files = sorted(folder.glob("train_data_batch_*.npz"))
     if not train_files or not (folder / "val_data.npz").exists():
@@ -162,8 +164,10 @@ def _evaluator(split: DataSplit) -> Callable[[nn.Module], dict]:
     @torch.no_grad()
     def evaluate(model: nn.Module) -> dict:
         model.eval()
-        loss = sum(F.cross_entropy(model(split.train_x[i:i + 1024]), split.train_y[i:i + 1024], reduction="sum").item()
-                   for i in range(0, len(split.train_y), 1024))
+        loss = sum(
+            F.cross_entropy(model(split.train_x[i : i + 1024]), split.train_y[i : i + 1024], reduction="sum").item()
+            for i in range(0, len(split.train_y), 1024)
+        )
         model.train()
         return {"train_loss": loss / len(split.train_y)}
 
@@ -173,8 +177,10 @@ def _evaluator(split: DataSplit) -> Callable[[nn.Module], dict]:
 @torch.no_grad()
 def _test_accuracy(model: nn.Module, split: DataSplit) -> float:
     model.eval()
-    correct = sum((model(split.test_x[i:i + 1024]).argmax(-1) == split.test_y[i:i + 1024]).sum().item()
-                  for i in range(0, len(split.test_y), 1024))
+    correct = sum(
+        (model(split.test_x[i : i + 1024]).argmax(-1) == split.test_y[i : i + 1024]).sum().item()
+        for i in range(0, len(split.test_y), 1024)
+    )
     return correct / len(split.test_y)
 
 
@@ -201,9 +207,12 @@ def run_training_study(study: TrainingStudy, *, progress: bool = True) -> tuple[
     split = load_dataset(study.data, data_dir=study.data_dir, download=study.download, seed=study.seeds[0])
     n = study.num_workers
     compute_times: dict[str, dict[str, float]] = {}
-    reference = {name: reference_compute_time(name, in_channels=split.in_channels, num_classes=split.num_classes,
-                                              batch=study.reference_batch)
-                 for name in study.reference_models}
+    reference = {
+        name: reference_compute_time(
+            name, in_channels=split.in_channels, num_classes=split.num_classes, batch=study.reference_batch
+        )
+        for name in study.reference_models
+    }
     pairs = _runs_for(study)
     total = len(study.models) * len(study.seeds) * len(pairs)
     bar = tqdm(total=total, desc="training runs", disable=not progress)
@@ -212,52 +221,88 @@ def run_training_study(study: TrainingStudy, *, progress: bool = True) -> tuple[
     for model_name in study.models:
         for seed in study.seeds:
             torch.manual_seed(seed)
-            initial = build_study_model(model_name, in_channels=split.in_channels, image_size=split.image_size,
-                                        num_classes=split.num_classes)
-            data = PartitionedData(split.train_x, split.train_y, num_partitions=n, batch_size=study.batch_size,
-                                   seed=seed)
+            initial = build_study_model(
+                model_name, in_channels=split.in_channels, image_size=split.image_size, num_classes=split.num_classes
+            )
+            data = PartitionedData(
+                split.train_x, split.train_y, num_partitions=n, batch_size=study.batch_size, seed=seed
+            )
             if model_name not in compute_times:
-                compute_times[model_name] = {"measured": measure_compute_time(copy.deepcopy(initial), data),
-                                             **reference}
+                compute_times[model_name] = {
+                    "measured": measure_compute_time(copy.deepcopy(initial), data),
+                    **reference,
+                }
             for scheme, s in pairs:
                 bar.set_postfix(model=model_name, seed=seed, scheme=scheme, s=s)
                 base, _, adaptive = scheme.partition(":")
                 code = make_scheme(base, num_workers=n, num_stragglers=s, seed=seed)
                 model = copy.deepcopy(initial)
                 unit_delays = DelaySchedule(Exponential(1.0), n, seed=seed)
-                simulation = Simulation(code, model, data, lr=learning_rate(study, model_name), delays=unit_delays,
-                                        compute_time=0.0 if adaptive else compute_times[model_name]["measured"])
+                simulation = Simulation(
+                    code,
+                    model,
+                    data,
+                    lr=learning_rate(study, model_name),
+                    delays=unit_delays,
+                    compute_time=0.0 if adaptive else compute_times[model_name]["measured"],
+                )
                 chosen = policy = None
                 if adaptive:  # the deadline is on the unit delays, so the choices are the same on every clock
-                    policy = WaitCountController(n, deadline=study.wait_deadline, budget=study.wait_budget,
-                                                 stragglers=range(s + 1), discount=0.9, warmup=10, max_step=1,
-                                                 seed=seed)
-                    records, chosen = run_adaptive_wait(simulation, policy, study.steps, deadline=study.wait_deadline,
-                                                        evaluate=evaluate, eval_every=study.eval_every)
+                    policy = WaitCountController(
+                        n,
+                        deadline=study.wait_deadline,
+                        budget=study.wait_budget,
+                        stragglers=range(s + 1),
+                        discount=0.9,
+                        warmup=10,
+                        max_step=1,
+                        seed=seed,
+                    )
+                    records, chosen = run_adaptive_wait(
+                        simulation,
+                        policy,
+                        study.steps,
+                        deadline=study.wait_deadline,
+                        evaluate=evaluate,
+                        eval_every=study.eval_every,
+                    )
                 else:
                     records = simulation.run(study.steps, evaluate=evaluate, eval_every=study.eval_every)
                 evaluated = [r for r in records if r.metrics]
-                run = TrainingRun(model=model_name, scheme=scheme, s=s, seed=seed,
-                                  loads=[r.load for r in records], arrived=[r.arrived for r in records],
-                                  staleness=[r.staleness for r in records],
-                                  eval_steps=[r.step + 1 for r in evaluated],
-                                  train_loss=[r.metrics["train_loss"] for r in evaluated],
-                                  test_accuracy=_test_accuracy(model, split), wait_stragglers=chosen,
-                                  wait_policy=None if policy is None else policy.state_dict())
+                run = TrainingRun(
+                    model=model_name,
+                    scheme=scheme,
+                    s=s,
+                    seed=seed,
+                    loads=[r.load for r in records],
+                    arrived=[r.arrived for r in records],
+                    staleness=[r.staleness for r in records],
+                    eval_steps=[r.step + 1 for r in evaluated],
+                    train_loss=[r.metrics["train_loss"] for r in evaluated],
+                    test_accuracy=_test_accuracy(model, split),
+                    wait_stragglers=chosen,
+                    wait_policy=None if policy is None else policy.state_dict(),
+                )
                 for mean in study.mean_delays:
                     for clock, t_c in compute_times[model_name].items():
-                        arrived, step_times = timeline(code, DelaySchedule(Exponential(mean), n, seed=seed), t_c,
-                                                       study.steps, stragglers=chosen)
+                        arrived, step_times = timeline(
+                            code, DelaySchedule(Exponential(mean), n, seed=seed), t_c, study.steps, stragglers=chosen
+                        )
                         if arrived != run.arrived:
                             raise RuntimeError(f"{scheme} s={s}: the arrived sets changed with m={mean}, t_c={t_c}")
                         run.times[f"m={mean:g},{clock}"] = torch.tensor(step_times).cumsum(0).tolist()
                 runs.append(run)
                 bar.update()
     bar.close()
-    config = {**asdict(study), "experiment": "training", "compute_times": compute_times,
-              "learning_rates": {name: learning_rate(study, name) for name in study.models},
-              "data_shape": list(split.train_x.shape[1:]), "train_samples": len(split.train_y),
-              "test_samples": len(split.test_y)}
+    config = {
+        **asdict(study),
+        "experiment": "training",
+        "compute_times": compute_times,
+        "learning_rates": {name: learning_rate(study, name) for name in study.models},
+        "data_shape": list(split.train_x.shape[1:]),
+        "train_samples": len(split.train_y),
+        "test_samples": len(split.test_y),
+    }
     return runs, config
 
 

@@ -32,14 +32,22 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from torchgcc.metrics import mean_ci  # noqa: E402
 from torchgcc.experiments.training_study import TrainingRun  # noqa: E402
+from torchgcc.metrics import mean_ci  # noqa: E402
 
 __all__ = ["LABELS", "curves", "plot_training", "summarise", "write_training_results"]
 
 #: Display names of the schemes.
-LABELS = {"dgd": "DGD", "is-sgd": "IS-SGD", "gc-fr": "GC-FR", "gc-cr": "GC-CR", "is-gc": "IS-GC",
-          "pgc-fr": "PGC-FR", "pgc-cr": "PGC-CR", "pgc-cr-ls": "PGC-CR (lstsq)"}
+LABELS = {
+    "dgd": "DGD",
+    "is-sgd": "IS-SGD",
+    "gc-fr": "GC-FR",
+    "gc-cr": "GC-CR",
+    "is-gc": "IS-GC",
+    "pgc-fr": "PGC-FR",
+    "pgc-cr": "PGC-CR",
+    "pgc-cr-ls": "PGC-CR (lstsq)",
+}
 
 
 def _steps_to_target(run: TrainingRun, target: float) -> Optional[int]:
@@ -61,8 +69,9 @@ def summarise(runs: Sequence[TrainingRun], config: dict) -> list[dict[str, Any]]
     for model in config["models"]:
         for s in config["stragglers"]:
             for scheme in config["schemes"]:
-                group = [r for r in runs if r.model == model and r.scheme == scheme and r.s == (0 if scheme == "dgd"
-                                                                                                 else s)]
+                group = [
+                    r for r in runs if r.model == model and r.scheme == scheme and r.s == (0 if scheme == "dgd" else s)
+                ]
                 if not group:
                     continue
                 reach = [_steps_to_target(r, target) for r in group]
@@ -71,14 +80,23 @@ def summarise(runs: Sequence[TrainingRun], config: dict) -> list[dict[str, Any]]
                 fractions = (counts / counts.sum()).tolist()
                 for label in labels:
                     mean_delay, clock = label.split(",")
-                    record = {"model": model, "s": s, "scheme": scheme, "m": float(mean_delay[2:]), "clock": clock,
-                              "n": config["num_workers"], "seeds": len(group)}
-                    record["step_time"], record["step_time_ci"] = _stat([r.times[label][-1] / len(r.loads)
-                                                                         for r in group])
+                    record = {
+                        "model": model,
+                        "s": s,
+                        "scheme": scheme,
+                        "m": float(mean_delay[2:]),
+                        "clock": clock,
+                        "n": config["num_workers"],
+                        "seeds": len(group),
+                    }
+                    record["step_time"], record["step_time_ci"] = _stat(
+                        [r.times[label][-1] / len(r.loads) for r in group]
+                    )
                     steps = [k for k in reach if k is not None]
                     record["steps_to_target"], record["steps_to_target_ci"] = _stat(steps)
                     record["time_to_target"], record["time_to_target_ci"] = _stat(
-                        [r.times[label][k - 1] for r, k in zip(group, reach) if k is not None])
+                        [r.times[label][k - 1] for r, k in zip(group, reach) if k is not None]
+                    )
                     record["reached"] = len(steps)
                     record["final_loss"], record["final_loss_ci"] = _stat([r.train_loss[-1] for r in group])
                     record["test_accuracy"], record["test_accuracy_ci"] = _stat([r.test_accuracy for r in group])
@@ -98,10 +116,19 @@ def curves(runs: Sequence[TrainingRun]) -> list[dict[str, Any]]:
     for model, scheme, s in keys:
         group = [r for r in runs if (r.model, r.scheme, r.s) == (model, scheme, s)]
         steps = group[0].eval_steps
-        out.append({"model": model, "scheme": scheme, "s": s, "steps": steps,
-                    "train_loss": torch.tensor([r.train_loss for r in group]).mean(0).tolist(),
-                    "time": {label: torch.tensor([[r.times[label][k - 1] for k in steps] for r in group]).mean(0)
-                             .tolist() for label in group[0].times}})
+        out.append(
+            {
+                "model": model,
+                "scheme": scheme,
+                "s": s,
+                "steps": steps,
+                "train_loss": torch.tensor([r.train_loss for r in group]).mean(0).tolist(),
+                "time": {
+                    label: torch.tensor([[r.times[label][k - 1] for k in steps] for r in group]).mean(0).tolist()
+                    for label in group[0].times
+                },
+            }
+        )
     return out
 
 
@@ -112,17 +139,26 @@ def _fmt(record: dict, key: str, digits: int = 3) -> str:
     return f"{value:.{digits}g}" + ("" if ci is None else f" ± {ci:.1g}")
 
 
-_COLUMNS = [("step_time", "s/step"), ("steps_to_target", "steps to target"), ("time_to_target", "time to target (s)"),
-            ("reached", "reached"), ("final_loss", "final loss"), ("test_accuracy", "test acc"),
-            ("load", "partitions/step"), ("mean_staleness", "mean staleness")]
+_COLUMNS = [
+    ("step_time", "s/step"),
+    ("steps_to_target", "steps to target"),
+    ("time_to_target", "time to target (s)"),
+    ("reached", "reached"),
+    ("final_loss", "final loss"),
+    ("test_accuracy", "test acc"),
+    ("load", "partitions/step"),
+    ("mean_staleness", "mean staleness"),
+]
 
 
 def _rows(records: Sequence[dict], model: str, m: float, clock: str) -> list[list[str]]:
     rows = []
     for r in records:
         if (r["model"], r["m"], r["clock"]) == (model, m, clock):
-            rows.append([str(r["s"]), LABELS.get(r["scheme"], r["scheme"])]
-                        + [str(r[key]) if key in ("reached", "load") else _fmt(r, key) for key, _ in _COLUMNS])
+            rows.append(
+                [str(r["s"]), LABELS.get(r["scheme"], r["scheme"])]
+                + [str(r[key]) if key in ("reached", "load") else _fmt(r, key) for key, _ in _COLUMNS]
+            )
     return rows
 
 
@@ -133,8 +169,10 @@ def markdown(records: Sequence[dict], config: dict) -> str:
     for model in config["models"]:
         for label in dict.fromkeys((r["m"], r["clock"]) for r in records):
             t_c = config["compute_times"][model][label[1]]
-            parts.append(f"### {model}, m = {label[0]:g} s, t_c = {t_c * 1e3:.3g} ms ({label[1]}), target loss "
-                         f"{config['target_loss']:g}, {len(config['seeds'])} seed(s)\n")
+            parts.append(
+                f"### {model}, m = {label[0]:g} s, t_c = {t_c * 1e3:.3g} ms ({label[1]}), target loss "
+                f"{config['target_loss']:g}, {len(config['seeds'])} seed(s)\n"
+            )
             parts.append("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
             parts += ["| " + " | ".join(row) + " |" for row in _rows(records, model, *label)]
             parts.append("")
@@ -146,8 +184,10 @@ def print_tables(records: Sequence[dict], config: dict, console: Console) -> Non
     m = config["mean_delays"][0]
     for model in config["models"]:
         for clock in config["compute_times"][model]:
-            table = Table(title=f"{model}, m = {m:g} s, t_c ({clock}) = {config['compute_times'][model][clock]:.3g} s",
-                          caption="value ± 95% CI half-width over seeds")
+            table = Table(
+                title=f"{model}, m = {m:g} s, t_c ({clock}) = {config['compute_times'][model][clock]:.3g} s",
+                caption="value ± 95% CI half-width over seeds",
+            )
             for name in ["s", "scheme"] + [name for _, name in _COLUMNS]:
                 table.add_column(name, justify="right")
             for row in _rows(records, model, m, clock):
@@ -160,16 +200,27 @@ def plot_training(curve_list: Sequence[dict], config: dict, path: Path, model: s
     m = config["mean_delays"][0]
     clocks = list(config["compute_times"][model])
     rows = config["stragglers"]
-    fig, axes = plt.subplots(len(rows), 1 + len(clocks), figsize=(4.2 * (1 + len(clocks)), 3.2 * len(rows)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(rows), 1 + len(clocks), figsize=(4.2 * (1 + len(clocks)), 3.2 * len(rows)), squeeze=False
+    )
     for row, s in enumerate(rows):
         for index, scheme in enumerate(config["schemes"]):
-            curve = next((c for c in curve_list if c["model"] == model and c["scheme"] == scheme
-                          and c["s"] == (0 if scheme == "dgd" else s)), None)
+            curve = next(
+                (
+                    c
+                    for c in curve_list
+                    if c["model"] == model and c["scheme"] == scheme and c["s"] == (0 if scheme == "dgd" else s)
+                ),
+                None,
+            )
             if curve is None:
                 continue
-            style = dict(color=f"C{index}", lw=1.3, ls="--" if scheme.startswith("pgc") else "-",
-                         label=LABELS.get(scheme, scheme))
+            style = dict(
+                color=f"C{index}",
+                lw=1.3,
+                ls="--" if scheme.startswith("pgc") else "-",
+                label=LABELS.get(scheme, scheme),
+            )
             axes[row, 0].plot(curve["steps"], curve["train_loss"], **style)
             for col, clock in enumerate(clocks, start=1):
                 axes[row, col].plot(curve["time"][f"m={m:g},{clock}"], curve["train_loss"], **style)
@@ -182,8 +233,9 @@ def plot_training(curve_list: Sequence[dict], config: dict, path: Path, model: s
                 ax.set_xlabel("steps")
             else:
                 clock = clocks[col - 1]
-                ax.set_xlabel(f"virtual seconds (m = {m:g} s, t_c {clock} "
-                              f"{config['compute_times'][model][clock] * 1e3:.3g} ms)")
+                ax.set_xlabel(
+                    f"virtual seconds (m = {m:g} s, t_c {clock} {config['compute_times'][model][clock] * 1e3:.3g} ms)"
+                )
     axes[0, 0].legend(fontsize=7)
     fig.suptitle(f"{model} on {config['data']}, n = {config['num_workers']}, {len(config['seeds'])} seed(s)")
     fig.tight_layout()
@@ -208,24 +260,40 @@ def _wait_summary(run: TrainingRun) -> dict:
     """An adaptive run's chosen S (every step, and the mean) and its controller's final state; {} otherwise."""
     if run.wait_stragglers is None:
         return {}
-    return {"mean_S": sum(run.wait_stragglers) / len(run.wait_stragglers), "S_by_step": run.wait_stragglers,
-            "wait_policy": _jsonable(run.wait_policy)}
+    return {
+        "mean_S": sum(run.wait_stragglers) / len(run.wait_stragglers),
+        "S_by_step": run.wait_stragglers,
+        "wait_policy": _jsonable(run.wait_policy),
+    }
 
 
-def write_training_results(out: Path, runs: Sequence[TrainingRun], config: dict, *,
-                           console: Optional[Console] = None) -> dict[str, Path]:
+def write_training_results(
+    out: Path, runs: Sequence[TrainingRun], config: dict, *, console: Optional[Console] = None
+) -> dict[str, Path]:
     """Write ``results.json`` (config, records, curves, per-run summaries), ``results.csv`` (records),
     ``table.md`` and one ``training-<model>.png`` per model; print the tables."""
     console = console or Console()
     out.mkdir(parents=True, exist_ok=True)
     records = summarise(runs, config)
     curve_list = curves(runs)
-    per_run = [{"model": r.model, "scheme": r.scheme, "s": r.s, "seed": r.seed, "test_accuracy": r.test_accuracy,
-                "final_loss": r.train_loss[-1], "loads": r.loads[:3], "staleness_counts":
-                torch.tensor(r.staleness).sum(0).tolist(), **_wait_summary(r)} for r in runs]
+    per_run = [
+        {
+            "model": r.model,
+            "scheme": r.scheme,
+            "s": r.s,
+            "seed": r.seed,
+            "test_accuracy": r.test_accuracy,
+            "final_loss": r.train_loss[-1],
+            "loads": r.loads[:3],
+            "staleness_counts": torch.tensor(r.staleness).sum(0).tolist(),
+            **_wait_summary(r),
+        }
+        for r in runs
+    ]
     paths = {"json": out / "results.json", "csv": out / "results.csv", "table": out / "table.md"}
-    paths["json"].write_text(json.dumps({"config": config, "records": records, "curves": curve_list,
-                                         "runs": per_run}, indent=1) + "\n")
+    paths["json"].write_text(
+        json.dumps({"config": config, "records": records, "curves": curve_list, "runs": per_run}, indent=1) + "\n"
+    )
     with paths["csv"].open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(records[0]))
         writer.writeheader()

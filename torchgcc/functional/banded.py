@@ -61,7 +61,8 @@ def pentadiagonal_ldl(diag: torch.Tensor, off1: torch.Tensor, off2: torch.Tensor
 
 
 def pentadiagonal_solve(factors: PentadiagonalLDL, rhs: torch.Tensor) -> torch.Tensor:
-    """Solve ``A x = rhs`` for every column of ``rhs`` ``(..., m, r)`` given the factors of ``A``; returns ``(..., m, r)``."""
+    """Solve ``A x = rhs`` for every column of ``rhs`` ``(..., m, r)`` given the factors of ``A``; returns ``(..., m,
+    r)``."""
     m = factors.d.shape[-1]
     if rhs.shape[-2] != m:
         raise ValueError(f"right-hand side has {rhs.shape[-2]} rows, the matrix has {m}")

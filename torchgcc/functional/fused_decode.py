@@ -12,7 +12,8 @@ One program per mask ``(B, N)`` row writes that mask's ``(K, N)`` decode matrix,
   Work O(N K) per mask; the recurrences are those of :mod:`torchgcc.functional.banded`.
 - :func:`berrut_decode_matrices`: Berrut's rational interpolant through the survivors (closed form, two sweeps).
 
-Everything is float64, one warp per mask (the K points are its lanes). The kernels are launched on CUDA tensors; with the environment variable ``TRITON_INTERPRET=1``
+Everything is float64, one warp per mask (the K points are its lanes). The kernels are launched on CUDA tensors; with
+the environment variable ``TRITON_INTERPRET=1``
 set before this module is imported, Triton's interpreter runs them on CPU tensors (slow, for testing).
 
 This module imports ``triton`` at import time; ``torchgcc`` imports it only when a decoder uses the ``"triton"``
@@ -38,9 +39,20 @@ def interpreted() -> bool:
 
 @triton.jit
 def _spline_kernel(
-    mask_ptr, beta_ptr, alpha_ptr, out_ptr, knots_ptr, index_ptr, bands_ptr, z_ptr,
-    N, K, lam: tl.float64, ratio: tl.float64,
-    SPACING: tl.constexpr, BLOCK_K: tl.constexpr,
+    mask_ptr,
+    beta_ptr,
+    alpha_ptr,
+    out_ptr,
+    knots_ptr,
+    index_ptr,
+    bands_ptr,
+    z_ptr,
+    N,
+    K,
+    lam: tl.float64,
+    ratio: tl.float64,
+    SPACING: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_K)
@@ -87,7 +99,8 @@ def _spline_kernel(
     # Spacings next to the interval, read only where the entry's column is interior (loads clamped otherwise).
     h_before = t_left - tl.load(knots + tl.maximum(idx - 1, 0), mask=kmask, other=0.0)
     h_after = tl.load(knots + tl.minimum(idx + 2, last), mask=kmask, other=1.0) - tl.load(
-        knots + tl.minimum(idx + 1, last), mask=kmask, other=0.0)
+        knots + tl.minimum(idx + 1, last), mask=kmask, other=0.0
+    )
     inv_before = tl.where(idx >= 1, 1.0 / h_before, 0.0)
     inv_at = 1.0 / h_at
     inv_after = tl.where(idx + 2 <= last, 1.0 / h_after, 0.0)
@@ -126,8 +139,12 @@ def _spline_kernel(
         d = diag - e1 * e1 * d1 - f2 * f2 * d2
         e = (off1 - f1 * e1 * d1) / d
         f = off2 / d
-        rhs = (tl.where(idx - 2 == i, entry0, 0.0) + tl.where(idx - 1 == i, entry1, 0.0)
-               + tl.where(idx == i, entry2, 0.0) + tl.where(idx + 1 == i, entry3, 0.0))
+        rhs = (
+            tl.where(idx - 2 == i, entry0, 0.0)
+            + tl.where(idx - 1 == i, entry1, 0.0)
+            + tl.where(idx == i, entry2, 0.0)
+            + tl.where(idx + 1 == i, entry3, 0.0)
+        )
         z = rhs - e1 * z1 - f2 * z2
         tl.store(d_row + i, d)
         tl.store(e_row + i, e)
@@ -150,8 +167,11 @@ def _spline_kernel(
         jj = tl.maximum(j, 0)
         x_next = x_r1  # x_{j+1}
         x_next2 = x_r  # x_{j+2}
-        x_j = (tl.load(z_rows + jj * BLOCK_K + offs) * (1.0 / tl.load(d_row + jj))
-               - tl.load(e_row + jj) * x_next - tl.load(f_row + jj) * x_next2)
+        x_j = (
+            tl.load(z_rows + jj * BLOCK_K + offs) * (1.0 / tl.load(d_row + jj))
+            - tl.load(e_row + jj) * x_next
+            - tl.load(f_row + jj) * x_next2
+        )
         x_j = tl.where(j >= 0, x_j, 0.0)
         t_r = tl.load(knots + r)
         inv_h_r = tl.where(r < n - 1, 1.0 / (tl.load(knots + tl.minimum(r + 1, last)) - t_r), 0.0)
@@ -244,9 +264,21 @@ def spline_decode_matrices(
     if groups:
         with _quiet():
             _spline_kernel[(groups,)](
-                mask_u8, beta, alpha, out, knots, index, bands, z,
-                num_workers, num_inputs, 0.0 if lam is None else float(lam), float(ratio),
-                SPACING=lam is None, BLOCK_K=block, num_warps=1,
+                mask_u8,
+                beta,
+                alpha,
+                out,
+                knots,
+                index,
+                bands,
+                z,
+                num_workers,
+                num_inputs,
+                0.0 if lam is None else float(lam),
+                float(ratio),
+                SPACING=lam is None,
+                BLOCK_K=block,
+                num_warps=1,
             )
     return out
 

@@ -78,4 +78,6 @@ def _solve(system: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
     systems = system.expand(batch + system.shape[-2:]).reshape(-1, *system.shape[-2:])
     rights = rhs.expand(batch + rhs.shape[-2:]).reshape(-1, *rhs.shape[-2:])
     solutions = [torch.linalg.solve(a, b) for a, b in zip(systems, rights)]
-    return torch.stack(solutions).reshape(batch + rhs.shape[-2:]) if solutions else rhs.new_empty(batch + rhs.shape[-2:])
+    return (
+        torch.stack(solutions).reshape(batch + rhs.shape[-2:]) if solutions else rhs.new_empty(batch + rhs.shape[-2:])
+    )

@@ -79,8 +79,12 @@ def weighted_smoothing_spline(
     def take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         return values.gather(1, index.unsqueeze(-1).expand(-1, -1, values.shape[-1]))
 
-    out = (a.unsqueeze(-1) * take(fitted, idx) + b.unsqueeze(-1) * take(fitted, idx + 1)
-           + c_a.unsqueeze(-1) * take(second, idx) + c_b.unsqueeze(-1) * take(second, idx + 1))
+    out = (
+        a.unsqueeze(-1) * take(fitted, idx)
+        + b.unsqueeze(-1) * take(fitted, idx + 1)
+        + c_a.unsqueeze(-1) * take(second, idx)
+        + c_b.unsqueeze(-1) * take(second, idx + 1)
+    )
     return fitted, out
 
 

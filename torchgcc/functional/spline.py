@@ -107,7 +107,8 @@ def smoothing_spline_matrix(knots: torch.Tensor, points: torch.Tensor, lam: Lam 
     rhs = knots.new_zeros(batch + (m + 4, points.shape[-1])).scatter(-2, columns, entries)[..., 2 : m + 2, :]
     z = pentadiagonal_solve(pentadiagonal_ldl(diag, off1, off2), rhs)  # (..., m, P)
 
-    # D^T = Q z + (a, b) scattered at rows idx, idx + 1: row r of Q z is q_lo[r] z[r] + q_mid[r-1] z[r-1] + q_hi[r-2] z[r-2].
+    # D^T = Q z + (a, b) scattered at rows idx, idx + 1: row r of Q z is q_lo[r] z[r] + q_mid[r-1] z[r-1] + q_hi[r-2]
+    # z[r-2].
     rows = z.new_zeros(batch + (n, points.shape[-1]))
     rows[..., :m, :].addcmul_(q_lo.unsqueeze(-1), z)
     rows[..., 1 : m + 1, :].addcmul_(q_mid.unsqueeze(-1), z)

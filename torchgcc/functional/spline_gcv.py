@@ -9,7 +9,8 @@ For knots ``t`` (``n`` points, ``m = n - 2`` interior), data ``y`` ``(n, d)`` an
 - ``n <= DEMMLER_REINSCH_MAX_KNOTS``: with ``R = L L^T`` and ``L^-1 Q^T Q L^-T = U diag(kappa) U^T``
   (Demmler-Reinsch), ``M = L U (I + mu kappa) U^T L^T``; with ``w = U^T L^-1 Q^T y`` (one ``(m, m) x (m, d)``
   product per group) every candidate costs O(m):
-  ``||y - g||^2 = mu^2 sum_i kappa_i ||w_i||^2 / (1 + mu kappa_i)^2`` and ``tr(H) = n - mu sum_i kappa_i / (1 + mu kappa_i)``.
+  ``||y - g||^2 = mu^2 sum_i kappa_i ||w_i||^2 / (1 + mu kappa_i)^2`` and ``tr(H) = n - mu sum_i kappa_i / (1 + mu
+  kappa_i)``.
   Cheap for many outputs ``d``; the eigendecomposition costs O(m^3) and loses accuracy as the spread of ``kappa``
   grows with ``n`` (about 1e-10 relative at n = 128 on Chebyshev points, 5e-4 at n = 520), hence the limit.
 - larger ``n``: a banded LDL^T of ``M`` per candidate, O(n d) per candidate for the residuals, and the central band
@@ -50,8 +51,11 @@ def _scores_demmler_reinsch(knots: torch.Tensor, y: torch.Tensor, lams: torch.Te
     cols = torch.arange(m, device=knots.device)
     Q = knots.new_zeros(knots.shape[0], n, m)
     Q[:, cols, cols], Q[:, cols + 1, cols], Q[:, cols + 2, cols] = q_lo, q_mid, q_hi
-    R = torch.diag_embed((h[:, :-1] + h[:, 1:]) / 3) + torch.diag_embed(h[:, 1:-1] / 6, 1) \
+    R = (
+        torch.diag_embed((h[:, :-1] + h[:, 1:]) / 3)
+        + torch.diag_embed(h[:, 1:-1] / 6, 1)
         + torch.diag_embed(h[:, 1:-1] / 6, -1)
+    )
     chol = torch.linalg.cholesky(R)  # R is strictly diagonally dominant: positive definite
     half = torch.linalg.solve_triangular(chol, Q.mT, upper=False)  # L^-1 Q^T  (G, m, n)
     kappa, U = torch.linalg.eigh(half @ half.mT)  # L^-1 Q^T Q L^-T
@@ -74,11 +78,15 @@ def _scores_banded(knots: torch.Tensor, y: torch.Tensor, lams: torch.Tensor) -> 
     diag = (h[..., :-1] + h[..., 1:]) / 3 + mu * (q_lo**2 + q_mid**2 + q_hi**2)
     off1 = h[..., 1:-1] / 6 + mu * (q_mid[..., :-1] * q_lo[..., 1:] + q_hi[..., :-1] * q_mid[..., 1:])
     off2 = mu * (q_hi[..., :-2] * q_lo[..., 2:])
-    factors = pentadiagonal_ldl(diag, off1.expand(diag.shape[:-1] + off1.shape[-1:]),
-                                off2.expand(diag.shape[:-1] + off2.shape[-1:]))  # (G, L, m) bands
+    factors = pentadiagonal_ldl(
+        diag, off1.expand(diag.shape[:-1] + off1.shape[-1:]), off2.expand(diag.shape[:-1] + off2.shape[-1:])
+    )  # (G, L, m) bands
     # Residuals y - g = mu Q gamma with M gamma = Q^T y.
-    qty = (q_lo.squeeze(1).unsqueeze(-1) * y[:, :-2] + q_mid.squeeze(1).unsqueeze(-1) * y[:, 1:-1]
-           + q_hi.squeeze(1).unsqueeze(-1) * y[:, 2:])  # (G, m, d)
+    qty = (
+        q_lo.squeeze(1).unsqueeze(-1) * y[:, :-2]
+        + q_mid.squeeze(1).unsqueeze(-1) * y[:, 1:-1]
+        + q_hi.squeeze(1).unsqueeze(-1) * y[:, 2:]
+    )  # (G, m, d)
     gamma = pentadiagonal_solve(factors, qty.unsqueeze(1).expand(-1, mu.shape[1], -1, -1))  # (G, L, m, d)
     q_gamma = torch.zeros(gamma.shape[:2] + (n, gamma.shape[-1]), dtype=torch.float64, device=gamma.device)
     q_gamma[..., :-2, :] += q_lo.unsqueeze(-1) * gamma
@@ -109,7 +117,13 @@ def _scores_banded(knots: torch.Tensor, y: torch.Tensor, lams: torch.Tensor) -> 
     b2 = pad(band2, (2, 2))
     idx = torch.arange(n, device=knots.device)
     S = lambda band, k: band[..., idx + 2 + k]  # noqa: E731  band value at column r + k
-    quad = (c_hi**2 * S(b0, -2) + c_mid**2 * S(b0, -1) + c_lo**2 * S(b0, 0)
-            + 2 * c_hi * c_mid * S(b1, -2) + 2 * c_mid * c_lo * S(b1, -1) + 2 * c_hi * c_lo * S(b2, -2))
+    quad = (
+        c_hi**2 * S(b0, -2)
+        + c_mid**2 * S(b0, -1)
+        + c_lo**2 * S(b0, 0)
+        + 2 * c_hi * c_mid * S(b1, -2)
+        + 2 * c_mid * c_lo * S(b1, -1)
+        + 2 * c_hi * c_lo * S(b2, -2)
+    )
     trace = n - mu.squeeze(-1) * quad.sum(dim=-1)  # (G, L)
     return rss / (1 - trace / n) ** 2

@@ -26,9 +26,16 @@ from torchgcc.gradient_coding.simulator import Simulation, StepRecord
 __all__ = ["run_adaptive_wait"]
 
 
-def run_adaptive_wait(simulation: Simulation, policy, steps: int, *, deadline: float,
-                      evaluate: Optional[Callable[[torch.nn.Module], dict]] = None, eval_every: int = 1,
-                      progress: bool = False) -> tuple[list[StepRecord], list[int]]:
+def run_adaptive_wait(
+    simulation: Simulation,
+    policy,
+    steps: int,
+    *,
+    deadline: float,
+    evaluate: Optional[Callable[[torch.nn.Module], dict]] = None,
+    eval_every: int = 1,
+    progress: bool = False,
+) -> tuple[list[StepRecord], list[int]]:
     """Train ``steps`` steps of ``simulation`` (which needs delays), S from ``policy`` at every step.
 
     Returns the step records (the clock advances by each step's ``(n - S)``-th finish time) and the S of every
@@ -43,8 +50,9 @@ def run_adaptive_wait(simulation: Simulation, policy, steps: int, *, deadline: f
     records, chosen = [], []
     for step in tqdm(range(steps), desc="adaptive wait", disable=not progress, leave=False):
         s = policy.choose()
-        times = worker_times([code.compute_load(step)] * code.num_workers, simulation.delays.delays(step),
-                             simulation.compute_time)
+        times = worker_times(
+            [code.compute_load(step)] * code.num_workers, simulation.delays.delays(step), simulation.compute_time
+        )
         arrived, step_time = first_arrivals(times, code.num_workers - s)
         record = simulation.step(step, arrived, step_time=step_time)
         policy.observe(times.masked_fill(times > deadline, math.inf), stragglers=s, watched_until=deadline)

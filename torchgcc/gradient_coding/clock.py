@@ -51,25 +51,30 @@ class _Scheduled(Protocol):
     def compute_load(self, step: int) -> int: ...
 
 
-def step_arrivals(code: _Scheduled, delays: DelaySchedule, compute_time: float, step: int,
-                  wait_for: int | None = None) -> tuple[list[int], float]:
+def step_arrivals(
+    code: _Scheduled, delays: DelaySchedule, compute_time: float, step: int, wait_for: int | None = None
+) -> tuple[list[int], float]:
     """The arrived workers (in order) and the virtual duration of ``step`` for ``code`` (every worker carries
     ``code.compute_load(step)`` partitions), waiting for ``wait_for`` workers (default ``code.wait_for``)."""
     times = worker_times([code.compute_load(step)] * code.num_workers, delays.delays(step), compute_time)
     return first_arrivals(times, code.wait_for if wait_for is None else wait_for)
 
 
-def timeline(code: _Scheduled, delays: DelaySchedule, compute_time: float, steps: int,
-             stragglers: Sequence[int] | None = None) -> tuple[list[list[int]], list[float]]:
+def timeline(
+    code: _Scheduled, delays: DelaySchedule, compute_time: float, steps: int, stragglers: Sequence[int] | None = None
+) -> tuple[list[list[int]], list[float]]:
     """:func:`step_arrivals` for steps ``0..steps-1``: the arrived sets and the step times, without a model;
     ``stragglers``: the S of every step (an adaptive wait count waits for ``n - S[t]``; default the code's).
 
     Every worker of a step carries the same load, so the arrived sets depend on the delays only, not on
     ``compute_time``; for delays that scale with one parameter (``Exponential(mean)``) not on it either.
     """
-    pairs = [step_arrivals(code, delays, compute_time, step,
-                           None if stragglers is None else code.num_workers - stragglers[step])
-             for step in range(steps)]
+    pairs = [
+        step_arrivals(
+            code, delays, compute_time, step, None if stragglers is None else code.num_workers - stragglers[step]
+        )
+        for step in range(steps)
+    ]
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
@@ -77,8 +82,9 @@ def _harmonic(n: int) -> float:
     return sum(1.0 / j for j in range(1, n + 1))
 
 
-def expected_step_time(*, load: int, compute_time: float, mean_delay: float, num_workers: int,
-                       num_stragglers: int) -> float:
+def expected_step_time(
+    *, load: int, compute_time: float, mean_delay: float, num_workers: int, num_stragglers: int
+) -> float:
     """``load * t_c + m (H_n - H_s)``: the mean ``(n - s)``-th order statistic of ``load * t_c + Exp(m)``."""
     return load * compute_time + mean_delay * (_harmonic(num_workers) - _harmonic(num_stragglers))
 

@@ -189,9 +189,11 @@ class FractionalRepetitionCode(GradientCode):
             first.setdefault(self.group(worker), worker)
         missing = sorted(set(range(self.num_workers // (self.num_stragglers + 1))) - set(first))
         if missing:
-            raise UndecodableError(f"fractional repetition: no worker of group(s) {missing} arrived "
-                                   f"(arrived {sorted(arrived)}); at most s={self.num_stragglers} per group may "
-                                   "straggle")
+            raise UndecodableError(
+                f"fractional repetition: no worker of group(s) {missing} arrived "
+                f"(arrived {sorted(arrived)}); at most s={self.num_stragglers} per group may "
+                "straggle"
+            )
         a = torch.zeros(self.num_workers, dtype=torch.float64)
         a[list(first.values())] = 1.0
         return a
@@ -255,7 +257,8 @@ class CyclicRepetitionCode(GradientCode):
                 raise UndecodableError(
                     f"cyclic repetition cannot recover the gradient sum from workers {rows}: "
                     f"residual max|a^T B_F - 1| = {residual:.3g} > atol={self.atol:g}; it needs at least "
-                    f"n - s = {self.wait_for} workers")
+                    f"n - s = {self.wait_for} workers"
+                )
             a = torch.zeros(self.num_workers, dtype=torch.float64)
             a[rows] = solution
             self._cache[key] = a
@@ -280,14 +283,17 @@ class IgnoreStragglersGCCode(GradientCode):
 
     exact = False
 
-    def __init__(self, num_workers: int, num_stragglers: int, *, partitions_per_worker: int = 2,
-                 layout: str = "cr") -> None:
+    def __init__(
+        self, num_workers: int, num_stragglers: int, *, partitions_per_worker: int = 2, layout: str = "cr"
+    ) -> None:
         _check_count("num_workers", num_workers, 1)
         _check_count("num_stragglers", num_stragglers, 0)
         _check_count("partitions_per_worker", partitions_per_worker, 1)
         if num_stragglers >= num_workers or partitions_per_worker > num_workers:
-            raise ValueError(f"need num_stragglers < num_workers and partitions_per_worker <= num_workers, got "
-                             f"s={num_stragglers}, c={partitions_per_worker}, n={num_workers}")
+            raise ValueError(
+                f"need num_stragglers < num_workers and partitions_per_worker <= num_workers, got "
+                f"s={num_stragglers}, c={partitions_per_worker}, n={num_workers}"
+            )
         if layout not in ("cr", "fr"):
             raise ValueError(f"layout must be 'cr' or 'fr', got {layout!r}")
         self.layout, self.c = layout, partitions_per_worker

@@ -71,14 +71,21 @@ class TrainingJob:
         from torchgcc.experiments.data import load_dataset
         from torchgcc.experiments.training_study import build_study_model
 
-        self.code: GradientCode = make_scheme(args.scheme, num_workers=num_workers, num_stragglers=args.s,
-                                              seed=args.seed)
+        self.code: GradientCode = make_scheme(
+            args.scheme, num_workers=num_workers, num_stragglers=args.s, seed=args.seed
+        )
         split = load_dataset(args.data, seed=args.seed)
-        self.data = PartitionedData(split.train_x, split.train_y, num_partitions=self.code.num_partitions,
-                                    batch_size=args.batch_size, seed=args.seed)
+        self.data = PartitionedData(
+            split.train_x,
+            split.train_y,
+            num_partitions=self.code.num_partitions,
+            batch_size=args.batch_size,
+            seed=args.seed,
+        )
         torch.manual_seed(args.seed)
-        self.model = build_study_model(args.model, in_channels=split.in_channels, image_size=split.image_size,
-                                       num_classes=split.num_classes)
+        self.model = build_study_model(
+            args.model, in_channels=split.in_channels, image_size=split.image_size, num_classes=split.num_classes
+        )
         self.delays = DelaySchedule(latency_model(args), num_workers, seed=args.seed)
         self.lr, self.steps = args.lr, args.steps
         self.policy = None if args.wait_deadline is None else wait_policy(args, num_workers)
@@ -90,8 +97,9 @@ def wait_policy(args: argparse.Namespace, num_workers: int):
 
     if args.wait_deadline <= 0:
         raise SystemExit(f"--wait-deadline must be > 0 seconds, got {args.wait_deadline}")
-    return WaitCountController(num_workers, deadline=args.wait_deadline, budget=args.wait_budget,
-                               stragglers=range(args.s + 1), seed=args.seed)
+    return WaitCountController(
+        num_workers, deadline=args.wait_deadline, budget=args.wait_budget, stragglers=range(args.s + 1), seed=args.seed
+    )
 
 
 def latency_model(args: argparse.Namespace) -> LatencyModel:
@@ -103,11 +111,13 @@ def latency_model(args: argparse.Namespace) -> LatencyModel:
     return PersistentSlow(slow=slow, delay=args.slow_delay, base=base)  # slow=(): no delays at all
 
 
-def build_job(argv: Optional[list[str]] = None, num_workers: Optional[int] = None) -> tuple[argparse.Namespace,
-                                                                                            TrainingJob]:
+def build_job(
+    argv: Optional[list[str]] = None, num_workers: Optional[int] = None
+) -> tuple[argparse.Namespace, TrainingJob]:
     """Parse ``argv`` and build the job (``num_workers``: default ``WORLD_SIZE - 1``); used by tests too."""
-    parser = argparse.ArgumentParser(prog="torchrun ... -m torchgcc.gradient_coding.runtime",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="torchrun ... -m torchgcc.gradient_coding.runtime", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--scheme", choices=list_schemes(), default="gc-fr")
     parser.add_argument("-s", type=int, default=1, help="stragglers tolerated (default 1)")
     parser.add_argument("--steps", type=int, default=10)
@@ -121,9 +131,13 @@ def build_job(argv: Optional[list[str]] = None, num_workers: Optional[int] = Non
     parser.add_argument("--slow-delay", type=float, default=3.0, help="its extra delay in seconds (default 3)")
     parser.add_argument("--save", type=Path, default=None, help="write final parameters and arrivals (torch.save)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for results of one step")
-    parser.add_argument("--wait-deadline", type=float, default=None,
-                        help="adaptive wait count: S in 0..s chosen per step so that steps finish within this many "
-                             "seconds (a step over it is a straggler event)")
+    parser.add_argument(
+        "--wait-deadline",
+        type=float,
+        default=None,
+        help="adaptive wait count: S in 0..s chosen per step so that steps finish within this many "
+        "seconds (a step over it is a straggler event)",
+    )
     parser.add_argument("--wait-budget", type=float, default=0.1, help="allowed share of steps over --wait-deadline")
     args = parser.parse_args(argv)
     if num_workers is None:
@@ -173,8 +187,11 @@ def coordinate(job: TrainingJob, store: dist.Store, args: argparse.Namespace) ->
             status = _collect_round(plane, step, finish_s, start, args.timeout)
             if status:
                 return status
-            job.policy.observe(finish_s.masked_fill(finish_s > args.wait_deadline, math.inf), stragglers=stragglers,
-                               watched_until=args.wait_deadline)
+            job.policy.observe(
+                finish_s.masked_fill(finish_s > args.wait_deadline, math.inf),
+                stragglers=stragglers,
+                watched_until=args.wait_deadline,
+            )
             observed.append(finish_s)
             chosen.append(stragglers)
             record["S"] = stragglers
@@ -193,8 +210,14 @@ def coordinate(job: TrainingJob, store: dist.Store, args: argparse.Namespace) ->
         if job.policy is not None:
             saved.update(S_by_step=chosen, finish_s=observed, wait_policy=job.policy.state_dict())
         torch.save(saved, args.save)
-    _emit({"event": "summary", "steps": job.steps, "wall_s": time.perf_counter() - start_all,
-           "workers_not_closed": sorted(pending)})
+    _emit(
+        {
+            "event": "summary",
+            "steps": job.steps,
+            "wall_s": time.perf_counter() - start_all,
+            "workers_not_closed": sorted(pending),
+        }
+    )
     return 0 if not pending else 4
 
 

@@ -42,8 +42,9 @@ SCHEMES.register("gc-cr", lambda n, s, seed: CyclicRepetitionCode(n, s, seed=see
 SCHEMES.register("is-gc", lambda n, s, seed: IgnoreStragglersGCCode(n, s, partitions_per_worker=2, layout="cr"))
 SCHEMES.register("pgc-fr", lambda n, s, seed: PipelinedGradientCode(FractionalRepetitionCode(n, s)))
 SCHEMES.register("pgc-cr", lambda n, s, seed: PipelinedGradientCode(CyclicRepetitionCode(n, s, seed=seed)))
-SCHEMES.register("pgc-cr-ls", lambda n, s, seed: PipelinedGradientCode(CyclicRepetitionCode(n, s, seed=seed),
-                                                                       decoder="lstsq"))
+SCHEMES.register(
+    "pgc-cr-ls", lambda n, s, seed: PipelinedGradientCode(CyclicRepetitionCode(n, s, seed=seed), decoder="lstsq")
+)
 
 
 def list_schemes() -> list[str]:

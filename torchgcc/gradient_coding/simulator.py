@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-import torch
 from torch import nn
 from tqdm.auto import tqdm
 
@@ -57,8 +56,9 @@ class StepRecord:
     metrics: dict = field(default_factory=dict)
 
 
-def measure_compute_time(model: nn.Module, data: PartitionedData, *, repeats: int = 20,
-                         loss_fn: Optional[LossFn] = None) -> float:
+def measure_compute_time(
+    model: nn.Module, data: PartitionedData, *, repeats: int = 20, loss_fn: Optional[LossFn] = None
+) -> float:
     """Median wall time in seconds of one partition's forward and backward pass (:func:`weighted_gradient`)."""
     kwargs = {} if loss_fn is None else {"loss_fn": loss_fn}
     batch = data.batch(0, 0)
@@ -84,9 +84,17 @@ class Simulation:
         loss_fn: per-sample loss (default cross-entropy).
     """
 
-    def __init__(self, code: GradientCode, model: nn.Module, data: PartitionedData, *, lr: float,
-                 delays: Optional[DelaySchedule], compute_time: float = 0.0,
-                 loss_fn: Optional[LossFn] = None) -> None:
+    def __init__(
+        self,
+        code: GradientCode,
+        model: nn.Module,
+        data: PartitionedData,
+        *,
+        lr: float,
+        delays: Optional[DelaySchedule],
+        compute_time: float = 0.0,
+        loss_fn: Optional[LossFn] = None,
+    ) -> None:
         if delays is not None and delays.num_workers != code.num_workers:
             raise ValueError(f"delays are for {delays.num_workers} workers, the code has {code.num_workers}")
         kwargs = {} if loss_fn is None else {"loss_fn": loss_fn}
@@ -116,8 +124,15 @@ class Simulation:
             messages = {i: self.workers[i].message(self.model, step) for i in used}
         apply_update(self.model, combine(messages, a), lr=self.lr, num_partitions=self.code.num_partitions)
         self.clock += 0.0 if math.isnan(step_time) else step_time
-        return StepRecord(step=step, time=self.clock, step_time=step_time, load=self.code.compute_load(step),
-                          arrived=list(arrived), used=used, staleness=self._staleness(step, len(used)))
+        return StepRecord(
+            step=step,
+            time=self.clock,
+            step_time=step_time,
+            load=self.code.compute_load(step),
+            arrived=list(arrived),
+            used=used,
+            staleness=self._staleness(step, len(used)),
+        )
 
     def _staleness(self, step: int, num_used: int) -> list[int]:
         slots = len(self.workers[0].partitions)
@@ -127,9 +142,17 @@ class Simulation:
             counts[tau] += num_used
         return counts
 
-    def run(self, steps: int, *, evaluate: Optional[Callable[[nn.Module], dict]] = None, eval_every: int = 1,
-            arrivals: Optional[Sequence[Sequence[int]]] = None, stop: Optional[Callable[[dict], bool]] = None,
-            progress: bool = False, desc: str = "simulating") -> list[StepRecord]:
+    def run(
+        self,
+        steps: int,
+        *,
+        evaluate: Optional[Callable[[nn.Module], dict]] = None,
+        eval_every: int = 1,
+        arrivals: Optional[Sequence[Sequence[int]]] = None,
+        stop: Optional[Callable[[dict], bool]] = None,
+        progress: bool = False,
+        desc: str = "simulating",
+    ) -> list[StepRecord]:
         """Run steps ``0..steps-1`` (replaying ``arrivals[t]`` when given); evaluate every ``eval_every`` steps and
         after the last; stop early once ``stop(metrics)`` is true."""
         records = []

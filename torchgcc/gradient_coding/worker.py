@@ -41,8 +41,13 @@ def load_flat(model: nn.Module, flat: torch.Tensor) -> None:
     torch.nn.utils.vector_to_parameters(flat.to(next(model.parameters()).dtype), model.parameters())
 
 
-def weighted_gradient(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
-                      weights: Sequence[float] | torch.Tensor, *, loss_fn: LossFn = _cross_entropy) -> torch.Tensor:
+def weighted_gradient(
+    model: nn.Module,
+    batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    weights: Sequence[float] | torch.Tensor,
+    *,
+    loss_fn: LossFn = _cross_entropy,
+) -> torch.Tensor:
     """``(d,)`` ``grad_w sum_j weights[j] * mean(loss_fn(model(x_j), y_j))`` with one forward and one backward pass.
 
     ``batches`` are ``(x_j, y_j)`` pairs; their samples are concatenated and sample ``m`` of batch ``j`` gets the
@@ -51,8 +56,9 @@ def weighted_gradient(model: nn.Module, batches: Sequence[tuple[torch.Tensor, to
     weights = torch.as_tensor(weights, dtype=torch.float64)
     x = torch.cat([b[0] for b in batches])
     y = torch.cat([b[1] for b in batches])
-    sample_weights = torch.cat([torch.full((len(b[1]),), float(w) / len(b[1]), dtype=torch.float64)
-                                for b, w in zip(batches, weights)])
+    sample_weights = torch.cat(
+        [torch.full((len(b[1]),), float(w) / len(b[1]), dtype=torch.float64) for b, w in zip(batches, weights)]
+    )
     params = [p for p in model.parameters()]
     losses = loss_fn(model(x), y)
     loss = (losses * sample_weights.to(device=losses.device, dtype=losses.dtype)).sum()
@@ -66,8 +72,9 @@ class GradientWorker:
     :meth:`message` computes what it sends at a step, from the model at that step.
     """
 
-    def __init__(self, index: int, code: GradientCode, data: PartitionedData, *,
-                 loss_fn: LossFn = _cross_entropy) -> None:
+    def __init__(
+        self, index: int, code: GradientCode, data: PartitionedData, *, loss_fn: LossFn = _cross_entropy
+    ) -> None:
         if data.num_partitions != code.num_partitions:
             raise ValueError(f"data has {data.num_partitions} partitions, the code {code.num_partitions}")
         self.index, self.code, self.data, self.loss_fn = index, code, data, loss_fn
@@ -85,8 +92,9 @@ class GradientWorker:
             batches = [self.data.batch(p, step) for p in self.partitions]
             return weighted_gradient(model, batches, self.weights, loss_fn=self.loss_fn)
         for slot in self.code.slots_computed(step):
-            self.cache[slot] = weighted_gradient(model, [self.data.batch(self.partitions[slot], step)], [1.0],
-                                                 loss_fn=self.loss_fn)
+            self.cache[slot] = weighted_gradient(
+                model, [self.data.batch(self.partitions[slot], step)], [1.0], loss_fn=self.loss_fn
+            )
         message = torch.zeros_like(self.cache[0])
         for weight, gradient in zip(self.weights.tolist(), self.cache):
             message += weight * gradient
@@ -115,5 +123,5 @@ def apply_update(model: nn.Module, gradient_sum: torch.Tensor, *, lr: float, num
         offset = 0
         for p in model.parameters():
             size = p.numel()
-            p -= (lr / num_partitions) * gradient_sum[offset:offset + size].view_as(p)
+            p -= (lr / num_partitions) * gradient_sum[offset : offset + size].view_as(p)
             offset += size

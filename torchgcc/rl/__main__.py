@@ -22,14 +22,19 @@ from torchgcc.rl.loop import GRPOConfig, train_grpo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m torchgcc.rl", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m torchgcc.rl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sizing = parser.add_mutually_exclusive_group(required=True)
     sizing.add_argument("--group-size", type=int, help="static group size G")
     sizing.add_argument("--sagc", metavar="G1,G2,...", help="candidate group sizes for the adaptive controller")
     parser.add_argument("--budget", type=float, default=0.3, help="allowed straggler-event rate (default 0.3)")
-    parser.add_argument("--kappa", type=float, default=40.0,
-                        help="a rollout straggles past kappa x the step's median rollout time (default 40)")
+    parser.add_argument(
+        "--kappa",
+        type=float,
+        default=40.0,
+        help="a rollout straggles past kappa x the step's median rollout time (default 40)",
+    )
     parser.add_argument("--steps", type=int, default=GRPOConfig.steps)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write records and controller state to this JSON file")
@@ -37,17 +42,29 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     config = replace(GRPOConfig(), steps=args.steps, seed=args.seed)
     sizes = (args.group_size,) if args.group_size else tuple(int(g) for g in args.sagc.split(","))
-    hook = GroupSizeHook(group_size_controller(sizes, prompts_per_step=config.prompts_per_step, budget=args.budget,
-                                               kappa=args.kappa, hold=5, seed=args.seed))
+    hook = GroupSizeHook(
+        group_size_controller(
+            sizes,
+            prompts_per_step=config.prompts_per_step,
+            budget=args.budget,
+            kappa=args.kappa,
+            hold=5,
+            seed=args.seed,
+        )
+    )
     records = train_grpo(config, hook)
     for start in range(0, len(records), 20):
-        window = records[start:start + 20]
+        window = records[start : start + 20]
         reward = sum(r["reward"] for r in window) / len(window)
-        print(f"steps {start:4d}-{start + len(window) - 1:4d}: reward {reward:.3f}"
-              f"  mean G {sum(r['G'] for r in window) / len(window):.1f}  clock {window[-1]['clock']:.0f} s")
+        print(
+            f"steps {start:4d}-{start + len(window) - 1:4d}: reward {reward:.3f}"
+            f"  mean G {sum(r['G'] for r in window) / len(window):.1f}  clock {window[-1]['clock']:.0f} s"
+        )
     controller = hook.controller
-    print(f"straggler-event rate {controller.event_rate:.3f} (budget {args.budget}), wall-clock "
-          f"{records[-1]['clock']:.0f} s, chosen G {controller.size_distribution()}")
+    print(
+        f"straggler-event rate {controller.event_rate:.3f} (budget {args.budget}), wall-clock "
+        f"{records[-1]['clock']:.0f} s, chosen G {controller.size_distribution()}"
+    )
     if args.out is not None:
         state = controller.state_dict()
         state["generator"] = state["generator"].tolist()

@@ -24,8 +24,14 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, eps: float = 1e-
     return (centred / (groups.std(1, keepdim=True) + eps)).reshape(-1)
 
 
-def clipped_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-                        mask: torch.Tensor, *, clip: float = 0.2) -> torch.Tensor:
+def clipped_policy_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip: float = 0.2,
+) -> torch.Tensor:
     """The GRPO loss above: ``log_probs``, ``old_log_probs``, ``mask`` ``(B, T)``, ``advantages`` ``(B,)``."""
     ratio = (log_probs - old_log_probs).exp()
     adv = advantages.unsqueeze(1)

@@ -65,13 +65,15 @@ class GRPOConfig:
     seed: int = 0
 
 
-def train_grpo(config: GRPOConfig, hook: GroupSizeHook, *, progress: bool = True,
-               desc: str = "GRPO") -> list[dict[str, Any]]:
+def train_grpo(
+    config: GRPOConfig, hook: GroupSizeHook, *, progress: bool = True, desc: str = "GRPO"
+) -> list[dict[str, Any]]:
     """Run ``config.steps`` GRPO steps with group sizes from ``hook``; returns one record per step.
 
     Record keys: ``step``, ``G``, ``reward`` (mean over the step's rollouts), ``answer_tokens`` (mean),
     ``event`` (straggler event), ``rollout_seconds`` (the barrier: the makespan on the slots),
-    ``update_seconds`` (measured), ``generate_seconds`` (measured), ``clock`` (cumulative wall-clock in seconds, simulated delays included).
+    ``update_seconds`` (measured), ``generate_seconds`` (measured), ``clock`` (cumulative wall-clock in seconds,
+    simulated delays included).
     The policy's initialisation and the prompt stream depend only on ``config.seed``, not on the group sizes.
     """
     task = CountdownTask(max_span=config.max_span)
@@ -91,8 +93,9 @@ def train_grpo(config: GRPOConfig, hook: GroupSizeHook, *, progress: bool = True
         generate_seconds = time.perf_counter() - start
         rewards = task.rewards(prompts, answers)
         tokens = (task.answer_lengths(answers) + 1).clamp(max=answers.shape[1])  # EOS included
-        durations = (generate_seconds * tokens / tokens.max()
-                     + config.token_seconds * tokens * delays.sample((len(tokens),), delay_rng))
+        durations = generate_seconds * tokens / tokens.max() + config.token_seconds * tokens * delays.sample(
+            (len(tokens),), delay_rng
+        )
         hook.record_rollouts(durations)
 
         start = time.perf_counter()
@@ -100,8 +103,9 @@ def train_grpo(config: GRPOConfig, hook: GroupSizeHook, *, progress: bool = True
         advantages = group_advantages(rewards, group)
         old = policy.answer_log_probs(prompts, answers).detach()
         for _ in range(config.inner_epochs):
-            loss = clipped_policy_loss(policy.answer_log_probs(prompts, answers), old, advantages, mask,
-                                       clip=config.clip)
+            loss = clipped_policy_loss(
+                policy.answer_log_probs(prompts, answers), old, advantages, mask, clip=config.clip
+            )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -109,8 +113,17 @@ def train_grpo(config: GRPOConfig, hook: GroupSizeHook, *, progress: bool = True
         event = hook.on_step_end()
         rollout_seconds = makespan(durations, config.rollout_slots)
         clock += rollout_seconds + update_seconds
-        records.append({"step": step, "G": group, "reward": float(rewards.mean()),
-                        "answer_tokens": float(tokens.double().mean()), "event": bool(event),
-                        "rollout_seconds": rollout_seconds, "update_seconds": update_seconds,
-                        "generate_seconds": generate_seconds, "clock": clock})
+        records.append(
+            {
+                "step": step,
+                "G": group,
+                "reward": float(rewards.mean()),
+                "answer_tokens": float(tokens.double().mean()),
+                "event": bool(event),
+                "rollout_seconds": rollout_seconds,
+                "update_seconds": update_seconds,
+                "generate_seconds": generate_seconds,
+                "clock": clock,
+            }
+        )
     return records

@@ -24,8 +24,9 @@ class TinyPolicy(nn.Module):
         return self.head(self.gru(self.embed(tokens))[0])
 
     @torch.no_grad()
-    def generate(self, prompts: torch.Tensor, max_new_tokens: int, *, eos: int,
-                 generator: torch.Generator) -> torch.Tensor:
+    def generate(
+        self, prompts: torch.Tensor, max_new_tokens: int, *, eos: int, generator: torch.Generator
+    ) -> torch.Tensor:
         """Sample ``(B, max_new_tokens)`` answer tokens after ``prompts`` ``(B, P)``; tokens after EOS repeat EOS."""
         output, state = self.gru(self.embed(prompts))
         logits = self.head(output[:, -1])
@@ -47,5 +48,5 @@ class TinyPolicy(nn.Module):
     def answer_log_probs(self, prompts: torch.Tensor, answers: torch.Tensor) -> torch.Tensor:
         """Per-token log-probabilities ``(B, T)`` of ``answers`` ``(B, T)`` given ``prompts`` ``(B, P)``."""
         tokens = torch.cat([prompts, answers[:, :-1]], 1)
-        logits = self(tokens)[:, prompts.shape[1] - 1:]
+        logits = self(tokens)[:, prompts.shape[1] - 1 :]
         return logits.log_softmax(-1).gather(-1, answers.unsqueeze(-1)).squeeze(-1)
