@@ -8,8 +8,8 @@ import argparse
 import pytest
 import torch
 
+from torchgcc.app.commands.bench_latency import model_latency, schemes_of, wait_stragglers_of
 from torchgcc.control.wait_count import WaitCountController, compare_with_fixed
-from torchgcc.distributed.bench_latency import model_latency, schemes_of, wait_stragglers_of
 from torchgcc.distributed.schemes import make_scheme
 from torchgcc.stragglers import LATENCY_MODELS, ShiftedExponential, TailChange
 

@@ -8,7 +8,7 @@ from scipy.interpolate import make_smoothing_spline
 import torchgcc
 from torchgcc.attacks import ConcentratedAttack, ConstantAttack, GreedyAttack, RandomAttack, SignFlipAttack
 from torchgcc.codes.robust import RobustGCC, adversarial_lambda
-from torchgcc.functional.robust import huber_weights, weighted_smoothing_spline
+from torchgcc.functional.weighted_spline import huber_weights, weighted_smoothing_spline
 from torchgcc.stragglers import FixedStragglers
 
 
@@ -145,8 +145,8 @@ def test_attacked_scheme_corrupts_a_fixed_rank_before_decoding():
 
 
 def test_worst_case_and_slopes_of_the_adversarial_experiment():
-    from torchgcc.experiments.adversarial import fit_slopes, worst_case
-    from torchgcc.experiments.reproduce import EXPERIMENTS
+    from torchgcc.app.commands.reproduce import EXPERIMENTS
+    from torchgcc.app.experiments.adversarial_study import fit_slopes, worst_case
 
     assert {"adversarial", "noisy", "manifold"} <= set(EXPERIMENTS)
     records = [

@@ -1,6 +1,6 @@
-"""``torchgcc demo`` and ``torchgcc reproduce ...`` end to end through ``torchgcc.cli.main`` (``--quick`` sizes), and
-what the command line promises: a fast ``--help`` that imports no torch, ``--version``, one-line user errors, a core
-that imports no optional dependency."""
+"""``torchgcc demo`` and ``torchgcc reproduce ...`` end to end through ``torchgcc.app.cli.main`` (``--quick`` sizes),
+and what the command line promises: a fast ``--help`` that imports no torch, ``--version``, one-line user errors, a
+core that imports no optional dependency."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import sys
 import pytest
 import torch
 
-from torchgcc import cli
-from torchgcc.experiments import training
-from torchgcc.experiments.results import read_results
+from torchgcc.app import cli, model_cache
+from torchgcc.app.results import read_results
 
 SCHEMA = ("scheme", "N", "K", "mse", "mse_ci")
 
@@ -67,7 +66,7 @@ def test_demo_quick_writes_results_and_reuses_the_cached_model(tmp_path, monkeyp
     def fail(*args, **kwargs):
         raise AssertionError("the second run must load the cached model")
 
-    monkeypatch.setattr(training, "train_classifier", fail)
+    monkeypatch.setattr(model_cache, "train_classifier", fail)
     again = run("demo", "--quick", "--out", str(tmp_path / "again"))
     assert again["config"]["model_from_cache"] and again["config"]["model_cache"] == config["model_cache"]
     assert again["records"] == results["records"]  # same seed, same model, same masks
@@ -75,8 +74,8 @@ def test_demo_quick_writes_results_and_reuses_the_cached_model(tmp_path, monkeyp
 
 @pytest.mark.parametrize("model", ["lenet5", "vit"])
 def test_reproduce_stragglers_quick(tmp_path, monkeypatch, model):
-    fast = training.TrainConfig(epochs=1)  # the full training is not what is under test here
-    monkeypatch.setattr(training, "default_train_config", lambda name: fast)
+    fast = model_cache.TrainConfig(epochs=1)  # the full training is not what is under test here
+    monkeypatch.setattr(model_cache, "default_train_config", lambda name: fast)
     results = run(
         "reproduce",
         "stragglers",
@@ -171,7 +170,7 @@ def test_version(capsys):
 
 def test_help_imports_neither_torch_nor_optional_dependencies():
     done = python(
-        "import sys; from torchgcc import cli\n"
+        "import sys; from torchgcc.app import cli\n"
         "try: cli.main(['--help'])\nexcept SystemExit: pass\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'numpy', 'rich', 'tqdm'}))"
     )
@@ -203,7 +202,7 @@ def test_core_works_and_imports_nothing_optional_when_no_extra_is_installed():
 def test_a_missing_extra_is_named_in_one_line():
     done = python(
         "import sys; sys.modules['matplotlib'] = None\n"
-        "from torchgcc import cli; sys.exit(cli.main(['demo', '--quick']))"
+        "from torchgcc.app import cli; sys.exit(cli.main(['demo', '--quick']))"
     )
     assert done.returncode == 1
     assert done.stderr == (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from torchgcc.experiments.adaptive_wait import ADAPTIVE_WAIT, run_adaptive_wait
+from torchgcc.app.experiments.adaptive_wait_study import ADAPTIVE_WAIT, run_adaptive_wait
 
 
 def test_adaptive_wait_rows_are_paired_and_the_verdict_picks_the_most_accurate_feasible_s():

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from torchgcc.app.experiments.sagc_study import SAGC, run_sagc, time_to_target
+from torchgcc.app.row_tables import seed_mean_ci
 from torchgcc.control import GroupSizeHook, group_size_controller
-from torchgcc.experiments.row_report import seed_mean_ci
-from torchgcc.experiments.sagc import SAGC, run_sagc, time_to_target
 from torchgcc.rl.countdown_task import CountdownTask
 from torchgcc.rl.grpo import clipped_policy_loss, group_advantages
 from torchgcc.rl.loop import GRPOConfig, makespan, train_grpo

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from torchgcc.gradient_coding import Simulation
+from torchgcc.gradient_coding.gradients import flat_parameters
 from torchgcc.gradient_coding.runtime import build_job
-from torchgcc.gradient_coding.worker import flat_parameters
 
 pytestmark = pytest.mark.distributed
 

@@ -3,11 +3,11 @@ torch.distributed runtime.
 
 - :mod:`~torchgcc.gradient_coding.codes`: FR, CR (Tandon et al. 2017) and the baselines DGD, IS-SGD, IS-GC.
 - :mod:`~torchgcc.gradient_coding.pipelined`: pipelined gradient coding (PGC-FR, PGC-CR; Su & Li 2026).
-- :mod:`~torchgcc.gradient_coding.worker`: the worker's coded gradient (one backward pass) and the update.
+- :mod:`~torchgcc.gradient_coding.gradients`: the worker's coded gradient (one backward pass) and the update.
 - :mod:`~torchgcc.gradient_coding.simulator`: one process, real gradients, virtual clock.
 - :mod:`~torchgcc.gradient_coding.adaptive_wait`: the simulator waiting for ``n - S`` workers, S chosen per step.
 - :mod:`~torchgcc.gradient_coding.runtime`: a coordinator and worker ranks under torchrun.
-- :mod:`~torchgcc.gradient_coding.schemes`: the schemes by name (``"dgd"``, ``"gc-fr"``, ``"pgc-cr"``...).
+- :mod:`~torchgcc.gradient_coding.training_schemes`: the schemes by name (``"dgd"``, ``"gc-fr"``, ``"pgc-cr"``...).
 """
 
 from torchgcc.gradient_coding.adaptive_wait import run_adaptive_wait
@@ -22,11 +22,11 @@ from torchgcc.gradient_coding.codes import (
     UndecodableError,
     recovery_error,
 )
+from torchgcc.gradient_coding.gradients import GradientWorker, apply_update, combine, weighted_gradient
 from torchgcc.gradient_coding.partitions import PartitionedData
 from torchgcc.gradient_coding.pipelined import PipelinedGradientCode, staleness
-from torchgcc.gradient_coding.schemes import SCHEMES, list_schemes, make_scheme
 from torchgcc.gradient_coding.simulator import Simulation, StepRecord, measure_compute_time
-from torchgcc.gradient_coding.worker import GradientWorker, apply_update, combine, weighted_gradient
+from torchgcc.gradient_coding.training_schemes import SCHEMES, list_schemes, make_scheme
 
 __all__ = [
     "run_adaptive_wait",

@@ -11,7 +11,7 @@ Every step ``t``:
    (:class:`torchgcc.distributed.dataplane.DataPlane`: a two-member gloo group per worker rank, tensors point to
    point; the rendezvous store only carries the control keys ``ended``);
 2. worker ``i`` (rank ``i + 1``) loads ``w_t``, computes its coded gradient with the same
-   :class:`~torchgcc.gradient_coding.worker.GradientWorker` as the simulator (one backward pass; a pipelined
+   :class:`~torchgcc.gradient_coding.gradients.GradientWorker` as the simulator (one backward pass; a pipelined
    worker advances its cache), waits its injected delay (``DelaySchedule``, the same seeded delays as the
    simulator's) and sends the result; while it waits it polls ``ended``, and once the coordinator has closed the
    round it sends an empty "abandoned" result at once instead, so a late worker never falls behind;
@@ -52,9 +52,9 @@ import torch.distributed as dist
 from torchgcc.distributed.dataplane import DataPlane, Message, PairBrokenError, open_peer_pair
 from torchgcc.gradient_coding.clock import DelaySchedule
 from torchgcc.gradient_coding.codes import GradientCode
+from torchgcc.gradient_coding.gradients import GradientWorker, apply_update, combine, flat_parameters, load_flat
 from torchgcc.gradient_coding.partitions import PartitionedData
-from torchgcc.gradient_coding.schemes import list_schemes, make_scheme
-from torchgcc.gradient_coding.worker import GradientWorker, apply_update, combine, flat_parameters, load_flat
+from torchgcc.gradient_coding.training_schemes import list_schemes, make_scheme
 from torchgcc.stragglers import Exponential, LatencyModel, PersistentSlow
 
 __all__ = ["TrainingJob", "build_job", "main"]
@@ -68,8 +68,8 @@ class TrainingJob:
     """What every process builds identically from the command line: the code, the data, the model, the delays."""
 
     def __init__(self, args: argparse.Namespace, num_workers: int) -> None:
-        from torchgcc.experiments.data import load_dataset
-        from torchgcc.experiments.training_study import build_study_model
+        from torchgcc.app.data import load_dataset
+        from torchgcc.app.experiments.training_study import build_study_model
 
         self.code: GradientCode = make_scheme(
             args.scheme, num_workers=num_workers, num_stragglers=args.s, seed=args.seed

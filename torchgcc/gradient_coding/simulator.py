@@ -25,8 +25,8 @@ from tqdm.auto import tqdm
 
 from torchgcc.gradient_coding.clock import DelaySchedule, step_arrivals
 from torchgcc.gradient_coding.codes import GradientCode
+from torchgcc.gradient_coding.gradients import GradientWorker, LossFn, apply_update, combine, weighted_gradient
 from torchgcc.gradient_coding.partitions import PartitionedData
-from torchgcc.gradient_coding.worker import GradientWorker, LossFn, apply_update, combine, weighted_gradient
 
 __all__ = ["Simulation", "StepRecord", "measure_compute_time"]
 

@@ -199,7 +199,7 @@ def print_report(report: dict[str, Any]) -> None:
 
 def _check_arguments(args: argparse.Namespace) -> None:
     """Turn the user errors the run would hit late (after model creation) into one-line usage errors."""
-    from torchgcc.cli import UsageError
+    from torchgcc.app.cli import UsageError
     from torchgcc.codes import list_codes
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -221,7 +221,7 @@ def _check_arguments(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from torchgcc.experiments.options import apply_threads, gcc_options, output_dir
+    from torchgcc.app.options import apply_threads, gcc_options, output_dir
 
     apply_threads(args)
     _check_arguments(args)
@@ -255,7 +255,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``profile`` subcommand (with the shared ``--quick --seed --out --lambda-dec --lambda-enc --threads``)."""
-    from torchgcc.experiments.options import add_common_arguments
+    from torchgcc.app.options import add_common_arguments
 
     defaults = ProfileSettings()
     parser = subparsers.add_parser(

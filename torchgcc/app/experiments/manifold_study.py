@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 import torchgcc
-from torchgcc.experiments.evaluate import evaluate_coded, model_outputs
+from torchgcc.app.evaluate import evaluate_coded, model_outputs
 from torchgcc.manifold import ORDERS, manifold_order
 from torchgcc.stragglers import FixedStragglers
 
@@ -62,8 +62,8 @@ def cubic_polynomial(w: torch.Tensor):
 
 
 def run_manifold(experiment: ManifoldExperiment, *, progress: bool = True) -> tuple[list[dict[str, Any]], dict]:
-    from torchgcc.experiments.data import load_dataset
-    from torchgcc.experiments.training import load_or_train
+    from torchgcc.app.data import load_dataset
+    from torchgcc.app.model_cache import load_or_train
 
     k, n = experiment.num_inputs, experiment.num_workers
     records: list[dict[str, Any]] = []
@@ -117,8 +117,8 @@ def run(args) -> int:
 
     from rich.console import Console
 
-    from torchgcc.experiments.options import apply_threads, output_dir
-    from torchgcc.experiments.report import publish
+    from torchgcc.app.options import apply_threads, output_dir
+    from torchgcc.app.tables import publish
 
     apply_threads(args)
     console = Console()

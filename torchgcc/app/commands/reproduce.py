@@ -13,16 +13,16 @@ from typing import Callable
 
 from rich.console import Console
 
-from torchgcc.cli import UsageError
-from torchgcc.experiments.data import list_datasets
-from torchgcc.experiments.demo import DEMO, QUICK, run_and_publish
-from torchgcc.experiments.models import list_models
-from torchgcc.experiments.options import add_common_arguments, apply_threads, gcc_options, output_dir
-from torchgcc.experiments.plots import plot_polynomial, plot_rates
-from torchgcc.experiments.polynomial import PolynomialExperiment, run_polynomial
-from torchgcc.experiments.rates import RatesExperiment, fit_slopes, run_rates
-from torchgcc.experiments.report import lambda_label, publish
-from torchgcc.experiments.training_study_cli import add_training_arguments, run_training
+from torchgcc.app.cli import UsageError
+from torchgcc.app.commands.demo import DEMO, QUICK, run_and_publish
+from torchgcc.app.data import list_datasets
+from torchgcc.app.experiments.polynomial_study import PolynomialExperiment, run_polynomial
+from torchgcc.app.experiments.rates_study import RatesExperiment, fit_slopes, run_rates
+from torchgcc.app.experiments.training_study_cli import add_training_arguments, run_training
+from torchgcc.app.models import list_models
+from torchgcc.app.options import add_common_arguments, apply_threads, gcc_options, output_dir
+from torchgcc.app.plots import plot_polynomial, plot_rates
+from torchgcc.app.tables import lambda_label, publish
 
 __all__ = ["EXPERIMENTS", "register"]
 
@@ -93,13 +93,13 @@ def _rates(args: argparse.Namespace) -> int:
 
 
 def _sagc(args: argparse.Namespace) -> int:
-    from torchgcc.experiments.sagc import run
+    from torchgcc.app.experiments.sagc_study import run
 
     return run(args)
 
 
 def _adaptive_wait(args: argparse.Namespace) -> int:
-    from torchgcc.experiments.adaptive_wait import run
+    from torchgcc.app.experiments.adaptive_wait_study import run
 
     return run(args)
 
@@ -169,10 +169,10 @@ EXPERIMENTS: dict[
 
 
 def _lazy(module: str) -> Callable[[argparse.Namespace], int]:
-    """The ``run`` of ``torchgcc.experiments.<module>``, imported when the experiment runs."""
+    """The ``run`` of ``torchgcc.app.experiments.<module>``, imported when the experiment runs."""
     import importlib
 
-    return importlib.import_module(f"torchgcc.experiments.{module}").run
+    return importlib.import_module(f"torchgcc.app.experiments.{module}").run
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from torchgcc.experiments.options import add_common_arguments, apply_threads, gcc_options, output_dir
-from torchgcc.experiments.plots import plot_straggler_sweep
-from torchgcc.experiments.report import lambda_label, publish
-from torchgcc.experiments.straggler_sweep import StragglerSweep, run_straggler_sweep
+from torchgcc.app.experiments.straggler_study import StragglerSweep, run_straggler_sweep
+from torchgcc.app.options import add_common_arguments, apply_threads, gcc_options, output_dir
+from torchgcc.app.plots import plot_straggler_sweep
+from torchgcc.app.tables import lambda_label, publish
 
 __all__ = ["DEMO", "QUICK", "register", "run", "run_and_publish"]
 

@@ -11,8 +11,8 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from torchgcc.experiments.plots import SCHEME_LABELS
-from torchgcc.experiments.results import write_results
+from torchgcc.app.plots import SCHEME_LABELS
+from torchgcc.app.results import write_results
 from torchgcc.optional import require
 
 __all__ = ["lambda_label", "markdown_table", "pivot", "publish", "rich_table", "scheme_series"]

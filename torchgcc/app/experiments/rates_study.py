@@ -18,7 +18,7 @@ from torch import nn
 from tqdm import tqdm
 
 import torchgcc
-from torchgcc.experiments.evaluate import evaluate_sweep, model_outputs
+from torchgcc.app.evaluate import evaluate_sweep, model_outputs
 from torchgcc.stragglers import BernoulliStragglers, FixedStragglers
 
 __all__ = ["RatesExperiment", "SmoothMLP", "fit_slopes", "run_rates"]

@@ -1,6 +1,6 @@
 """Results of the control experiments (``sagc``, ``adaptive-wait``): one record per scheme, printed and written as is.
 
-Unlike the coded-inference sweeps (:mod:`torchgcc.experiments.report`, which pivots MSE/RelAcc records), these
+Unlike the coded-inference sweeps (:mod:`torchgcc.app.tables`, which pivots MSE/RelAcc records), these
 records carry experiment-specific metrics; :func:`publish_rows` writes ``results.json``, ``results.csv`` and
 ``table.md`` and prints a rich table with the chosen columns. :func:`seed_mean_ci` gives the mean over a few seeds
 with a Student-t 95% interval.
@@ -16,7 +16,7 @@ import scipy.stats
 from rich.console import Console
 from rich.table import Table
 
-from torchgcc.experiments.results import write_results
+from torchgcc.app.results import write_results
 
 __all__ = ["Column", "publish_rows", "seed_mean_ci", "value_ci"]
 

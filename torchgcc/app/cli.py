@@ -23,15 +23,15 @@ __all__ = ["SUBCOMMANDS", "UsageError", "build_parser", "main"]
 #: ``name -> (module that registers it, one-line help)``, in the order ``--help`` lists them.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
-        "torchgcc.experiments.demo",
+        "torchgcc.app.commands.demo",
         "coded inference of a digits classifier with GCC vs BACC as workers straggle (offline, seconds)",
     ),
-    "reproduce": ("torchgcc.experiments.reproduce", "reproduce the GCC papers' experiments (Figs. 2, 3, 4)"),
+    "reproduce": ("torchgcc.app.commands.reproduce", "reproduce the GCC papers' experiments (Figs. 2, 3, 4)"),
     "bench-latency": (
-        "torchgcc.distributed.bench_latency",
+        "torchgcc.app.commands.bench_latency",
         "tail latency of uncoded vs coded execution on local processes with injected latency",
     ),
-    "profile": ("torchgcc.profiling", "time encode, decode and the model forward of coded inference"),
+    "profile": ("torchgcc.app.commands.profile", "time encode, decode and the model forward of coded inference"),
 }
 
 

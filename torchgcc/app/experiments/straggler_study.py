@@ -14,9 +14,9 @@ from typing import Any, Mapping
 import torch
 
 import torchgcc
-from torchgcc.experiments.data import load_dataset
-from torchgcc.experiments.evaluate import evaluate_sweep
-from torchgcc.experiments.training import load_or_train
+from torchgcc.app.data import load_dataset
+from torchgcc.app.evaluate import evaluate_sweep
+from torchgcc.app.model_cache import load_or_train
 from torchgcc.stragglers import FixedStragglers
 
 __all__ = ["SCHEMES", "StragglerSweep", "run_straggler_sweep"]

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import torchgcc
-from torchgcc.experiments.evaluate import evaluate_sweep
+from torchgcc.app.evaluate import evaluate_sweep
 from torchgcc.stragglers import FixedStragglers
 
 __all__ = ["PolynomialExperiment", "QuadraticMap", "run_polynomial"]

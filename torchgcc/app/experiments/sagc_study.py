@@ -28,10 +28,10 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 import torchgcc  # noqa: E402
+from torchgcc.app.options import apply_threads, output_dir  # noqa: E402
+from torchgcc.app.plots import _save as save_figure  # noqa: E402
+from torchgcc.app.row_tables import publish_rows, seed_mean_ci, value_ci  # noqa: E402
 from torchgcc.control.group_size import GroupSizeHook, group_size_controller  # noqa: E402
-from torchgcc.experiments.options import apply_threads, output_dir  # noqa: E402
-from torchgcc.experiments.plots import _save as save_figure  # noqa: E402
-from torchgcc.experiments.row_report import publish_rows, seed_mean_ci, value_ci  # noqa: E402
 from torchgcc.rl.loop import GRPOConfig, train_grpo  # noqa: E402
 
 __all__ = ["QUICK", "SAGC", "SAGCExperiment", "run", "run_sagc", "time_to_target"]

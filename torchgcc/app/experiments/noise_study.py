@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 import torchgcc
+from torchgcc.app.evaluate import model_outputs
+from torchgcc.app.experiments.rates_study import SmoothMLP
 from torchgcc.coded_module import group_samples
-from torchgcc.experiments.evaluate import model_outputs
-from torchgcc.experiments.rates import SmoothMLP
 from torchgcc.metrics import mean_ci
 from torchgcc.noise import GaussianNoise, LowPrecisionWorkers
 from torchgcc.stragglers import FixedStragglers
@@ -141,8 +141,8 @@ def run(args) -> int:
 
     from rich.console import Console
 
-    from torchgcc.experiments.options import apply_threads, output_dir
-    from torchgcc.experiments.report import publish
+    from torchgcc.app.options import apply_threads, output_dir
+    from torchgcc.app.tables import publish
 
     apply_threads(args)
     console = Console()

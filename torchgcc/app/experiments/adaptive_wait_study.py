@@ -38,14 +38,14 @@ from rich.console import Console  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 import torchgcc  # noqa: E402
+from torchgcc.app.data import load_dataset  # noqa: E402
+from torchgcc.app.evaluate import evaluate_coded, model_outputs  # noqa: E402
+from torchgcc.app.model_cache import load_or_train  # noqa: E402
+from torchgcc.app.options import apply_threads, output_dir  # noqa: E402
+from torchgcc.app.plots import _save as save_figure  # noqa: E402
+from torchgcc.app.row_tables import publish_rows, value_ci  # noqa: E402
 from torchgcc.coded_module import group_samples  # noqa: E402
 from torchgcc.control.wait_count import WaitCountController, compare_with_fixed  # noqa: E402
-from torchgcc.experiments.data import load_dataset  # noqa: E402
-from torchgcc.experiments.evaluate import evaluate_coded, model_outputs  # noqa: E402
-from torchgcc.experiments.options import apply_threads, output_dir  # noqa: E402
-from torchgcc.experiments.plots import _save as save_figure  # noqa: E402
-from torchgcc.experiments.row_report import publish_rows, value_ci  # noqa: E402
-from torchgcc.experiments.training import load_or_train  # noqa: E402
 from torchgcc.metrics import mean_ci  # noqa: E402
 from torchgcc.stragglers import FixedStragglers, LatencyStragglers  # noqa: E402
 

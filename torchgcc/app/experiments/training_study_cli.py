@@ -1,4 +1,4 @@
-"""Command line of ``torchgcc reproduce training`` (registered in :mod:`torchgcc.experiments.reproduce`).
+"""Command line of ``torchgcc reproduce training`` (registered in :mod:`torchgcc.app.commands.reproduce`).
 
 Examples::
 
@@ -14,11 +14,11 @@ import argparse
 
 from rich.console import Console
 
-from torchgcc.cli import UsageError
-from torchgcc.experiments.data import list_datasets
-from torchgcc.experiments.options import apply_threads, output_dir
-from torchgcc.experiments.training_study import QUICK_STUDY, TrainingStudy, run_training_study, with_overrides
-from torchgcc.experiments.training_study_report import write_training_results
+from torchgcc.app.cli import UsageError
+from torchgcc.app.data import list_datasets
+from torchgcc.app.experiments.training_study import QUICK_STUDY, TrainingStudy, run_training_study, with_overrides
+from torchgcc.app.experiments.training_study_report import write_training_results
+from torchgcc.app.options import apply_threads, output_dir
 from torchgcc.gradient_coding import list_schemes
 
 __all__ = ["add_training_arguments", "run_training"]

@@ -30,9 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from torchgcc.app.data import DataSplit, _standardise, load_dataset, register_dataset
+from torchgcc.app.models import MODELS
 from torchgcc.control.wait_count import WaitCountController
-from torchgcc.experiments.data import DataSplit, _standardise, load_dataset, register_dataset
-from torchgcc.experiments.models import MODELS
 from torchgcc.gradient_coding import (
     DelaySchedule,
     PartitionedData,
@@ -48,7 +48,7 @@ from torchgcc.stragglers import Exponential
 __all__ = ["STUDY_MODELS", "TrainingRun", "TrainingStudy", "build_study_model", "run_training_study"]
 
 #: Models of the study: ``name -> builder(*, in_channels, image_size, num_classes)``; the registered
-#: :data:`torchgcc.experiments.models.MODELS` plus a small MLP and torchvision's ResNet-18.
+#: :data:`torchgcc.app.models.MODELS` plus a small MLP and torchvision's ResNet-18.
 STUDY_MODELS: Registry[Callable[..., nn.Module]] = Registry("training-study model")
 
 
@@ -97,7 +97,7 @@ def load_imagenet32(*, data_dir: str | Path | None = None, download: bool = Fals
 
 
 def build_study_model(name: str, *, in_channels: int, image_size: int, num_classes: int) -> nn.Module:
-    """A model of :data:`STUDY_MODELS`, else of :data:`torchgcc.experiments.models.MODELS`."""
+    """A model of :data:`STUDY_MODELS`, else of :data:`torchgcc.app.models.MODELS`."""
     builder = STUDY_MODELS[name] if name in STUDY_MODELS else MODELS[name]
     return builder(in_channels=in_channels, image_size=image_size, num_classes=num_classes)
 

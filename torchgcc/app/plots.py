@@ -1,6 +1,6 @@
 """Figures of the experiments (matplotlib, Agg backend), drawn from result records.
 
-Each function takes the records of :mod:`torchgcc.experiments.results`, writes one PNG and returns its path.
+Each function takes the records of :mod:`torchgcc.app.results`, writes one PNG and returns its path.
 :func:`plot_straggler_sweep` is the one sweep plot of the demo, ``reproduce stragglers`` and the recipes'
 ``coded_eval``.
 """

@@ -32,7 +32,7 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from torchgcc.experiments.training_study import TrainingRun  # noqa: E402
+from torchgcc.app.experiments.training_study import TrainingRun  # noqa: E402
 from torchgcc.metrics import mean_ci  # noqa: E402
 
 __all__ = ["LABELS", "curves", "plot_training", "summarise", "write_training_results"]

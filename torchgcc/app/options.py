@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Union
 
-from torchgcc.cli import UsageError
+from torchgcc.app.cli import UsageError
 
 __all__ = [
     "RESULTS_ROOT",

@@ -27,10 +27,10 @@ import torch
 from tqdm.auto import tqdm
 
 import torchgcc
+from torchgcc.app.evaluate import model_outputs
 from torchgcc.attacks import ATTACKS, Attack, RandomAttack
 from torchgcc.coded_module import group_samples
 from torchgcc.codes.robust import RobustGCC
-from torchgcc.experiments.evaluate import model_outputs
 from torchgcc.metrics import mean_ci
 from torchgcc.stragglers import FixedStragglers
 
@@ -180,8 +180,8 @@ def _sweep(
 
 def run_adversarial(experiment: AdversarialExperiment, *, progress: bool = True) -> tuple[list, list, dict]:
     """Both workloads. Returns the worst-case records, the records of every attack, and the config."""
-    from torchgcc.experiments.data import load_dataset
-    from torchgcc.experiments.training import load_or_train
+    from torchgcc.app.data import load_dataset
+    from torchgcc.app.model_cache import load_or_train
 
     k = experiment.xsinx_inputs
     alpha = torchgcc.points.resolve_points("chebyshev1", k, name="alpha")
@@ -316,8 +316,8 @@ def run(args) -> int:
 
     from rich.console import Console
 
-    from torchgcc.experiments.options import apply_threads, output_dir
-    from torchgcc.experiments.report import publish
+    from torchgcc.app.options import apply_threads, output_dir
+    from torchgcc.app.tables import publish
 
     apply_threads(args)
     console = Console()
