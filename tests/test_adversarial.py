@@ -130,9 +130,9 @@ def test_adversarial_lambda_and_coded_module_attack():
 
 def test_attacked_scheme_corrupts_a_fixed_rank_before_decoding():
     from torchgcc.attacks import AttackedScheme
-    from torchgcc.distributed.schemes import make_scheme
+    from torchgcc.distributed.schemes import make_execution_scheme
 
-    scheme = make_scheme("gcc", num_inputs=4, num_workers=12)
+    scheme = make_execution_scheme("gcc", num_inputs=4, num_workers=12)
     attacked = AttackedScheme(scheme, ConstantAttack(value=1e3, workers=[5]))
     x = torch.randn(8, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     coded = attacked.encode(x)  # (N, B, 3): identity computation

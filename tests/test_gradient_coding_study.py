@@ -69,7 +69,6 @@ def test_imagenet32_loader_reads_the_official_npz_layout(tmp_path):
     import numpy as np
 
     from torchgcc.app.data import load_dataset
-    from torchgcc.app.experiments import training_study  # noqa: F401  (registers "imagenet32")
 
     rng = np.random.default_rng(0)
     for name, count in (("train_data_batch_1.npz", 6), ("train_data_batch_2.npz", 4), ("val_data.npz", 3)):

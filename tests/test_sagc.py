@@ -104,7 +104,7 @@ def test_seed_mean_ci_uses_student_t():
 def test_grpo_loop_learns_and_follows_the_hook():
     config = GRPOConfig(steps=50, prompts_per_step=8, rollout_slots=32, seed=0)
     controller = group_size_controller((4, 8), prompts_per_step=8, budget=0.3, kappa=8.0, warmup=0, hold=1)
-    records = train_grpo(config, GroupSizeHook(controller), progress=False)
+    records = train_grpo(config, GroupSizeHook(controller))
     assert [r["step"] for r in records] == list(range(50))
     assert {r["G"] for r in records} <= {4, 8} and controller.steps == 50
     assert all(b["clock"] > a["clock"] for a, b in zip(records, records[1:]))
@@ -135,7 +135,7 @@ def test_run_sagc_summaries(tmp_path):
 
 
 def test_rl_script_runs_and_writes_json(tmp_path, capsys):
-    from torchgcc.rl.__main__ import main
+    from torchgcc.app.commands.grpo import main
 
     out = tmp_path / "run.json"
     assert main(["--sagc", "4,8", "--steps", "3", "--out", str(out)]) == 0

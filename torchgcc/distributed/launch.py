@@ -175,43 +175,7 @@ def _read_stderr(logs) -> str:
     return "\n".join(parts)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m torchgcc.distributed.launch --nproc P [--timeout S] -- JOB OPTIONS``: rank 0's lines on stdout."""
-    import argparse
+if __name__ == "__main__":  # pragma: no cover - the command line is the application's
+    from torchgcc.app.commands.launch import main
 
-    parser = argparse.ArgumentParser(
-        prog="python -m torchgcc.distributed.launch",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--nproc", type=int, default=5)
-    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds before every process is killed")
-    parser.add_argument("job", nargs=argparse.REMAINDER, help="options of python -m torchgcc.distributed")
-    args = parser.parse_args(argv)
-    job = args.job[1:] if args.job[:1] == ["--"] else args.job
-
-    def started(pids: list[int]) -> None:
-        for rank, pid in enumerate(pids):
-            print(f"rank {rank} pid {pid}", file=sys.stderr, flush=True)
-
-    try:
-        run = launch(
-            job,
-            nproc=args.nproc,
-            timeout_s=args.timeout,
-            on_start=started,
-            on_record=lambda record: print(json.dumps(record), flush=True),
-        )
-    except TimeoutError as error:
-        print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
-        return 124
-    except KeyboardInterrupt:
-        print("interrupted: every process of the job was stopped", file=sys.stderr)
-        return 130
-    print(run.stderr, file=sys.stderr)
-    print(f"exit codes by rank: {run.returncodes}", file=sys.stderr)
-    return run.returncodes[0]
-
-
-if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

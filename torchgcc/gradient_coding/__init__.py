@@ -10,7 +10,7 @@ torch.distributed runtime.
 - :mod:`~torchgcc.gradient_coding.training_schemes`: the schemes by name (``"dgd"``, ``"gc-fr"``, ``"pgc-cr"``...).
 """
 
-from torchgcc.gradient_coding.adaptive_wait import run_adaptive_wait
+from torchgcc.gradient_coding.adaptive_wait import train_with_adaptive_wait
 from torchgcc.gradient_coding.clock import DelaySchedule, expected_step_time, first_arrivals
 from torchgcc.gradient_coding.codes import (
     CyclicRepetitionCode,
@@ -26,10 +26,10 @@ from torchgcc.gradient_coding.gradients import GradientWorker, apply_update, com
 from torchgcc.gradient_coding.partitions import PartitionedData
 from torchgcc.gradient_coding.pipelined import PipelinedGradientCode, staleness
 from torchgcc.gradient_coding.simulator import Simulation, StepRecord, measure_compute_time
-from torchgcc.gradient_coding.training_schemes import SCHEMES, list_schemes, make_scheme
+from torchgcc.gradient_coding.training_schemes import TRAINING_SCHEMES, list_training_schemes, make_training_scheme
 
 __all__ = [
-    "run_adaptive_wait",
+    "train_with_adaptive_wait",
     "CyclicRepetitionCode",
     "DelaySchedule",
     "FractionalRepetitionCode",
@@ -39,7 +39,7 @@ __all__ = [
     "IgnoreStragglersGCCode",
     "PartitionedData",
     "PipelinedGradientCode",
-    "SCHEMES",
+    "TRAINING_SCHEMES",
     "Simulation",
     "StepRecord",
     "UncodedCode",
@@ -48,8 +48,8 @@ __all__ = [
     "combine",
     "expected_step_time",
     "first_arrivals",
-    "list_schemes",
-    "make_scheme",
+    "list_training_schemes",
+    "make_training_scheme",
     "measure_compute_time",
     "recovery_error",
     "staleness",

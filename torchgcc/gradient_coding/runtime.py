@@ -3,7 +3,10 @@
 Run (5 processes: the coordinator and n = 4 workers; GC-FR with s = 1; worker 3 is 3 s late at every step)::
 
     torchrun --standalone --nproc-per-node 5 -m torchgcc.gradient_coding.runtime \\
-        --scheme gc-fr -s 1 --steps 10 --slow-worker 3 --slow-delay 3 --save run.pt
+        --scheme gc-fr -s 1 --steps 10 --slow-worker 3 --slow-delay 3 --save /tmp/run.pt
+
+That command line is the application's (:mod:`torchgcc.app.commands.gradient_coding_job`, which builds the
+:class:`TrainingJob` from its options); this module is the runtime: :func:`run` on every rank.
 
 Every step ``t``:
 
@@ -28,136 +31,114 @@ these with the ones after ``D`` as late (``watched_until=D``), as the distribute
 
 Every worker holds the whole (small) training set but reads only its partitions' mini-batches
 (:class:`~torchgcc.gradient_coding.partitions.PartitionedData`, same seed as the coordinator's simulator). Rank 0
-prints one JSON line per step (``step``, ``wall_s``, ``arrived``, ``used``) and a summary; ``--save`` writes the
-final flat parameters and the arrived sets, so the simulator can replay the same arrivals
-(``Simulation.run(arrivals=...)``) and must reach the same model. gloo on CPU only; the data plane's NCCL path has
-never been run here.
+emits one record per step (``step``, ``wall_s``, ``arrived``, ``used``) and a summary, and returns a
+:class:`TrainingOutcome` with the final flat parameters and the arrived sets, so the simulator can replay the same
+arrivals (``Simulation.run(arrivals=...)``) and must reach the same model. gloo on CPU only; the data plane's NCCL
+path has never been run here.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import os
-import sys
 import time
+from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from torchgcc.distributed.dataplane import DataPlane, Message, PairBrokenError, open_peer_pair
 from torchgcc.gradient_coding.clock import DelaySchedule
 from torchgcc.gradient_coding.codes import GradientCode
 from torchgcc.gradient_coding.gradients import GradientWorker, apply_update, combine, flat_parameters, load_flat
 from torchgcc.gradient_coding.partitions import PartitionedData
-from torchgcc.gradient_coding.training_schemes import list_schemes, make_scheme
-from torchgcc.stragglers import Exponential, LatencyModel, PersistentSlow
 
-__all__ = ["TrainingJob", "build_job", "main"]
+__all__ = ["EXIT_BROKEN_PAIR", "EXIT_NOT_CLOSED", "TrainingJob", "TrainingOutcome", "coordinate", "run", "serve"]
 
 _MODEL, _STOP, _RESULT, _BYE = 1, 2, 3, 4  # message kinds (first meta entry)
 _OK, _ABANDONED = 1, 0
 _POLL_S = 0.005
 
+#: exit status when a worker's data-plane pair broke.
+EXIT_BROKEN_PAIR = 3
+#: exit status when some worker did not say goodbye in time.
+EXIT_NOT_CLOSED = 4
 
+Record = dict[str, Any]
+
+
+@dataclass
 class TrainingJob:
-    """What every process builds identically from the command line: the code, the data, the model, the delays."""
+    """What every process holds identically: the code, the data, the model, the delays and the run's settings.
 
-    def __init__(self, args: argparse.Namespace, num_workers: int) -> None:
-        from torchgcc.app.data import load_dataset
-        from torchgcc.app.experiments.training_study import build_study_model
+    Attributes:
+        code: the gradient code of the ``n`` workers (``code.num_workers`` must be the world size minus one).
+        data: the partitioned training set (same seed on every rank).
+        model: the model, initialised identically on every rank.
+        delays: the seeded injected delays.
+        lr: SGD learning rate; ``steps``: steps to run.
+        policy: an adaptive wait count (:class:`~torchgcc.control.wait_count.WaitCountController` over S in
+            ``0..s``) or None to wait for ``code.wait_for`` results.
+        wait_deadline: with ``policy``, the seconds after which a result counts as late.
+        timeout: seconds to wait for any one message.
+    """
 
-        self.code: GradientCode = make_scheme(
-            args.scheme, num_workers=num_workers, num_stragglers=args.s, seed=args.seed
-        )
-        split = load_dataset(args.data, seed=args.seed)
-        self.data = PartitionedData(
-            split.train_x,
-            split.train_y,
-            num_partitions=self.code.num_partitions,
-            batch_size=args.batch_size,
-            seed=args.seed,
-        )
-        torch.manual_seed(args.seed)
-        self.model = build_study_model(
-            args.model, in_channels=split.in_channels, image_size=split.image_size, num_classes=split.num_classes
-        )
-        self.delays = DelaySchedule(latency_model(args), num_workers, seed=args.seed)
-        self.lr, self.steps = args.lr, args.steps
-        self.policy = None if args.wait_deadline is None else wait_policy(args, num_workers)
+    code: GradientCode
+    data: PartitionedData
+    model: nn.Module
+    delays: DelaySchedule
+    lr: float
+    steps: int
+    policy: Any = None
+    wait_deadline: Optional[float] = None
+    timeout: float = 120.0
 
-
-def wait_policy(args: argparse.Namespace, num_workers: int):
-    """The adaptive wait count of ``--wait-deadline``: S in ``0..s``, ``WaitCountController``'s defaults."""
-    from torchgcc.control.wait_count import WaitCountController
-
-    if args.wait_deadline <= 0:
-        raise SystemExit(f"--wait-deadline must be > 0 seconds, got {args.wait_deadline}")
-    return WaitCountController(
-        num_workers, deadline=args.wait_deadline, budget=args.wait_budget, stragglers=range(args.s + 1), seed=args.seed
-    )
+    def __post_init__(self) -> None:
+        if self.policy is not None and not (self.wait_deadline is not None and self.wait_deadline > 0):
+            raise ValueError(f"an adaptive wait count needs wait_deadline > 0 seconds, got {self.wait_deadline!r}")
 
 
-def latency_model(args: argparse.Namespace) -> LatencyModel:
-    """``Exponential(--mean-delay)`` (or none), plus ``--slow-delay`` seconds for ``--slow-worker`` at every step."""
-    base = Exponential(args.mean_delay) if args.mean_delay > 0 else None
-    slow = tuple(args.slow_worker)
-    if base is not None and not slow:
-        return base
-    return PersistentSlow(slow=slow, delay=args.slow_delay, base=base)  # slow=(): no delays at all
+@dataclass
+class TrainingOutcome:
+    """Rank 0's result: exit status, final flat parameters, the arrived workers per step and, with an adaptive wait
+    count, the chosen S and every worker's finish time per step and the policy's state."""
+
+    status: int
+    parameters: torch.Tensor
+    arrivals: list[list[int]]
+    records: list[Record]
+    S_by_step: list[int] = field(default_factory=list)
+    finish_s: list[torch.Tensor] = field(default_factory=list)
+    wait_policy: Optional[dict] = None
 
 
-def build_job(
-    argv: Optional[list[str]] = None, num_workers: Optional[int] = None
-) -> tuple[argparse.Namespace, TrainingJob]:
-    """Parse ``argv`` and build the job (``num_workers``: default ``WORLD_SIZE - 1``); used by tests too."""
-    parser = argparse.ArgumentParser(
-        prog="torchrun ... -m torchgcc.gradient_coding.runtime", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--scheme", choices=list_schemes(), default="gc-fr")
-    parser.add_argument("-s", type=int, default=1, help="stragglers tolerated (default 1)")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--model", default="mlp", help="mlp (default) or lenet5")
-    parser.add_argument("--data", default="digits")
-    parser.add_argument("--batch-size", type=int, default=16, help="samples per partition per step")
-    parser.add_argument("--lr", type=float, default=0.3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--mean-delay", type=float, default=0.0, help="exponential delay mean in s (0: none)")
-    parser.add_argument("--slow-worker", type=int, action="append", default=[], help="a persistently slow worker")
-    parser.add_argument("--slow-delay", type=float, default=3.0, help="its extra delay in seconds (default 3)")
-    parser.add_argument("--save", type=Path, default=None, help="write final parameters and arrivals (torch.save)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for results of one step")
-    parser.add_argument(
-        "--wait-deadline",
-        type=float,
-        default=None,
-        help="adaptive wait count: S in 0..s chosen per step so that steps finish within this many "
-        "seconds (a step over it is a straggler event)",
-    )
-    parser.add_argument("--wait-budget", type=float, default=0.1, help="allowed share of steps over --wait-deadline")
-    args = parser.parse_args(argv)
-    if num_workers is None:
-        num_workers = int(os.environ["WORLD_SIZE"]) - 1
-    if num_workers < 1:
-        raise SystemExit("need at least 2 processes (a coordinator and a worker)")
-    return args, TrainingJob(args, num_workers)
+def run(job: TrainingJob, *, emit: Callable[[Record], None] = lambda record: None) -> Optional[TrainingOutcome]:
+    """Join the torchrun job (``env://``) and take part: rank 0 coordinates and returns the outcome, the other
+    ranks serve one coded worker each and return None."""
+    store, rank, world_size = next(dist.rendezvous("env://", timeout=timedelta(seconds=60)))
+    if world_size != job.code.num_workers + 1:
+        raise ValueError(f"the code has {job.code.num_workers} workers but the job has {world_size - 1} worker ranks")
+    store = dist.PrefixStore("torchgcc-gradient-coding", store)
+    if rank != 0:
+        serve(job, store, rank)
+        return None
+    return coordinate(job, store, emit=emit)
 
 
-def _emit(record: dict) -> None:
-    print(json.dumps(record), flush=True)
-
-
-def coordinate(job: TrainingJob, store: dist.Store, args: argparse.Namespace) -> int:
-    """Rank 0: run the steps, print JSON lines, return the exit status."""
+def coordinate(job: TrainingJob, store: dist.Store, *, emit: Callable[[Record], None]) -> TrainingOutcome:
+    """Rank 0: run the steps, emit one record per step and a summary."""
     n = job.code.num_workers
     ranks = list(range(1, n + 1))
     plane = DataPlane(store, ranks)
-    arrivals, start_all = [], time.perf_counter()
+    arrivals, records, start_all = [], [], time.perf_counter()
     observed, chosen = [], []
+
+    def outcome(status: int) -> TrainingOutcome:
+        state = None if job.policy is None else job.policy.state_dict()
+        return TrainingOutcome(status, flat_parameters(job.model), arrivals, records, chosen, observed, state)
+
     for step in range(job.steps):
         start = time.perf_counter()
         stragglers = None if job.policy is None else job.policy.choose()
@@ -167,10 +148,10 @@ def coordinate(job: TrainingJob, store: dist.Store, args: argparse.Namespace) ->
             plane.post(rank, Message(meta=[_MODEL, step], tensors=[flat]))
         arrived, messages, finish_s = [], {}, torch.full((n,), math.inf, dtype=torch.float64)
         while len(arrived) < wait_for:
-            rank, _, message = plane.inbox.get(timeout=args.timeout)
+            rank, _, message = plane.inbox.get(timeout=job.timeout)
             if isinstance(message, PairBrokenError):
-                _emit({"event": "error", "step": step, "error": f"rank {rank}: {message}"})
-                return 3
+                emit({"event": "error", "step": step, "error": f"rank {rank}: {message}"})
+                return outcome(EXIT_BROKEN_PAIR)
             kind, round_, worker, status = message.meta[:4]
             if kind == _RESULT and round_ == step and status == _OK:
                 arrived.append(worker)
@@ -184,33 +165,25 @@ def coordinate(job: TrainingJob, store: dist.Store, args: argparse.Namespace) ->
         arrivals.append(arrived)
         record = {"step": step, "wall_s": wall_s, "arrived": arrived, "used": used}
         if job.policy is not None:
-            status = _collect_round(plane, step, finish_s, start, args.timeout)
-            if status:
-                return status
-            job.policy.observe(
-                finish_s.masked_fill(finish_s > args.wait_deadline, math.inf),
-                stragglers=stragglers,
-                watched_until=args.wait_deadline,
-            )
+            if _collect_round(plane, step, finish_s, start, job.timeout, emit):
+                return outcome(EXIT_BROKEN_PAIR)
+            late = finish_s.masked_fill(finish_s > job.wait_deadline, math.inf)
+            job.policy.observe(late, num_stragglers=stragglers, watched_until=job.wait_deadline)
             observed.append(finish_s)
             chosen.append(stragglers)
             record["S"] = stragglers
-        _emit(record)
+        records.append(record)
+        emit(record)
     for rank in ranks:
         plane.post(rank, Message(meta=[_STOP, job.steps]))
     pending = set(ranks)
-    deadline = time.monotonic() + args.timeout
+    deadline = time.monotonic() + job.timeout
     while pending and time.monotonic() < deadline:  # every late result is received before the goodbyes
         rank, _, message = plane.inbox.get(timeout=max(deadline - time.monotonic(), 0.01))
         if not isinstance(message, PairBrokenError) and message.meta[0] == _BYE:
             pending.discard(rank)
     plane.close()
-    if args.save is not None:
-        saved = {"parameters": flat_parameters(job.model), "arrivals": arrivals, "args": vars(args)}
-        if job.policy is not None:
-            saved.update(S_by_step=chosen, finish_s=observed, wait_policy=job.policy.state_dict())
-        torch.save(saved, args.save)
-    _emit(
+    emit(
         {
             "event": "summary",
             "steps": job.steps,
@@ -218,29 +191,31 @@ def coordinate(job: TrainingJob, store: dist.Store, args: argparse.Namespace) ->
             "workers_not_closed": sorted(pending),
         }
     )
-    return 0 if not pending else 4
+    return outcome(0 if not pending else EXIT_NOT_CLOSED)
 
 
-def _collect_round(plane: DataPlane, step: int, finish_s: torch.Tensor, start: float, timeout: float) -> int:
+def _collect_round(
+    plane: DataPlane, step: int, finish_s: torch.Tensor, start: float, timeout: float, emit: Callable[[Record], None]
+) -> bool:
     """After round ``step`` closed: wait for the answer of every worker not yet heard and fill ``finish_s``.
 
     A late result's time is its arrival; an abandoned worker reports, in microseconds, when after the model reached
-    it its result would have been ready. Returns 0, or 3 if a pair broke."""
+    it its result would have been ready. Returns True if a pair broke."""
     heard = torch.isfinite(finish_s)
     while not heard.all():
         rank, _, message = plane.inbox.get(timeout=timeout)
         if isinstance(message, PairBrokenError):
-            _emit({"event": "error", "step": step, "error": f"rank {rank}: {message}"})
-            return 3
+            emit({"event": "error", "step": step, "error": f"rank {rank}: {message}"})
+            return True
         kind, round_, worker, status = message.meta[:4]
         if kind != _RESULT or round_ != step or heard[worker]:
             continue
         finish_s[worker] = time.perf_counter() - start if status == _OK else message.meta[4] / 1e6
         heard[worker] = True
-    return 0
+    return False
 
 
-def serve(job: TrainingJob, store: dist.Store, rank: int) -> int:
+def serve(job: TrainingJob, store: dist.Store, rank: int) -> None:
     """Rank ``rank`` >= 1: coded worker ``rank - 1`` until the coordinator says stop."""
     pair = open_peer_pair(store, rank=rank)
     worker = GradientWorker(rank - 1, job.code, job.data)
@@ -249,7 +224,7 @@ def serve(job: TrainingJob, store: dist.Store, rank: int) -> int:
         kind, step = message.meta[:2]
         if kind == _STOP:
             pair.send(Message(meta=[_BYE, step, worker.index, _OK]))
-            return 0
+            return
         received = time.perf_counter()
         load_flat(job.model, message.tensors[0])
         job.model.train()
@@ -270,20 +245,9 @@ def _round_ended(store: dist.Store, step: int) -> bool:
     return store.check(["ended"]) and int(store.get("ended")) >= step
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    torch.set_num_threads(1)
-    store, rank, world_size = next(dist.rendezvous("env://", timeout=timedelta(seconds=60)))
-    store = dist.PrefixStore("torchgcc-gradient-coding", store)
-    args, job = build_job(argv, num_workers=world_size - 1)
-    if rank != 0:
-        return serve(job, store, rank)
-    status = coordinate(job, store, args)
-    # The data plane's receiver threads stay blocked in gloo until the peers close; tearing the process groups down
-    # under them during interpreter finalisation can abort the process, so rank 0 leaves without finalising.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+if __name__ == "__main__":  # pragma: no cover - the command line is the application's
+    import sys
 
+    from torchgcc.app.commands.gradient_coding_job import main
 
-if __name__ == "__main__":
     sys.exit(main())

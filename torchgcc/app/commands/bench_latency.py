@@ -254,7 +254,7 @@ def _adaptive_report(
 ) -> dict:
     """Steps over the deadline and p99 after the tail change per scheme (added to ``summary``), the adaptive S,
     and the comparison with the most accurate fixed S meeting the deadline."""
-    from torchgcc.control.wait_count import compare_with_fixed
+    from torchgcc.app.wait_count_verdict import compare_with_fixed
 
     change_at = dict(_key_values(args.latency_param)).get("change_at", steps // 2)
     for name, row in summary.items():
@@ -285,7 +285,7 @@ def _adaptive_report(
 
 
 def _key_values(items: list[str]) -> list[tuple[str, object]]:
-    from torchgcc.distributed.job import parse_value
+    from torchgcc.app.commands.distributed_job import parse_value
 
     return [(key, parse_value(value)) for key, _, value in (item.partition("=") for item in items)]
 

@@ -44,8 +44,9 @@ from torchgcc.app.model_cache import load_or_train  # noqa: E402
 from torchgcc.app.options import apply_threads, output_dir  # noqa: E402
 from torchgcc.app.plots import _save as save_figure  # noqa: E402
 from torchgcc.app.row_tables import publish_rows, value_ci  # noqa: E402
+from torchgcc.app.wait_count_verdict import compare_with_fixed  # noqa: E402
 from torchgcc.coded_module import group_samples  # noqa: E402
-from torchgcc.control.wait_count import WaitCountController, compare_with_fixed  # noqa: E402
+from torchgcc.control.wait_count import WaitCountController  # noqa: E402
 from torchgcc.metrics import mean_ci  # noqa: E402
 from torchgcc.stragglers import FixedStragglers, LatencyStragglers  # noqa: E402
 
@@ -146,7 +147,7 @@ def run_adaptive_wait(experiment: AdaptiveWaitExperiment, *, progress: bool = Tr
         n,
         deadline=experiment.deadline,
         budget=experiment.budget,
-        stragglers=experiment.stragglers,
+        candidates=experiment.stragglers,
         accuracy=profile,
         eta=experiment.eta,
         discount=experiment.discount,
@@ -170,7 +171,7 @@ def run_adaptive_wait(experiment: AdaptiveWaitExperiment, *, progress: bool = Tr
             tally.accuracy.append(float((decoded == labels[groups]).float().mean()))
             tally.stragglers.append(s)
         seen = torch.where(latencies <= experiment.deadline, latencies, torch.full_like(latencies, math.inf))
-        policy.observe(seen, stragglers=chosen, watched_until=experiment.deadline)
+        policy.observe(seen, num_stragglers=chosen, watched_until=experiment.deadline)
 
     records = []
     for scheme, tally in tallies.items():

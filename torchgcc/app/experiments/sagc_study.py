@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
 
 import torchgcc  # noqa: E402
 from torchgcc.app.options import apply_threads, output_dir  # noqa: E402
@@ -100,9 +101,9 @@ def run_sagc(experiment: SAGCExperiment, *, progress: bool = True) -> tuple[list
         runs = []
         for seed in experiment.seeds:
             hook = GroupSizeHook(_controller(experiment, sizes, seed))
-            runs.append(
-                train_grpo(replace(experiment.grpo, seed=seed), hook, progress=progress, desc=f"{scheme} seed {seed}")
-            )
+            steps = experiment.grpo.steps
+            with tqdm(total=steps, desc=f"{scheme} seed {seed}", disable=not progress, leave=False) as bar:
+                runs.append(train_grpo(replace(experiment.grpo, seed=seed), hook, on_step=lambda record: bar.update()))
         histories[scheme] = runs
         records.append(_summary(scheme, runs, experiment))
     config = {

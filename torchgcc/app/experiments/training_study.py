@@ -21,85 +21,28 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Callable, Optional
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from torchgcc.app.data import DataSplit, _standardise, load_dataset, register_dataset
-from torchgcc.app.models import MODELS
+from torchgcc.app.data import DataSplit, load_dataset
+from torchgcc.app.models import build_model
 from torchgcc.control.wait_count import WaitCountController
 from torchgcc.gradient_coding import (
     DelaySchedule,
     PartitionedData,
     Simulation,
-    make_scheme,
+    make_training_scheme,
     measure_compute_time,
-    run_adaptive_wait,
+    train_with_adaptive_wait,
 )
 from torchgcc.gradient_coding.clock import timeline
-from torchgcc.registry import Registry
 from torchgcc.stragglers import Exponential
 
-__all__ = ["STUDY_MODELS", "TrainingRun", "TrainingStudy", "build_study_model", "run_training_study"]
-
-#: Models of the study: ``name -> builder(*, in_channels, image_size, num_classes)``; the registered
-#: :data:`torchgcc.app.models.MODELS` plus a small MLP and torchvision's ResNet-18.
-STUDY_MODELS: Registry[Callable[..., nn.Module]] = Registry("training-study model")
-
-
-@STUDY_MODELS.register("mlp")
-def _mlp(*, in_channels: int, image_size: int, num_classes: int) -> nn.Module:
-    """Flatten, 64 tanh units, logits."""
-    return nn.Sequential(
-        nn.Flatten(), nn.Linear(in_channels * image_size**2, 64), nn.Tanh(), nn.Linear(64, num_classes)
-    )
-
-
-@STUDY_MODELS.register("resnet18")
-def _resnet18(*, in_channels: int, image_size: int, num_classes: int) -> nn.Module:
-    """torchvision ResNet-18 (random weights, ImageNet stem as in the PGC artifact), ``in_channels`` inputs."""
-    import torchvision
-
-    model = torchvision.models.resnet18(num_classes=num_classes)
-    if in_channels != 3:
-        model.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
-    return model
-
-
-@register_dataset("imagenet32")
-def load_imagenet32(*, data_dir: str | Path | None = None, download: bool = False, seed: int = 0) -> DataSplit:
-    """Downsampled ImageNet 32x32 (Chrabaszcz et al. 2017; the PGC simulations' data) from its official numpy
-    batches in ``data_dir``: ``train_data_batch_*.npz`` and ``val_data.npz``, each with ``data`` ``(M, 3072)`` uint8
-    (channel-major) and ``labels`` 1..1000. It cannot be downloaded here (it needs an image-net.org account).
-    The full training set takes about 16 GB as float32."""
-    if data_dir is None or download:
-        raise ValueError(
-            "imagenet32 needs --data-dir with train_data_batch_*.npz and val_data.npz "
-            "(downloaded from image-net.org; --download is not supported)"
-        )
-    folder = Path(data_dir)
-    train_files = sorted(folder.glob("train_data_batch_*.npz"))
-    if not train_files or not (folder / "val_data.npz").exists():
-        raise ValueError(f"{folder} lacks train_data_batch_*.npz or val_data.npz (downsampled ImageNet 32x32)")
-
-    def read(files: list[Path]) -> tuple[torch.Tensor, torch.Tensor]:
-        parts = [np.load(f) for f in files]
-        x = torch.from_numpy(np.concatenate([p["data"] for p in parts])).reshape(-1, 3, 32, 32).float() / 255.0
-        y = torch.from_numpy(np.concatenate([p["labels"] for p in parts]).astype(np.int64)) - 1
-        return x, y
-
-    return _standardise("imagenet32", *read(train_files), *read([folder / "val_data.npz"]), num_classes=1000)
-
-
-def build_study_model(name: str, *, in_channels: int, image_size: int, num_classes: int) -> nn.Module:
-    """A model of :data:`STUDY_MODELS`, else of :data:`torchgcc.app.models.MODELS`."""
-    builder = STUDY_MODELS[name] if name in STUDY_MODELS else MODELS[name]
-    return builder(in_channels=in_channels, image_size=image_size, num_classes=num_classes)
+__all__ = ["TrainingRun", "TrainingStudy", "run_training_study"]
 
 
 @dataclass(frozen=True)
@@ -189,7 +132,7 @@ def reference_compute_time(name: str, *, in_channels: int, num_classes: int, bat
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, in_channels, 32, 32, generator=generator)
     y = torch.randint(0, num_classes, (batch,), generator=generator)
-    model = build_study_model(name, in_channels=in_channels, image_size=32, num_classes=num_classes)
+    model = build_model(name, in_channels=in_channels, image_size=32, num_classes=num_classes)
     data = PartitionedData(x, y, num_partitions=1, batch_size=batch)
     return measure_compute_time(model, data, repeats=5)
 
@@ -221,7 +164,7 @@ def run_training_study(study: TrainingStudy, *, progress: bool = True) -> tuple[
     for model_name in study.models:
         for seed in study.seeds:
             torch.manual_seed(seed)
-            initial = build_study_model(
+            initial = build_model(
                 model_name, in_channels=split.in_channels, image_size=split.image_size, num_classes=split.num_classes
             )
             data = PartitionedData(
@@ -235,7 +178,7 @@ def run_training_study(study: TrainingStudy, *, progress: bool = True) -> tuple[
             for scheme, s in pairs:
                 bar.set_postfix(model=model_name, seed=seed, scheme=scheme, s=s)
                 base, _, adaptive = scheme.partition(":")
-                code = make_scheme(base, num_workers=n, num_stragglers=s, seed=seed)
+                code = make_training_scheme(base, num_workers=n, num_stragglers=s, seed=seed)
                 model = copy.deepcopy(initial)
                 unit_delays = DelaySchedule(Exponential(1.0), n, seed=seed)
                 simulation = Simulation(
@@ -252,13 +195,13 @@ def run_training_study(study: TrainingStudy, *, progress: bool = True) -> tuple[
                         n,
                         deadline=study.wait_deadline,
                         budget=study.wait_budget,
-                        stragglers=range(s + 1),
+                        candidates=range(s + 1),
                         discount=0.9,
                         warmup=10,
                         max_step=1,
                         seed=seed,
                     )
-                    records, chosen = run_adaptive_wait(
+                    records, chosen = train_with_adaptive_wait(
                         simulation,
                         policy,
                         study.steps,

@@ -19,7 +19,7 @@ from torchgcc.app.data import list_datasets
 from torchgcc.app.experiments.training_study import QUICK_STUDY, TrainingStudy, run_training_study, with_overrides
 from torchgcc.app.experiments.training_study_report import write_training_results
 from torchgcc.app.options import apply_threads, output_dir
-from torchgcc.gradient_coding import list_schemes
+from torchgcc.gradient_coding import list_training_schemes
 
 __all__ = ["add_training_arguments", "run_training"]
 
@@ -58,7 +58,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         "--schemes",
         type=_names,
         default=None,
-        help=f"comma-separated schemes among {','.join(list_schemes())}, each optionally with "
+        help=f"comma-separated schemes among {','.join(list_training_schemes())}, each optionally with "
         f"':adaptive' (S in 0..s chosen per step) (default {','.join(full.schemes)})",
     )
     parser.add_argument(
@@ -138,9 +138,9 @@ def run_training(args: argparse.Namespace) -> int:
         wait_deadline=args.wait_deadline,
         wait_budget=args.wait_budget,
     )
-    unknown = [name for name in study.schemes if name.removesuffix(":adaptive") not in list_schemes()]
+    unknown = [name for name in study.schemes if name.removesuffix(":adaptive") not in list_training_schemes()]
     if unknown:
-        raise UsageError(f"--schemes: unknown {unknown}; choose among {list_schemes()}")
+        raise UsageError(f"--schemes: unknown {unknown}; choose among {list_training_schemes()}")
     console = Console()
     runs, config = run_training_study(study, progress=args.progress)
     paths = write_training_results(output_dir(args), runs, config, console=console)
