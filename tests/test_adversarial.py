@@ -145,7 +145,7 @@ def test_attacked_scheme_corrupts_a_fixed_rank_before_decoding():
 
 
 def test_worst_case_and_slopes_of_the_adversarial_experiment():
-    from torchgcc.app.commands.reproduce import EXPERIMENTS
+    from torchgcc.app.experiments import EXPERIMENTS
     from torchgcc.app.experiments.adversarial_study import fit_slopes, worst_case
 
     assert {"adversarial", "noisy", "manifold"} <= set(EXPERIMENTS)

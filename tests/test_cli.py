@@ -94,7 +94,7 @@ def test_reproduce_stragglers_quick(tmp_path, monkeypatch, model):
     assert (tmp_path / "stragglers.png").stat().st_size > 0
     check_records(results, schemes={"gcc", "natural", "bacc"}, classification=True)
     config = results["config"]
-    assert config["model"] == model and config["seed"] == 1 and config["stragglers"] == [0, 5]
+    assert config["model"] == model and config["seed"] == 1 and config["straggler_counts"] == [0, 5]
     assert sorted({r["S"] for r in results["records"]}) == [0, 5]
     assert config["gcc"] == {"lambda_dec": 1e-6} and config["gcc_lambda_dec"] == 1e-6
 

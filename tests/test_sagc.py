@@ -9,8 +9,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from torchgcc.app.experiments.sagc_study import SAGC, run_sagc, time_to_target
-from torchgcc.app.row_tables import seed_mean_ci
+from torchgcc.app.experiments import sagc_study
+from torchgcc.app.experiments.sagc_study import time_to_target
+from torchgcc.app.statistics import seed_mean_ci
 from torchgcc.control import GroupSizeHook, group_size_controller
 from torchgcc.rl.countdown_task import CountdownTask
 from torchgcc.rl.grpo import clipped_policy_loss, group_advantages
@@ -115,16 +116,17 @@ def test_grpo_loop_learns_and_follows_the_hook():
 
 def test_run_sagc_summaries(tmp_path):
     tiny = replace(
-        SAGC,
+        sagc_study.DEFAULT,
         static_sizes=(4,),
         candidate_sizes=(4, 8),
         seeds=(0, 1),
-        grpo=replace(SAGC.grpo, steps=6, prompts_per_step=4),
+        grpo=replace(sagc_study.DEFAULT.grpo, steps=6, prompts_per_step=4),
         window=2,
         warmup=0,
         hold=1,
     )
-    records, config, histories = run_sagc(tiny, progress=False)
+    result = sagc_study.run(tiny, progress=False)
+    records, histories = result.records, result.extra["histories"]
     assert [r["scheme"] for r in records] == ["static G=4", "sagc"]
     static = records[0]
     assert static["mean_G"] == 4.0 and static["G_distribution"] == {4: 1.0}

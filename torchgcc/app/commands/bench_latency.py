@@ -33,6 +33,7 @@ import signal
 import tempfile
 from datetime import datetime
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
@@ -41,7 +42,7 @@ __all__ = ["register", "run"]
 CODES = ("gcc", "natural", "bacc")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction, argv: Sequence[str] = ()) -> None:
     """Add the ``bench-latency`` subcommand."""
     parser = subparsers.add_parser(
         "bench-latency",

@@ -1,4 +1,4 @@
-"""The Fig. 3 experiment: GCC vs LCC on a polynomial task as the number of stragglers S grows.
+"""``torchgcc reproduce polynomial``: the Fig. 3 experiment, GCC vs LCC on a polynomial task as S grows.
 
 ``f`` is a fixed random quadratic map of vectors (degree 2), computed in float64, so LCC with ``degree=2`` is
 exact whenever at least its recovery threshold ``(K - 1) * 2 + 1`` results arrive, i.e. for
@@ -8,17 +8,23 @@ exact whenever at least its recovery threshold ``(K - 1) * 2 + 1`` results arriv
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+import argparse
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
 
 import torchgcc
 from torchgcc.app.evaluate import evaluate_sweep
+from torchgcc.app.options import add_gcc_arguments, gcc_options
+from torchgcc.app.plots import draw_schemes, plt, save_figure
+from torchgcc.app.results import ExperimentResult
+from torchgcc.app.tables import lambda_label, publish
 from torchgcc.stragglers import FixedStragglers
 
-__all__ = ["PolynomialExperiment", "QuadraticMap", "run_polynomial"]
+__all__ = ["DEFAULT", "QUICK", "Config", "QuadraticMap", "add_arguments", "configure", "report", "run"]
 
 
 class QuadraticMap(nn.Module):
@@ -41,13 +47,13 @@ class QuadraticMap(nn.Module):
 
 
 @dataclass(frozen=True)
-class PolynomialExperiment:
+class Config:
     """Settings: ``samples`` standard-normal inputs of ``dim`` coordinates coded ``num_inputs`` per group on
-    ``num_workers`` workers; S runs over ``stragglers`` (default: 0 to N - 2) with random placement."""
+    ``num_workers`` workers; S runs over ``straggler_counts`` (default: 0 to N - 2) with random placement."""
 
     num_inputs: int = 8
     num_workers: int = 32
-    stragglers: tuple[int, ...] | None = None
+    straggler_counts: tuple[int, ...] | None = None
     samples: int = 512
     dim: int = 4
     repeats: int = 10
@@ -60,47 +66,90 @@ class PolynomialExperiment:
         return (self.num_inputs - 1) * 2 + 1
 
 
-def run_polynomial(
-    experiment: PolynomialExperiment, *, progress: bool = True
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Sweep S for GCC and LCC. Returns the records and a config dict (with ``threshold_stragglers``)."""
-    f = QuadraticMap(dim=experiment.dim, seed=experiment.seed)
+#: The published run: (K, N) = (8, 32), so LCC's threshold is 15 results (S <= 17); S = 0..30, 10 repeats.
+DEFAULT = Config()
+#: ``--quick``: (K, N) = (4, 16), 128 samples, 3 repeats.
+QUICK = Config(num_inputs=4, num_workers=16, samples=128, repeats=3)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_gcc_arguments(parser)
+
+
+def configure(args: argparse.Namespace) -> Config:
+    return replace(QUICK if args.quick else DEFAULT, seed=args.seed, gcc=gcc_options(args))
+
+
+def run(config: Config, *, progress: bool = True) -> ExperimentResult:
+    """Sweep S for GCC and LCC; the config dict carries ``lcc_threshold`` and ``threshold_stragglers``."""
+    f = QuadraticMap(dim=config.dim, seed=config.seed)
     inputs = torch.randn(
-        experiment.samples,
-        experiment.dim,
-        dtype=torch.float64,
-        generator=torch.Generator().manual_seed(experiment.seed + 1),
+        config.samples, config.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(config.seed + 1)
     )
-    size = dict(num_inputs=experiment.num_inputs, num_workers=experiment.num_workers)
+    size = dict(num_inputs=config.num_inputs, num_workers=config.num_workers)
     codes = {
-        "gcc": torchgcc.make_code("gcc", **size, **dict(experiment.gcc)),
+        "gcc": torchgcc.make_code("gcc", **size, **dict(config.gcc)),
         "lcc": torchgcc.make_code("lcc", **size, degree=2, below_threshold="interpolate"),
     }
-    stragglers = experiment.stragglers or tuple(range(experiment.num_workers - 1))
+    counts = config.straggler_counts or tuple(range(config.num_workers - 1))
     settings = [
-        ({"S": s}, FixedStragglers(num_stragglers=s, placement="random", seed=1000 * experiment.seed + s))
-        for s in stragglers
+        ({"S": s}, FixedStragglers(num_stragglers=s, placement="random", seed=1000 * config.seed + s)) for s in counts
     ]
     records = evaluate_sweep(
         f,
         inputs,
         codes=codes,
         settings=settings,
-        repeats=experiment.repeats,
+        repeats=config.repeats,
         classification=False,
         progress=progress,
         desc="polynomial task",
     )
-    config = {
-        **asdict(experiment),
-        "stragglers": list(stragglers),
+    written = {
+        **asdict(config),
+        "straggler_counts": list(counts),
         "function": "f(x) = (xA)*(xB) + xC + c, fixed random, float64",
         "lcc_degree": 2,
-        "lcc_threshold": experiment.threshold,
-        "threshold_stragglers": experiment.num_workers - experiment.threshold,
+        "lcc_threshold": config.threshold,
+        "threshold_stragglers": config.num_workers - config.threshold,
         "gcc_lambda_enc": codes["gcc"].lambda_enc,
         "gcc_lambda_dec": codes["gcc"].lambda_dec,
         "torch": torch.__version__,
         "torchgcc": torchgcc.__version__,
     }
-    return records, config
+    return ExperimentResult(records, written)
+
+
+def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:
+    """The table; results, table and ``polynomial.png`` in ``out``."""
+    config = result.config
+    title = (
+        f"Fig. 3 analogue: quadratic f, K={config['num_inputs']}, N={config['num_workers']}, "
+        f"LCC threshold {config['lcc_threshold']} results (S <= {config['threshold_stragglers']})\n"
+        f"{lambda_label(config)}"
+    )
+    paths = publish(out, config=config, records=result.records, setting="S", title=title, console=console)
+    plot = plot_polynomial(
+        result.records, out / "polynomial.png", threshold_stragglers=config["threshold_stragglers"], title=title
+    )
+    return [*paths.values(), plot]
+
+
+def plot_polynomial(records: Sequence[dict], path: str | Path, *, threshold_stragglers: int, title: str = "") -> Path:
+    """MSE vs S for GCC and LCC: a zoom on the range LCC tolerates (linear axis) and the full range (log axis).
+
+    ``threshold_stragglers`` is the most stragglers LCC tolerates (``N - recovery threshold``), drawn dashed.
+    """
+    fig, (zoom, full) = plt.subplots(1, 2, figsize=(10, 4))
+    zoom_records = [r for r in records if r["S"] <= threshold_stragglers + 2]
+    draw_schemes(zoom, zoom_records, x="S", y="mse", log=False)
+    in_range = [r["mse"] for r in zoom_records if r["scheme"] != "lcc" and r["mse"] is not None]
+    if in_range:
+        zoom.set_ylim(-0.05 * max(in_range), 1.5 * max(in_range))
+    draw_schemes(full, records, x="S", y="mse", log=True)
+    for ax, name in ((zoom, "zoom"), (full, "full range")):
+        ax.axvline(threshold_stragglers, ls="--", color="grey", lw=1, label="LCC threshold")
+        ax.set(xlabel="stragglers S", ylabel="MSE", title=name)
+    full.legend()
+    fig.suptitle(title)
+    return save_figure(fig, path)
