@@ -185,8 +185,11 @@ def test_core_works_and_imports_nothing_optional_when_no_extra_is_installed():
     done = python(
         f"import sys\nfor name in {sorted(EXTRAS)}: sys.modules[name] = None\n"
         "import torch, torchgcc\n"
-        "import torchgcc.codes, torchgcc.functional, torchgcc.stragglers, torchgcc.coded_module\n"
+        "for name in torchgcc.__all__: getattr(torchgcc, name)\n"  # every public name and subpackage
+        "import torchgcc.codes, torchgcc.functional, torchgcc.stragglers, torchgcc.coded_module, torchgcc.rl\n"
         "import torchgcc.points, torchgcc.metrics, torchgcc.registry, torchgcc.timing\n"
+        "import torchgcc.gradient_coding.distributed_training, torchgcc.distributed.job\n"
+        "import torchgcc.distributed.launcher\n"
         "from torchgcc.metrics import CodedMetrics, argmax_agreement, mse\n"
         "code = torchgcc.make_code('bacc', num_inputs=4, num_workers=12)\n"
         "y = torchgcc.CodedModule(torch.nn.Linear(3, 2), torchgcc.GCC(4, 12))(torch.randn(8, 3))\n"

@@ -30,7 +30,7 @@ EXTRAS: dict[str, str] = {
     "csaps": "test",
     "hypothesis": "test",
     "pytest": "test",
-    "scipy": "test",
+    "scipy": "experiments",
 }
 
 

@@ -14,7 +14,7 @@ import torch
 from torchgcc import CodedModule, make_code
 from torchgcc.app.wait_count_verdict import compare_with_fixed
 from torchgcc.control.wait_count import WaitCountController
-from torchgcc.distributed.launch import launch
+from torchgcc.distributed.launcher import launch
 from torchgcc.distributed.tasks import mlp_task
 
 pytestmark = pytest.mark.distributed

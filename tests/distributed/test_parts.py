@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from torchgcc.app.commands.distributed_job import add_job_arguments, parse_value, settings_from
 from torchgcc.distributed import FaultPlan, ReplicationScheme, UncodedScheme, layout_workers, make_execution_scheme
-from torchgcc.distributed.launch import launch
+from torchgcc.distributed.launcher import launch
 from torchgcc.distributed.transport import STORE_VALUE_LIMIT, Channel, check_chunk_bytes
 
 

@@ -6,7 +6,8 @@ torch.distributed runtime.
 - :mod:`~torchgcc.gradient_coding.gradients`: the worker's coded gradient (one backward pass) and the update.
 - :mod:`~torchgcc.gradient_coding.simulator`: one process, real gradients, virtual clock.
 - :mod:`~torchgcc.gradient_coding.adaptive_wait`: the simulator waiting for ``n - S`` workers, S chosen per step.
-- :mod:`~torchgcc.gradient_coding.runtime`: a coordinator and worker ranks under torchrun.
+- :mod:`~torchgcc.gradient_coding.distributed_training`: a coordinator and worker ranks under torchrun
+  (``python -m torchgcc.gradient_coding.runtime``).
 - :mod:`~torchgcc.gradient_coding.training_schemes`: the schemes by name (``"dgd"``, ``"gc-fr"``, ``"pgc-cr"``...).
 """
 

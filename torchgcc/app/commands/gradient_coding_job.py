@@ -1,10 +1,11 @@
 """``torchrun --nproc-per-node P -m torchgcc.gradient_coding.runtime [options]``: the gradient-coding job's command
 line.
 
-Every rank parses the same options and builds the same :class:`~torchgcc.gradient_coding.runtime.TrainingJob`
-(code, data, model, delays) BEFORE joining the job, so a bad option ends every rank with status 2 and one line on
-rank 0's stderr, without a rendezvous. Rank 0 prints one JSON line per step and a summary; ``--save`` writes the
-final flat parameters and the arrived sets with ``torch.save``.
+Every rank parses the same options and builds the same
+:class:`~torchgcc.gradient_coding.distributed_training.TrainingJob` (code, data, model, delays) BEFORE joining the
+job, so a bad option ends every rank with status 2 and one line on rank 0's stderr, without a rendezvous. Rank 0
+prints one JSON line per step and a summary; ``--save`` writes the final flat parameters and the arrived sets with
+``torch.save``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import torch
 from torchgcc.app.data import list_datasets, load_dataset
 from torchgcc.app.models import build_model, list_models
 from torchgcc.gradient_coding.clock import DelaySchedule
+from torchgcc.gradient_coding.distributed_training import TrainingJob, run
 from torchgcc.gradient_coding.partitions import PartitionedData
-from torchgcc.gradient_coding.runtime import TrainingJob, run
 from torchgcc.gradient_coding.training_schemes import list_training_schemes, make_training_scheme
 from torchgcc.stragglers import Exponential, LatencyModel, PersistentSlow
 

@@ -1,6 +1,6 @@
 """``python -m torchgcc.distributed.launch --nproc P [--timeout S] -- JOB OPTIONS``: the local launcher's command line.
 
-Runs :func:`torchgcc.distributed.launch.launch` and prints rank 0's JSON lines on stdout as they appear, every
+Runs :func:`torchgcc.distributed.launcher.launch` and prints rank 0's JSON lines on stdout as they appear, every
 rank's process id on stderr at the start, and every rank's stderr and exit status at the end.
 """
 
@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 from torchgcc.app.commands.distributed_job import JOB_PROG, add_job_arguments, settings_from
-from torchgcc.distributed import launch as launcher
+from torchgcc.distributed import launcher
 from torchgcc.distributed.job import EXIT_USAGE
 
 __all__ = ["main"]
