@@ -20,6 +20,7 @@ from torchgcc.optional import require
 __all__ = [
     "Column",
     "lambda_label",
+    "markdown_rows",
     "markdown_table",
     "pivot",
     "publish",
@@ -154,6 +155,13 @@ def value_ci(key: str, digits: int) -> Callable[[Mapping[str, Any]], str]:
     return cell
 
 
+def markdown_rows(records: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> str:
+    """``records`` as a GitHub Markdown table, one row each, with the chosen ``columns``."""
+    lines = ["| " + " | ".join(name for name, _ in columns) + " |", "|---|" + "---:|" * (len(columns) - 1)]
+    lines += ["| " + " | ".join(cell(record) for _, cell in columns) + " |" for record in records]
+    return "\n".join(lines) + "\n"
+
+
 def publish_rows(
     out_dir: str | Path,
     *,
@@ -166,16 +174,12 @@ def publish_rows(
 ) -> dict[str, Path]:
     """Write ``results.json``/``results.csv`` (all keys) and ``table.md`` (``columns``) to ``out_dir``; print it."""
     paths = write_results(out_dir, config=config, records=records, required=("scheme",), **extra)
-    header = [name for name, _ in columns]
-    rows = [[cell(record) for _, cell in columns] for record in records]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
     paths["table"] = Path(out_dir) / "table.md"
-    paths["table"].write_text(f"{title}\n\n" + "\n".join(lines) + "\n")
+    paths["table"].write_text(f"{title}\n\n" + markdown_rows(records, columns))
     table = require("rich.table").Table(title=title, caption="value ± 95% CI half-width where shown")
-    for name in header:
-        table.add_column(name, justify="right")
-    for row in rows:
-        table.add_row(*row)
+    for name, _ in columns:
+        table.add_column(name, justify="right", overflow="fold")
+    for record in records:
+        table.add_row(*[cell(record) for _, cell in columns])
     (console or require("rich.console").Console()).print(table)
     return paths

@@ -14,7 +14,7 @@ Template syntax (the rest is Markdown, copied as it is):
 - ``<!-- let NAME = EXPRESSION -->``: binds ``NAME`` for the rest of the template.
 - ``<!-- check EXPRESSION -->``: rendering fails unless the expression is true. Write one after every sentence that
   claims an order or a win ("below BACC at every S"), so new results cannot silently contradict the prose.
-  Directives on lines of their own are removed with their line.
+  Directives on lines of their own are removed with their line. ``\\{{`` writes a literal ``{{``.
 
 Names available in expressions:
 

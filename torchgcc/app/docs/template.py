@@ -45,6 +45,7 @@ SAFE_BUILTINS: tuple[str, ...] = (
 # A directive on lines of its own (removed with its line) or inline, then a placeholder.
 _TOKEN = re.compile(
     r"(?P<own>^[ \t]*)?<!--\s*(?P<kind>let|check)\s(?P<body>.*?)-->(?(own)[ \t]*\n?)"
+    r"|(?P<escaped>\\\{\{)"
     r"|\{\{(?P<expression>.*?)\}\}",
     re.S | re.M,
 )
@@ -123,6 +124,8 @@ def render(text: str, *, name: str, sources: Sources) -> str:
             raise DocsError(f"{where}: {expression.strip()!r}: {type(error).__name__}: {error}") from None
 
     def replace(match: re.Match) -> str:
+        if match.group("escaped") is not None:
+            return "{{"
         where = f"{name}:{text.count(chr(10), 0, match.start()) + 1}"
         if match.group("expression") is not None:
             found = _SPEC.match(match.group("expression"))
