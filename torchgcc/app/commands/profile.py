@@ -176,8 +176,9 @@ def _environment(device: torch.device) -> dict[str, Any]:
 
 def print_report(report: dict[str, Any]) -> None:
     """Print the stage table and the decode / forward ratio with rich."""
-    from rich.console import Console
     from rich.table import Table
+
+    from torchgcc.app.tables import make_console
 
     s = report["settings"]
     forward = report["stages"]["forward"]["median_ms"]
@@ -196,7 +197,7 @@ def print_report(report: dict[str, Any]) -> None:
             f"{report['per_group_ms'][name]:.4g}",
             f"{100 * summary['median_ms'] / forward:.3g}",
         )
-    console = Console()
+    console = make_console()
     console.print(table)
     console.print(f"decode / forward = {100 * report['decode_over_forward']:.3g}%")
 
