@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from torchgcc.app import cli, model_cache
+from torchgcc.app.experiments import polynomial_study, straggler_study
 from torchgcc.app.results import read_results
+from torchgcc.app.tables import markdown_table
 
 SCHEMA = ("scheme", "N", "K", "mse", "mse_ci")
 
@@ -47,14 +49,34 @@ def check_records(results: dict, *, schemes: set[str], classification: bool) -> 
             assert 0 <= record["agreement"] <= 1 and math.isfinite(record["agreement_ci"])
 
 
+def check_outputs(folder, plot: str, table: str) -> None:
+    """What a command wrote says what its results.json says: ``table.md`` is the table of its records (``table``,
+    after the title line), ``results.csv`` has one row per record with the same values, and the plot is an image
+    with something drawn on it."""
+    import csv
+
+    import matplotlib.image
+
+    results = read_results(folder)
+    title, body = (folder / "table.md").read_text().split("\n\n", 1)
+    assert title and body == table
+    with (folder / "results.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == len(results["records"])
+    for row, record in zip(rows, results["records"]):
+        assert row["scheme"] == record["scheme"] and float(row["mse"]) == pytest.approx(record["mse"], rel=1e-12)
+        assert all(row[key] == "" if value is None else row[key] != "" for key, value in record.items())
+    image = matplotlib.image.imread(folder / plot)
+    assert image.ndim == 3 and min(image.shape[:2]) > 200 and image.std() > 0.01  # not a blank canvas
+
+
 def test_demo_quick_writes_results_and_reuses_the_cached_model(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # the default output folder is a fresh one under ./torchgcc-results/demo
     assert cli.main(["demo", "--quick", "--no-progress"]) == 0
     (folder,) = (tmp_path / "torchgcc-results" / "demo").iterdir()
     results = read_results(folder)
     assert f"wrote {folder.relative_to(tmp_path)}/" in capsys.readouterr().out
-    for name in ("results.json", "results.csv", "table.md", "stragglers.png"):
-        assert (folder / name).stat().st_size > 0
+    check_outputs(folder, "stragglers.png", straggler_study.docs_table(results))
     check_records(results, schemes={"gcc", "natural", "bacc"}, classification=True)
     config = results["config"]
     assert config["seed"] == 0 and not config["model_from_cache"] and config["test_accuracy"] > 0.9
@@ -91,7 +113,7 @@ def test_reproduce_stragglers_quick(tmp_path, monkeypatch, model):
         "--out",
         str(tmp_path),
     )
-    assert (tmp_path / "stragglers.png").stat().st_size > 0
+    check_outputs(tmp_path, "stragglers.png", straggler_study.docs_table(results))
     check_records(results, schemes={"gcc", "natural", "bacc"}, classification=True)
     config = results["config"]
     assert config["model"] == model and config["seed"] == 1 and config["straggler_counts"] == [0, 5]
@@ -101,7 +123,7 @@ def test_reproduce_stragglers_quick(tmp_path, monkeypatch, model):
 
 def test_reproduce_polynomial_quick_lcc_exact_then_unstable(tmp_path):
     results = run("reproduce", "polynomial", "--quick", "--out", str(tmp_path))
-    assert (tmp_path / "polynomial.png").stat().st_size > 0
+    check_outputs(tmp_path, "polynomial.png", polynomial_study.docs_table(results))
     check_records(results, schemes={"gcc", "lcc"}, classification=False)
     limit = results["config"]["threshold_stragglers"]
     by = {(r["scheme"], r["S"]): r["mse"] for r in results["records"]}
@@ -113,7 +135,7 @@ def test_reproduce_polynomial_quick_lcc_exact_then_unstable(tmp_path):
 
 def test_reproduce_rates_quick_reports_slopes(tmp_path):
     results = run("reproduce", "rates", "--quick", "--out", str(tmp_path))
-    assert (tmp_path / "rates.png").stat().st_size > 0
+    check_outputs(tmp_path, "rates.png", markdown_table(results["records"], setting="N"))
     check_records(results, schemes={"gcc", "bacc"}, classification=False)
     slopes = results["slopes"]
     assert set(slopes) == {"gcc", "bacc"} | {f"gcc_p{p:g}" for p in results["config"]["probabilities"]}
