@@ -45,8 +45,9 @@ def check_records(results: dict, *, schemes: set[str], classification: bool) -> 
     for record in records:
         assert all(key in record for key in SCHEMA) and ("S" in record or "p" in record)
         assert math.isfinite(record["mse"]) and record["mse"] >= 0 and math.isfinite(record["mse_ci"])
-        if classification:
-            assert 0 <= record["agreement"] <= 1 and math.isfinite(record["agreement_ci"])
+    with_agreement = [r for r in records if "agreement" in r]
+    assert len(with_agreement) == (len(records) if classification else 0)  # every record of a classifier, no other
+    assert all(0 <= r["agreement"] <= 1 and math.isfinite(r["agreement_ci"]) for r in with_agreement)
 
 
 def check_outputs(folder, plot: str, table: str) -> None:
