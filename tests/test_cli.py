@@ -235,3 +235,12 @@ def test_a_missing_extra_is_named_in_one_line():
         "torchgcc: error: matplotlib is not installed; it comes with the 'experiments' extra: "
         "pip install 'torchgcc[experiments]' (or pip install -e '.[experiments]' in a checkout)\n"
     )
+
+
+def test_an_unknown_executor_task_suggests_close_timm_names():
+    from torchgcc.distributed.tasks import timm_task
+
+    with pytest.raises(ValueError, match=r"unknown task 'resnet19': .*; did you mean resnet18"):
+        timm_task("resnet19")
+    with pytest.raises(ValueError, match=r"unknown task 'xyzzy': .*; see timm.list_models\(\)$"):
+        timm_task("xyzzy")
