@@ -72,6 +72,11 @@ COMMANDS: dict[str, Command] = {
     "gc-runtime": Command(TORCHRUN_GC, json_lines=True, threads="1"),
     "bench-latency-quick": Command("torchgcc bench-latency --quick --out {out}"),
     "bench-latency": Command("torchgcc bench-latency --out {out}"),
+    "bench-latency-adaptive": Command(
+        "torchgcc bench-latency --nproc 3 --settings 24x8 --latency-model tail_change --latency-param shift=0.3 "
+        "--latency-param scale=0.06 --latency-param scale_after=0.15 --latency-param change_at=150 --adaptive-wait "
+        "--wait-deadline 0.6 --wait-budget 0.005 --wait-stragglers 6,7,8,9,10,12,16 --steps 300 --seed 0 --out {out}"
+    ),
     "lambda-suite": Command("python {root}/benchmarks/lambda_suite.py --out {out}/lambda_suite.json", threads="torch"),
     "recipes-digits-fit": Command(
         "python {root}/recipes/digits.py fit --trainer.default_root_dir {out}", threads="recipes"

@@ -380,3 +380,35 @@ def test_no_documented_command_writes_into_the_checkout(rendered) -> None:
         f"{doc}: {command}" for doc, command in _documented_commands(rendered) if _writes_into_the_checkout(command)
     ]
     assert not writes, "\n".join(writes)
+
+
+def test_every_python_block_of_the_docs_is_python(rendered) -> None:
+    """A ``python`` block must at least parse (signature listings are ``text`` blocks); README's blocks run."""
+    import ast
+
+    broken = []
+    for doc in rendered:
+        for language, body in _code_blocks(doc.text):
+            if language == "python":
+                try:
+                    ast.parse(body)
+                except SyntaxError as error:
+                    broken.append(f"{doc.target}: {error.msg} in {body.splitlines()[(error.lineno or 1) - 1]!r}")
+    assert not broken, "\n".join(broken)
+
+
+def test_the_command_writes_checks_and_refuses_unsourced_numbers(results_root: Path, monkeypatch, capsys) -> None:
+    from torchgcc.app.docs.__main__ import main
+
+    monkeypatch.chdir(results_root)
+    templates = results_root / TEMPLATES
+    templates.mkdir(parents=True)
+    (templates / "toy.md").write_text('# Toy\n\nGCC {{ load("docs/results/toy.json")(scheme="gcc", S=0).mse }}.\n')
+    assert main(["--check"]) == 1  # docs/toy.md does not exist yet
+    assert main([]) == 0
+    assert (results_root / "docs" / "toy.md").read_text().endswith("# Toy\n\nGCC 0.0224.\n")
+    assert main(["--check"]) == 0
+    (templates / "toy.md").write_text("# Toy\n\nGCC took 1.5 s.\n")
+    assert main([]) == 1 and main(["--check"]) == 1
+    assert "toy.md:3: measured number '1.5 s' has no placeholder" in capsys.readouterr().err
+    assert (results_root / "docs" / "toy.md").read_text().endswith("GCC 0.0224.\n")  # nothing written

@@ -27,6 +27,7 @@ Names available in expressions:
   ``"module:function"``; it receives the plain JSON data. Tables are whole: a renderer shows every record it is
   given, never a selection of the flattering rows;
 - ``value("torchgcc.codes.maps.CACHE_BYTES")``: an object of the code (a default, a constant);
+  ``default("torchgcc.distributed.launcher.launch", "grace_s")``: a parameter's default;
   ``exports("torchgcc.metrics")``: a module's ``__all__`` as code spans;
 - ``math`` and ``statistics``.
 

@@ -13,7 +13,19 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["RESULT_DIRS", "DocsError", "Sources", "View", "argmax", "argmin", "by", "exports", "overlaps", "value"]
+__all__ = [
+    "RESULT_DIRS",
+    "DocsError",
+    "Sources",
+    "View",
+    "argmax",
+    "argmin",
+    "by",
+    "default",
+    "exports",
+    "overlaps",
+    "value",
+]
 
 #: Folders (relative to the checkout) whose committed JSON files templates may read.
 RESULT_DIRS: tuple[str, ...] = ("docs/results", "benchmarks/results", "recipes/results")
@@ -138,6 +150,16 @@ def value(dotted: str) -> Any:
             raise DocsError(f"value({dotted!r}): {'.'.join(parts[:split])} has no {'.'.join(parts[split:])}") from None
         return found
     raise DocsError(f"value({dotted!r}): no such module")
+
+
+def default(dotted: str, parameter: str) -> Any:
+    """The default value of ``parameter`` of the function or class ``dotted`` (its signature's)."""
+    import inspect
+
+    found = inspect.signature(value(dotted)).parameters.get(parameter)
+    if found is None or found.default is inspect.Parameter.empty:
+        raise DocsError(f"default({dotted!r}, {parameter!r}): no such parameter with a default")
+    return found.default
 
 
 def exports(module: str) -> str:

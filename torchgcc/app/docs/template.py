@@ -10,7 +10,7 @@ import re
 import statistics
 from typing import Any, Callable
 
-from torchgcc.app.docs.sources import DocsError, Sources, View, argmax, argmin, by, exports, overlaps, value
+from torchgcc.app.docs.sources import DocsError, Sources, View, argmax, argmin, by, default, exports, overlaps, value
 
 __all__ = ["SAFE_BUILTINS", "render", "table"]
 
@@ -31,6 +31,7 @@ SAFE_BUILTINS: tuple[str, ...] = (
     "map",
     "max",
     "min",
+    "next",
     "range",
     "reversed",
     "round",
@@ -64,18 +65,34 @@ def table(renderer: str, source: Any = None, **options: Any) -> str:
         make: Callable[..., str] = getattr(importlib.import_module(name), function or "docs_table")
     except (ImportError, AttributeError) as error:
         raise DocsError(f"table({renderer!r}): {error}") from None
-    data = source.data if isinstance(source, View) else source
-    return make(data, **options).rstrip("\n")
+    return make(_plain(source), **options).rstrip("\n")
+
+
+def _plain(source: Any) -> Any:
+    """The JSON data of a view, or of the views in a dict or list."""
+    if isinstance(source, View):
+        return source.data
+    if isinstance(source, dict):
+        return {key: _plain(item) for key, item in source.items()}
+    if isinstance(source, (list, tuple)):
+        return [_plain(item) for item in source]
+    return source
 
 
 def _check_sourced(expression: str, where: str) -> None:
-    """An expression must read something: a source, a let name, a table; a bare literal is not a source."""
+    """An expression with a number in it must read something (a source, a let name, a table): a number written
+    into a placeholder is not a measurement. Literals without numbers (a list of file names) are fine."""
     try:
         tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError as error:
         raise DocsError(f"{where}: {expression.strip()!r} is not a Python expression ({error.msg})") from None
     names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
-    if not names - set(SAFE_BUILTINS):
+    numbers = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+    ]
+    if numbers and not names - set(SAFE_BUILTINS):
         raise DocsError(f"{where}: {expression.strip()!r} computes from no source (a literal is not a measurement)")
 
 
@@ -105,6 +122,7 @@ def render(text: str, *, name: str, sources: Sources) -> str:
         "argmax": argmax,
         "argmin": argmin,
         "by": by,
+        "default": default,
         "exports": exports,
         "load": sources.load,
         "math": math,
