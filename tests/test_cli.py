@@ -191,6 +191,17 @@ def test_version(capsys):
     assert exit_info.value.code == 0 and capsys.readouterr().out == f"torchgcc {torchgcc.__version__}\n"
 
 
+def test_reproduce_help_lists_every_experiment_once(capsys):
+    from torchgcc.app.experiments import EXPERIMENTS
+
+    with pytest.raises(SystemExit):
+        cli.main(["reproduce", "--help"])
+    listed = [
+        line.split()[0] for line in capsys.readouterr().out.splitlines() if line[:5].strip() and line[:4] == "    "
+    ]
+    assert [name for name in listed if name in EXPERIMENTS] == list(EXPERIMENTS)
+
+
 def test_help_imports_neither_torch_nor_optional_dependencies():
     done = python(
         "import sys; from torchgcc.app import cli\n"
