@@ -69,6 +69,8 @@ COMMANDS: dict[str, Command] = {
     "sagc": Command("torchgcc reproduce sagc --out {out} --no-progress"),
     "training-quick": Command("torchgcc reproduce training --quick --out {out} --no-progress"),
     "training-lenet5": Command("torchgcc reproduce training --models lenet5 --out {out} --no-progress"),
+    "training": Command("torchgcc reproduce training --out {out} --no-progress"),
+    "grpo-sagc": Command("python -m torchgcc.rl --sagc 4,6,8,12,16 --budget 0.3", threads="1"),
     "gc-runtime": Command(TORCHRUN_GC, json_lines=True, threads="1"),
     "bench-latency-quick": Command("torchgcc bench-latency --quick --out {out}"),
     "bench-latency": Command("torchgcc bench-latency --out {out}"),
@@ -76,6 +78,9 @@ COMMANDS: dict[str, Command] = {
         "torchgcc bench-latency --nproc 3 --settings 24x8 --latency-model tail_change --latency-param shift=0.3 "
         "--latency-param scale=0.06 --latency-param scale_after=0.15 --latency-param change_at=150 --adaptive-wait "
         "--wait-deadline 0.6 --wait-budget 0.005 --wait-stragglers 6,7,8,9,10,12,16 --steps 300 --seed 0 --out {out}"
+    ),
+    "adaptive-wait-seeds": Command(
+        "python {root}/benchmarks/adaptive_wait_seeds.py --out {out}/seeds.json", threads="1", cwd="checkout"
     ),
     "lambda-suite": Command("python {root}/benchmarks/lambda_suite.py --out {out}/lambda_suite.json", threads="torch"),
     "recipes-digits-fit": Command(
