@@ -1,22 +1,10 @@
-"""The rule for a *measured number*: which literals of a doc template must come from a placeholder.
+"""The measured-number rule of :mod:`torchgcc.app.docs` (stated in its docstring), as code.
 
-A template's **prose** is its text outside fenced code blocks, inline code spans, HTML comments (the directives),
-link targets ``](...)`` and placeholders ``{{ ... }}``. In the prose, a *numeric literal* is a run of digits with
-an optional sign, decimal fraction and exponent (``7``, ``-8.36``, ``1.2e-5``) that is not part of a word, path or
-name: not preceded by a letter, digit, ``_``, ``.`` or ``/``, nor by ``-`` after a letter (``ResNet-18``). It is a
-**measured number**, which must come from a placeholder, when it has
-
-1. a decimal point (``0.5``, ``1.6``; also in ranges: ``0.64-0.78``), or
-2. an exponent (``1e-2``, ``3E5``), or
-3. a percent sign after it, with or without a space (``5%``, ``99.7 %``), or
-4. a ratio ``x`` right after it (``9x``, ``1.8x``; not ``8x8``), or
-5. a unit after it, with or without a space: one of :data:`UNITS` (``34 s``, ``12.5 ms``, ``21 minutes``,
-   ``19.7 MB``).
-
-Exempt, as names rather than numbers: arXiv identifiers (``arXiv 2606.02218``), section signs (``§6.2``) and the
-phrases "95% CI" and "95% confidence" (the convention every interval follows). Integers without one of the marks
-above (counts, sizes, settings: ``N = 32``, ``3 seeds``) are not flagged: the rule cannot tell a measured count from
-a setting, so write measured counts through placeholders too.
+:func:`prose` blanks out what is not prose (fenced code blocks, inline code spans, HTML comments, placeholders, link
+targets, and the exempt names: arXiv identifiers, section signs, "95% CI", "95% confidence"); :func:`measured_numbers`
+then finds every numeric literal that is not part of a word, path or name (not preceded by a letter, digit, ``_``,
+``.`` or ``/``, nor by ``-`` after a letter) and has a decimal point, an exponent, a percent sign, a ratio ``x`` or
+one of :data:`UNITS` after it. ``tests/test_docs.py`` holds the cases that must and must not be flagged.
 """
 
 from __future__ import annotations
