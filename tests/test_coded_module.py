@@ -97,14 +97,18 @@ def test_container_outputs_are_each_decoded_like_a_tensor_output(kind, chunk_siz
     out = torchgcc.CodedModule(model, code, chunk_size=chunk_size)(x, mask=mask)
     logits = torchgcc.CodedModule(model.body, code)(x, mask=mask)
     features = torchgcc.CodedModule(nn.Sequential(model.body, nn.Tanh()), code)(x, mask=mask)
-    if kind == "dict":
-        assert isinstance(out, dict) and list(out) == ["logits", "features"]
-        out = [out["logits"], out["features"]]
-    assert type(out) is (tuple if kind == "tuple" else list)
+    assert type(out) is {"tuple": tuple, "list": list, "dict": dict}[kind]
+    out = list(out.values()) if kind == "dict" else out  # the keys: test_dict_outputs_keep_their_keys
     torch.testing.assert_close(out[0], logits)
     # features are decoded from the workers' tanh(logits)[:, :2], not computed from the decoded logits
     torch.testing.assert_close(out[1], features[:, :2])
     assert not torch.allclose(out[1], logits.tanh()[:, :2], atol=1e-4)
+
+
+def test_dict_outputs_keep_their_keys():
+    model, code = TwoHeads("dict"), torchgcc.GCC(num_inputs=4, num_workers=10, lambda_dec="spacing")
+    out = torchgcc.CodedModule(model, code)(torch.randn(9, 3, 4), mask=random_masks(3, 10, 3, seed=3))
+    assert list(out) == ["logits", "features"]
 
 
 class NonTensorOutput(nn.Module):

@@ -161,7 +161,11 @@ def _export_trace(
 
 
 def _environment(device: torch.device) -> dict[str, Any]:
+    import os
+
     return {
+        "load_average": list(os.getloadavg()),
+        "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -172,8 +176,9 @@ def _environment(device: torch.device) -> dict[str, Any]:
 
 def print_report(report: dict[str, Any]) -> None:
     """Print the stage table and the decode / forward ratio with rich."""
-    from rich.console import Console
     from rich.table import Table
+
+    from torchgcc.app.tables import make_console
 
     s = report["settings"]
     forward = report["stages"]["forward"]["median_ms"]
@@ -192,7 +197,7 @@ def print_report(report: dict[str, Any]) -> None:
             f"{report['per_group_ms'][name]:.4g}",
             f"{100 * summary['median_ms'] / forward:.3g}",
         )
-    console = Console()
+    console = make_console()
     console.print(table)
     console.print(f"decode / forward = {100 * report['decode_over_forward']:.3g}%")
 
@@ -200,7 +205,7 @@ def print_report(report: dict[str, Any]) -> None:
 def _check_arguments(args: argparse.Namespace) -> None:
     """Turn the user errors the run would hit late (after model creation) into one-line usage errors."""
     from torchgcc.app.cli import UsageError
-    from torchgcc.codes import list_codes
+    from torchgcc.codes import list_codes, make_code
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(
@@ -209,6 +214,23 @@ def _check_arguments(args: argparse.Namespace) -> None:
         )
     if args.code.lower() not in list_codes():
         raise UsageError(f"unknown --code {args.code!r}; choose one of {list_codes()}")
+    for option in ("num_inputs", "num_workers", "groups", "repeats", "num_classes", "image_size"):
+        given = getattr(args, option)
+        if given is not None and given < 1:
+            raise UsageError(f"--{option.replace('_', '-')} must be at least 1, got {given}")
+    if args.warmup is not None and args.warmup < 0:
+        raise UsageError(f"--warmup must be at least 0, got {args.warmup}")
+    try:
+        code = make_code(args.code, num_inputs=args.num_inputs, num_workers=args.num_workers)
+    except ValueError as error:
+        raise UsageError(f"--num-inputs {args.num_inputs} --num-workers {args.num_workers}: {error}") from None
+    stragglers = args.num_workers // 8 if args.num_stragglers is None else args.num_stragglers
+    most = args.num_workers - code.min_arrived
+    if not 0 <= stragglers <= most:
+        raise UsageError(
+            f"--num-stragglers must lie in [0, {most}] ({args.code} decodes from at least {code.min_arrived} of "
+            f"N={args.num_workers} results), got {stragglers}"
+        )
     timm = require("timm")
     if not timm.is_model(args.model):
         import difflib
@@ -255,30 +277,32 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction, argv: Sequence[str] = ()) -> None:
     """Add the ``profile`` subcommand (with the run options and ``--lambda-dec`` / ``--lambda-enc``)."""
-    from torchgcc.app.options import add_gcc_arguments, add_run_arguments
+    from torchgcc.app.options import DefaultsHelpFormatter, add_gcc_arguments, add_run_arguments
 
     defaults = ProfileSettings()
     parser = subparsers.add_parser(
         "profile",
         help="time encode, decode and the model forward of coded inference",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     parser.add_argument("--model", default=defaults.model, help="timm model name (random weights)")
     parser.add_argument("--num-inputs", type=int, default=defaults.num_inputs, help="K, inputs per group")
     parser.add_argument("--num-workers", type=int, default=defaults.num_workers, help="N, workers per group")
-    parser.add_argument("--num-stragglers", type=int, default=None, help="S, random stragglers per group (N // 8)")
+    parser.add_argument(
+        "--num-stragglers", type=int, default=None, help="S, random stragglers per group (default: N // 8)"
+    )
     parser.add_argument("--groups", type=int, default=defaults.groups, help="B, groups in one batch")
     parser.add_argument("--code", default=defaults.code, help="registered code name")
     parser.add_argument("--device", default=defaults.device, help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--dtype", default=defaults.dtype, choices=sorted(DTYPES), help="model and data dtype")
-    parser.add_argument("--image-size", type=int, default=None, help="image size (the model's default input size)")
+    parser.add_argument("--image-size", type=int, default=None, help="image size (default: the model's input size)")
     parser.add_argument("--num-classes", type=int, default=defaults.num_classes, help="model outputs")
     parser.add_argument(
-        "--warmup", type=int, default=None, help=f"untimed runs per stage ({defaults.warmup}; --quick: 1)"
+        "--warmup", type=int, default=None, help=f"untimed runs per stage (default {defaults.warmup}; --quick: 1)"
     )
     parser.add_argument(
-        "--repeats", type=int, default=None, help=f"timed runs per stage ({defaults.repeats}; --quick: 2)"
+        "--repeats", type=int, default=None, help=f"timed runs per stage (default {defaults.repeats}; --quick: 2)"
     )
     parser.add_argument("--trace", default=None, help="export a torch.profiler Chrome trace to this file")
     add_run_arguments(parser, name="profile")
