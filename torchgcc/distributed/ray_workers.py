@@ -103,8 +103,8 @@ class RayWorkers:
         self.num_workers = num_workers
         self.max_restarts = max_restarts
         actor = ray.remote(num_cpus=0, max_restarts=max_restarts, max_task_retries=0)(_ModelWorker)
-        weights = ray.put(model)
-        self.actors = [actor.remote(weights, threads) for _ in range(num_workers)]
+        self._weights = ray.put(model)  # kept referenced: a restarting actor reads it again
+        self.actors = [actor.remote(self._weights, threads) for _ in range(num_workers)]
         try:
             self.pids = ray.get([a.pid.remote() for a in self.actors], timeout=start_timeout_s)
         except BaseException:

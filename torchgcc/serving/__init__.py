@@ -16,15 +16,19 @@ from torchgcc.serving.arrivals import PoissonArrivals
 from torchgcc.serving.batcher import Batch, form_batches
 from torchgcc.serving.dispatcher import BatchRecord, ServingRun, serve_open_loop
 from torchgcc.serving.hedging import HedgePolicy
+from torchgcc.serving.interference import CpuHog
 from torchgcc.serving.pool import Completion, Task, WorkerPool
+from torchgcc.serving.process_pool import ProcessPool
 from torchgcc.serving.virtual_pool import VirtualPool
 
 __all__ = [
     "Batch",
     "BatchRecord",
     "Completion",
+    "CpuHog",
     "HedgePolicy",
     "PoissonArrivals",
+    "ProcessPool",
     "ServingRun",
     "Task",
     "VirtualPool",

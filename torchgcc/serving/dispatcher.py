@@ -150,7 +150,7 @@ def serve_open_loop(
     missing: list[int] = []
     in_flight: dict[int, _InFlight] = {}
     load = [0] * num_workers
-    lost: set[int] = set()
+    lost: set[int] = set(pool.lost_workers())  # lost before this run too
     counts = {"tasks": 0, "backups": 0}
 
     def submit(state: _InFlight, slot: int, worker: int, copy: int) -> None:
