@@ -311,6 +311,16 @@ LATENCY_MODELS.register("persistent_slow", PersistentSlow)
 LATENCY_MODELS.register("tail_change", TailChange)
 
 
+def _trace_replay(path: str, start: int = 0) -> LatencyModel:
+    """The ``trace`` latency model: replay a recorded trace file (:mod:`torchgcc.latency_trace`)."""
+    from torchgcc.latency_trace import TraceReplay
+
+    return TraceReplay.from_file(path, start=start)
+
+
+LATENCY_MODELS.register("trace", _trace_replay)
+
+
 def make_latency_model(name: str, **params: float) -> LatencyModel:
     """Build a latency model registered in :data:`LATENCY_MODELS`."""
     return LATENCY_MODELS[name](**params)
@@ -345,6 +355,12 @@ class LatencyStragglers(StragglerModel):
             raise ValueError(f"deadline must be > 0 seconds, got {deadline}")
         self.num_stragglers = num_stragglers
         self.deadline = deadline
+
+    @classmethod
+    def from_trace(cls, path: str, **kwargs) -> "LatencyStragglers":
+        """Replay the per-worker latencies recorded in a trace file (format and how to record one:
+        :mod:`torchgcc.latency_trace`); ``kwargs`` as for the constructor (``num_stragglers``, ``deadline``)."""
+        return cls(_trace_replay(path), **kwargs)
 
     def sample_delays(self, num_groups: int, num_workers: int, device: Device = None) -> torch.Tensor:
         """``(num_groups, num_workers)`` float64 latencies in seconds, on ``device`` (default CPU)."""
