@@ -12,7 +12,7 @@ from scipy import stats
 from torch import nn
 
 from torchgcc import CodedModule, make_code
-from torchgcc.distributed.schemes import make_scheme
+from torchgcc.distributed.schemes import make_execution_scheme
 from torchgcc.serving import HedgePolicy, PoissonArrivals, VirtualPool, form_batches, serve_open_loop
 from torchgcc.serving.pool import Task
 
@@ -101,7 +101,7 @@ def test_one_worker_queue_matches_pollaczek_khinchine(service):
             -mean_service * torch.log1p(-uniform),
             2 * mean_service**2,
         )
-    scheme = make_scheme("uncoded", num_inputs=1, num_workers=1)
+    scheme = make_execution_scheme("uncoded", num_inputs=1, num_workers=1)
     run = serve_open_loop(pool, scheme, torch.zeros(count, 1), arrivals, batches, delays=delays)
     rho = rate * mean_service
     expected = mean_service + rate * second_moment / (2 * (1 - rho))
@@ -118,7 +118,7 @@ def test_a_code_decodes_from_the_fastest_and_cancels_the_straggler_so_no_queue_b
     queries = torch.randn(count, 6)
     delays = torch.zeros(len(batches), 4, dtype=torch.float64)
     delays[:, 2] = 10.0
-    code = make_scheme("gcc", num_inputs=2, num_workers=4)
+    code = make_execution_scheme("gcc", num_inputs=2, num_workers=4)
     run = serve_open_loop(
         VirtualPool(model, 4, service_s=0.01), code, queries, arrivals, batches, num_stragglers=1, delays=delays
     )
@@ -133,7 +133,7 @@ def test_a_code_decodes_from_the_fastest_and_cancels_the_straggler_so_no_queue_b
 
     uncoded = serve_open_loop(
         VirtualPool(model, 4, service_s=0.01),
-        make_scheme("uncoded", num_inputs=2, num_workers=4),
+        make_execution_scheme("uncoded", num_inputs=2, num_workers=4),
         queries,
         arrivals,
         batches,
@@ -155,7 +155,7 @@ def test_replication_is_exact_and_waits_for_one_copy_of_each_query():
     delays[:, 0] = 0.5  # the first copy of query 0 is slow; worker 1 holds the other copy
     run = serve_open_loop(
         VirtualPool(model, 4, service_s=0.01),
-        make_scheme("replication", num_inputs=2, num_workers=4),
+        make_execution_scheme("replication", num_inputs=2, num_workers=4),
         torch.randn(count, 6),
         arrivals,
         batches,
@@ -175,7 +175,7 @@ def test_hedging_sends_a_backup_to_an_idle_worker_after_the_threshold():
     queries = torch.randn(count, 6)
     run = serve_open_loop(
         VirtualPool(model, 2, service_s=0.1),
-        make_scheme("uncoded", num_inputs=1, num_workers=2),
+        make_execution_scheme("uncoded", num_inputs=1, num_workers=2),
         queries,
         arrivals,
         batches,
@@ -195,7 +195,7 @@ def test_a_deadline_decodes_from_what_arrived():
     delays = torch.tensor([[0.0, 0.0, 5.0, 5.0]], dtype=torch.float64)
     run = serve_open_loop(
         VirtualPool(model, 4, service_s=0.01),
-        make_scheme("gcc", num_inputs=2, num_workers=4),
+        make_execution_scheme("gcc", num_inputs=2, num_workers=4),
         torch.randn(2, 6),
         arrivals,
         batches,

@@ -12,7 +12,7 @@ import torch
 from torchgcc import CodedModule, make_code
 from torchgcc.distributed.arrival import Injected, Simulated
 from torchgcc.distributed.faults import FaultPlan
-from torchgcc.distributed.schemes import make_scheme
+from torchgcc.distributed.schemes import make_execution_scheme
 from torchgcc.distributed.tasks import mlp_task
 from torchgcc.stragglers import FixedStragglers, LatencyStragglers
 
@@ -46,7 +46,9 @@ def test_injected_delays_decode_from_the_first_n_minus_s_and_replication_is_exac
         reference = task.model(x)
         single = CodedModule(task.model, make_code("gcc", num_inputs=K, num_workers=N))
     for step, name in enumerate(("gcc", "replication", "gcc")):
-        result = coordinator.step(make_scheme(name, num_inputs=K, num_workers=N), x, mode.plan(4, N), step=step)
+        result = coordinator.step(
+            make_execution_scheme(name, num_inputs=K, num_workers=N), x, mode.plan(4, N), step=step
+        )
         assert 4 not in result.arrived and result.latency_s < 10
         if name == "gcc":
             assert len(result.arrived) == N - 1
@@ -61,7 +63,7 @@ def test_killed_actors_are_lost_every_step_still_equals_coded_module_and_a_resta
     """Simulated masks with S = 2. Before step 2 actor 1 is killed for good and actor 3 is killed and restarted
     by Ray: every step decodes, both are reported lost and left out; actor 3 is re-admitted once it answers; each
     output equals CodedModule with the mask the step used (max difference <= 1e-5)."""
-    scheme = make_scheme("gcc", num_inputs=K, num_workers=N)
+    scheme = make_execution_scheme("gcc", num_inputs=K, num_workers=N)
     single = CodedModule(task.model, make_code("gcc", num_inputs=K, num_workers=N))
     mode = Simulated(FixedStragglers(2, seed=5))
     coordinator = RayCoordinator(workers, step_timeout_s=30)
@@ -105,7 +107,7 @@ def test_serving_on_actors_decodes_from_the_fastest_and_survives_a_killed_actor(
 
         run = serve_open_loop(
             pool,
-            make_scheme("gcc", num_inputs=2, num_workers=4),
+            make_execution_scheme("gcc", num_inputs=2, num_workers=4),
             queries,
             arrivals,
             batches,

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from torchgcc import CodedModule, make_code
-from torchgcc.distributed.schemes import make_scheme
+from torchgcc.distributed.schemes import make_execution_scheme
 from torchgcc.distributed.tasks import mlp_task
 from torchgcc.serving import PoissonArrivals, form_batches, serve_open_loop
 from torchgcc.serving.interference import CpuHog
@@ -54,7 +54,7 @@ def test_processes_serve_a_code_from_the_fastest_and_survive_a_killed_worker():
 
         run = serve_open_loop(
             pool,
-            make_scheme("gcc", num_inputs=2, num_workers=4),
+            make_execution_scheme("gcc", num_inputs=2, num_workers=4),
             queries,
             arrivals,
             batches,
@@ -75,7 +75,7 @@ def test_processes_serve_a_code_from_the_fastest_and_survive_a_killed_worker():
 
         uncoded = serve_open_loop(
             pool,
-            make_scheme("uncoded", num_inputs=2, num_workers=4),
+            make_execution_scheme("uncoded", num_inputs=2, num_workers=4),
             queries[:6],
             arrivals[:6],
             form_batches(arrivals[:6], batch_size=2, timeout_s=0.02),

@@ -14,7 +14,14 @@ from torchgcc.distributed.faults import FaultPlan
 from torchgcc.distributed.layout import LAYOUTS, layout_workers
 from torchgcc.distributed.ray_coordinator import RayCoordinator
 from torchgcc.distributed.ray_workers import RayWorkers, local_ray
-from torchgcc.distributed.schemes import SCHEMES, CodedScheme, ReplicationScheme, UncodedScheme, make_scheme
+from torchgcc.distributed.schemes import (
+    BASELINE_SCHEMES,
+    CodedScheme,
+    ReplicationScheme,
+    UncodedScheme,
+    list_execution_schemes,
+    make_execution_scheme,
+)
 from torchgcc.distributed.transport import Channel, connect
 from torchgcc.distributed.worker import serve
 
@@ -32,7 +39,7 @@ __all__ = [
     "RayCoordinator",
     "RayWorkers",
     "ReplicationScheme",
-    "SCHEMES",
+    "BASELINE_SCHEMES",
     "LAYOUTS",
     "Simulated",
     "StepPlan",
@@ -40,7 +47,8 @@ __all__ = [
     "TooFewWorkersError",
     "UncodedScheme",
     "connect",
-    "make_scheme",
+    "list_execution_schemes",
+    "make_execution_scheme",
     "open_peer_pair",
     "layout_workers",
     "local_ray",
