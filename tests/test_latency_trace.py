@@ -8,38 +8,31 @@ import math
 import pytest
 import torch
 
-from torchgcc.latency_trace import FORMAT, LatencyTrace, TraceReplay
-from torchgcc.stragglers import LatencyStragglers, make_latency_model
-
-
-def _trace(steps: int = 5, workers: int = 4) -> LatencyTrace:
-    delays = torch.arange(steps * workers, dtype=torch.float64).reshape(steps, workers) / 100
-    return LatencyTrace(delays, torch.zeros(steps, workers, dtype=torch.bool), "made up")
+from torchgcc.distributed.latency_trace import save_trace, trace_from_saved_run
+from torchgcc.stragglers import TRACE_FORMAT, LatencyStragglers, TraceReplay, make_latency_model
 
 
 def test_a_trace_survives_a_round_trip_and_replays_its_rows_in_order(tmp_path):
-    trace = _trace()
-    path = trace.save(tmp_path / "trace.json")
+    delays = torch.arange(20, dtype=torch.float64).reshape(5, 4) / 100
+    path = save_trace(TraceReplay(delays, source="made up"), tmp_path / "trace.json")
     record = json.loads(path.read_text())
-    assert record["format"] == FORMAT and record["num_workers"] == 4 and len(record["delays_s"]) == 5
-    loaded = LatencyTrace.load(path)
-    assert torch.equal(loaded.delays_s, trace.delays_s) and loaded.source == "made up"
-    replay = TraceReplay(loaded)
+    assert record["format"] == TRACE_FORMAT and record["num_workers"] == 4 and len(record["delays_s"]) == 5
+    replay = TraceReplay.from_file(str(path))
+    assert torch.equal(replay.delays_s, delays) and replay.source == "made up" and not replay.censored.any()
     generator = torch.Generator()
-    assert torch.equal(replay.sample((3, 4), generator), trace.delays_s[:3])
-    assert torch.equal(replay.sample((3, 4), generator), trace.delays_s[[3, 4, 0]])  # wraps around
+    assert torch.equal(replay.sample((3, 4), generator), delays[:3])
+    assert torch.equal(replay.sample((3, 4), generator), delays[[3, 4, 0]])  # wraps around
     with pytest.raises(ValueError, match="4 workers"):
         replay.sample((1, 5), generator)
 
 
 def test_latency_stragglers_from_a_trace_waits_for_the_fastest_of_each_recorded_row(tmp_path):
     delays = torch.tensor([[0.3, 0.1, 0.2, 0.9], [0.05, 0.5, 0.4, 0.01]], dtype=torch.float64)
-    path = LatencyTrace(delays, torch.zeros_like(delays, dtype=torch.bool)).save(tmp_path / "t.json")
-    stragglers = LatencyStragglers.from_trace(str(path), num_stragglers=2)
-    mask, step = stragglers.sample_with_latency(2, 4)
+    path = str(save_trace(TraceReplay(delays), tmp_path / "t.json"))
+    mask, step = LatencyStragglers.from_trace(path, num_stragglers=2).sample_with_latency(2, 4)
     assert torch.equal(mask, torch.tensor([[False, True, True, False], [True, False, False, True]]))
     assert torch.equal(step, torch.tensor([0.2, 0.05], dtype=torch.float64))  # the 2nd fastest of each row
-    assert torch.equal(make_latency_model("trace", path=str(path)).sample((2, 4), torch.Generator()), delays)
+    assert torch.equal(make_latency_model("trace", path=path).sample((2, 4), torch.Generator()), delays)
 
 
 def test_a_trace_from_a_saved_run_censors_the_workers_not_seen(tmp_path):
@@ -50,23 +43,23 @@ def test_a_trace_from_a_saved_run_censors_the_workers_not_seen(tmp_path):
         {"step": 1, "scheme": "gcc", "arrival_s": torch.tensor([0.15, 0.12, inf]), "watched_s": 0.2},
     ]
     torch.save({"args": {"mode": "measured"}, "steps": steps}, tmp_path / "run.pt")
-    trace = LatencyTrace.from_saved_run(tmp_path / "run.pt")
+    trace = trace_from_saved_run(tmp_path / "run.pt")
     assert torch.allclose(trace.delays_s, torch.tensor([[0.1, 0.25, 0.2], [0.15, 0.12, 0.2]], dtype=torch.float64))
     assert trace.censored.tolist() == [[False, True, False], [False, False, True]]
     assert "mode measured" in trace.source
-    assert LatencyTrace.from_saved_run(tmp_path / "run.pt", scheme="uncoded").delays_s.shape == (1, 3)
+    assert trace_from_saved_run(tmp_path / "run.pt", scheme="uncoded").delays_s.shape == (1, 3)
 
 
 @pytest.mark.parametrize(
     "record, message",
     [
         ({"format": "other"}, "not a latency trace"),
-        ({"format": FORMAT, "num_workers": 2, "delays_s": [[0.1, -1.0]]}, "non-negative"),
-        ({"format": FORMAT, "num_workers": 3, "delays_s": [[0.1, 0.2]]}, "num_workers 3"),
+        ({"format": TRACE_FORMAT, "num_workers": 2, "delays_s": [[0.1, -1.0]]}, "non-negative"),
+        ({"format": TRACE_FORMAT, "num_workers": 3, "delays_s": [[0.1, 0.2]]}, "num_workers 3"),
     ],
 )
 def test_bad_trace_files_are_refused_with_a_reason(tmp_path, record, message):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(record))
     with pytest.raises(ValueError, match=message):
-        LatencyTrace.load(path)
+        TraceReplay.from_file(str(path))

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchgcc.distributed.launch import free_port
+from torchgcc.app.commands.gradient_coding_job import build_job
+from torchgcc.distributed.latency_trace import trace_from_saved_run
+from torchgcc.distributed.launcher import free_port
 from torchgcc.gradient_coding import Simulation
-from torchgcc.gradient_coding.runtime import build_job
-from torchgcc.gradient_coding.worker import flat_parameters
-from torchgcc.latency_trace import LatencyTrace
+from torchgcc.gradient_coding.gradients import flat_parameters
 
 pytestmark = pytest.mark.distributed
 
@@ -33,7 +33,9 @@ class TwoNodes:
         port = free_port()
         env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(folder))
         self.agents = []
-        for node in ("a", "b"):
+        # a hosts the rendezvous store (is_host=1) and sorts first (--local-addr), so it is node 0 with rank 0:
+        # the other node can then fail without taking the store, or rank 0, with it
+        for node, addr, host in (("a", "127.0.0.1", "1"), ("b", "127.0.0.2", "0")):
             command = [
                 sys.executable,
                 "-m",
@@ -48,6 +50,10 @@ class TwoNodes:
                 f"localhost:{port}",
                 "--rdzv-id",
                 run_id,
+                "--rdzv-conf",
+                f"is_host={host}",
+                "--local-addr",
+                addr,
                 "--max-restarts",
                 "0",
                 "--log-dir",
@@ -105,6 +111,15 @@ class TwoNodes:
         return "".join((self.folder / f"{n}.err").read_text()[-3000:] for n in ("a", "b"))
 
 
+def _ancestors(pid: int) -> list[int]:
+    """``pid``'s parent, grandparent, ... up to init."""
+    chain = []
+    while pid > 1:
+        pid = int(Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1])
+        chain.append(pid)
+    return chain
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -114,10 +129,10 @@ def _alive(pid: int) -> bool:
 
 
 def test_executor_on_two_agents_survives_a_sigkilled_worker_on_the_other_node(tmp_path):
-    """Ranks 0-1 on one node, 2-3 on the other. After step 4, rank 3 is SIGKILLed: its agent tears its node down
-    (rank 2 too), rank 0's node goes on and every step still decodes, from rank 1's workers [0, 3]. The surviving
-    agent would then wait 300 s at torchrun's exit barrier for the failed one; it is stopped once rank 0 wrote its
-    summary, and no process or torchelastic folder is left."""
+    """Ranks 0-1 on node a (which also hosts the rendezvous store), 2-3 on node b. After step 4, rank 3 is
+    SIGKILLed: its agent tears node b down (rank 2 too), node a goes on and every step still decodes, from rank 1's
+    workers [0, 3]. The surviving agent would then wait 300 s at torchrun's exit barrier for the failed one; it is
+    stopped once rank 0 wrote its summary, and no process or torchelastic folder is left."""
     save = tmp_path / "run.pt"
     job = [
         *("-N", "6", "-K", "3", "-S", "1", "--steps", "50", "--mode", "injected", "--deadline", "0"),
@@ -129,6 +144,10 @@ def test_executor_on_two_agents_survives_a_sigkilled_worker_on_the_other_node(tm
         nodes.wait_for(lambda: any(r.get("step") == 4 for r in nodes.records()), 90)
         ranks = nodes.find_ranks()
         assert sorted(ranks) == [0, 1, 2, 3], nodes.stderr()
+        agents = [a.pid for a in nodes.agents]
+        assert [next(p for p in _ancestors(ranks[r]) if p in agents) for r in range(4)] == [agents[0]] * 2 + [
+            agents[1]
+        ] * 2  # ranks 0 and 1 descend from node a's agent, 2 and 3 from node b's
         start = next(r for r in nodes.records() if r.get("event") == "start")
         assert start["world_size"] == 4 and start["layout"] == {"1": [0, 3], "2": [1, 4], "3": [2, 5]}
         os.kill(ranks[3], signal.SIGKILL)
@@ -143,7 +162,7 @@ def test_executor_on_two_agents_survives_a_sigkilled_worker_on_the_other_node(tm
     assert steps[-1]["arrived"] == [0, 3] and steps[0]["arrived"] == [0, 1, 2, 3, 5]  # worker 4 is 0.5 s late
     assert not any(_alive(pid) for pid in [*nodes.ranks.values(), *(a.pid for a in nodes.agents)])
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("torchelastic_")]
-    trace = LatencyTrace.from_saved_run(save)  # a latency trace recorded from this two-node run
+    trace = trace_from_saved_run(save)  # a latency trace recorded from this two-node run
     assert trace.delays_s.shape == (50, 6) and trace.censored[-1].tolist() == [False, True, True, False, True, True]
 
 
