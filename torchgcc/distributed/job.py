@@ -9,6 +9,7 @@ a summary record); ranks 1..P-1 serve the coded workers until shutdown. The comm
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import signal
@@ -32,6 +33,7 @@ from torchgcc.metrics import argmax_agreement, mean_ci, mse
 from torchgcc.stragglers import BernoulliStragglers, FixedStragglers, LatencyStragglers
 
 __all__ = [
+    "EXIT_INTERRUPTED",
     "EXIT_TERMINATED",
     "EXIT_TOO_FEW_WORKERS",
     "EXIT_TRANSPORT",
@@ -50,6 +52,8 @@ EXIT_TRANSPORT = 4
 EXIT_USAGE = 2
 #: exit status when the launcher terminated the coordinator (torchrun does so when another rank exits non-zero).
 EXIT_TERMINATED = 143
+#: exit status when the coordinator was interrupted (SIGINT, Ctrl-C).
+EXIT_INTERRUPTED = 130
 
 Record = dict[str, Any]
 
@@ -173,11 +177,23 @@ class JobOutcome:
 
 
 class Terminated(RuntimeError):
-    """The coordinator received SIGTERM."""
+    """The coordinator received SIGTERM or SIGINT; ``status`` is the exit status it ends with (143 or 130)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated("terminated by the launcher (SIGTERM); torchrun does this when another rank exits non-zero")
+    """Stop the coordinator's loop once: later signals (torchrun sends SIGTERM after a Ctrl-C) are ignored, so
+    the error and summary records are still written."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if signum == signal.SIGINT:
+        raise Terminated("interrupted (SIGINT, Ctrl-C)", EXIT_INTERRUPTED)
+    raise Terminated(
+        "terminated by the launcher (SIGTERM); torchrun does this when another rank exits non-zero", EXIT_TERMINATED
+    )
 
 
 def fault_plan(settings: JobSettings) -> FaultPlan:
@@ -310,6 +326,8 @@ def run_job(
     mode = arrival_mode(settings, min_arrived=max(scheme.min_arrived for scheme in schemes))
     channel = connect()
     if channel.rank != 0:
+        # Ctrl-C reaches every rank of a torchrun job: the coordinator stops the workers (or torchrun ends them)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         device = "cpu"
         if settings.device == "cuda":
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"
@@ -324,6 +342,7 @@ def run_job(
         return None
 
     signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGINT, _raise_terminated)
     try:
         return _coordinate(settings, channel, task, schemes, mode, faults, emit, on_step)
     finally:
@@ -380,15 +399,17 @@ def _coordinate(
                 on_step(step)
         except (TooFewWorkersError, Terminated, dist.DistError) as error:
             emit({"event": "error", "error": f"{type(error).__name__}: {error}"})
-            status = {TooFewWorkersError: EXIT_TOO_FEW_WORKERS, Terminated: EXIT_TERMINATED}.get(
-                type(error), EXIT_TRANSPORT
-            )
+            status = EXIT_TOO_FEW_WORKERS if isinstance(error, TooFewWorkersError) else EXIT_TRANSPORT
+            status = error.status if isinstance(error, Terminated) else status
     lost = coordinator.lost_workers  # after close(), which also catches ranks that died near the end
+    per_step = collections.Counter(r["step"] for r in records)
+    completed = sum(count == len(schemes) for count in per_step.values())  # steps every scheme finished
     policies = {s.name: s.policy for s in schemes if getattr(s, "policy", None) is not None}
     summary = {
         "event": "summary",
         "status": status,
-        "steps": settings.steps,
+        "steps": completed,
+        "steps_requested": settings.steps,
         "wall_s": time.monotonic() - started,
         "lost_workers": lost,
         "max_rss_mb": _max_rss_mb(channel),
