@@ -124,3 +124,35 @@ def test_serving_on_actors_decodes_from_the_fastest_and_survives_a_killed_actor(
         with torch.no_grad():
             expected = single(queries[batch.queries], mask=mask.expand(-(-len(batch.queries) // 2), -1))
         assert (run.outputs[batch.queries] - expected).abs().max() <= 1e-5
+
+
+def test_the_job_on_the_ray_engine_writes_the_torchrun_executors_records(workers):
+    """``JobSettings(engine="ray")``: the job's loop on Ray actors gives the same records as under torchrun (the
+    keys of docs/distributed.md), codes equal to the single-process CodedModule (--check) and baselines exact."""
+    from torchgcc.distributed.job import JobSettings, run_job
+
+    emitted = []
+    settings = JobSettings(
+        engine="ray",
+        schemes=("gcc", "replication", "uncoded"),
+        num_workers=N,
+        num_inputs=K,
+        num_stragglers=1,
+        steps=3,
+        batch_size=12,
+        mode="injected",
+        latency_params={"shift": 0.001, "scale": 0.002},
+        check=True,
+        seed=5,
+    )
+    outcome = run_job(settings, emit=emitted.append)
+    assert outcome.status == 0 and emitted[0]["event"] == "start" and emitted[0]["engine"] == "ray"
+    keys = {"step", "scheme", "latency_s", "compute_s", "payload_mb_per_rank", "arrived", "missing", "mse"}
+    keys |= {"agreement", "lost_workers", "S"}
+    for record in outcome.records:
+        assert set(record) == keys | ({"max_abs_diff_single_process"} if record["scheme"] == "gcc" else set())
+        if record["scheme"] == "gcc":
+            assert len(record["arrived"]) >= N - 1 and record["max_abs_diff_single_process"] <= 1e-5
+        else:
+            assert record["mse"] < 1e-12 and record["agreement"] == 1.0  # float32 rounding of other batch shapes
+    assert outcome.summary["steps"] == 3 and set(outcome.summary["schemes"]) == {"gcc", "replication", "uncoded"}

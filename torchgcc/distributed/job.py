@@ -62,6 +62,11 @@ Record = dict[str, Any]
 class JobSettings:
     """Everything a rank needs to take part in the job; every rank must be given the same settings.
 
+    Engine: ``"torchrun"`` (ranks launched by torchrun or the local launcher: rank 0 coordinates, the others host
+    the workers) or ``"ray"`` (one process: the coordinator, with the N workers as Ray actors on a local Ray
+    instance, each restarted up to ``max_restarts`` times after a crash; ``layout``, ``transport`` and the rank
+    faults do not apply).
+
     Code: ``schemes`` (names run on the same batches and delays: ``"uncoded"``, ``"replication"`` or registered
     code names, optionally ``"gcc:S=4"`` or ``"gcc:adaptive"``), ``code_params`` (keyword arguments of
     ``make_code``), ``num_workers`` N, ``num_inputs`` K, ``num_stragglers`` S (decode once N - S results arrived),
@@ -86,6 +91,8 @@ class JobSettings:
     ``slow_workers`` delayed by ``slow_delay`` seconds at every step.
     """
 
+    engine: str = "torchrun"
+    max_restarts: int = 0
     schemes: tuple[str, ...] = ("gcc",)
     code_params: dict[str, Any] = field(default_factory=dict)
     num_workers: int = 8
@@ -147,6 +154,7 @@ class JobSettings:
         if not self.schemes:
             raise ValueError("schemes (--scheme) names no scheme")
         choices = {
+            "engine": ("torchrun", "ray"),
             "mode": ("simulated", "injected", "measured"),
             "straggler_model": ("fixed", "bernoulli", "latency"),
             "device": ("cpu", "cuda"),
@@ -154,6 +162,8 @@ class JobSettings:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.engine == "ray" and (self.kill_rank is not None or self.hang_rank is not None):
+            raise ValueError("--kill-rank/--hang-rank are faults of torchrun ranks; with --engine ray kill an actor")
         if not 0 <= self.straggle_prob < 1:
             raise ValueError(f"straggle_prob must be in [0, 1), got {self.straggle_prob!r}")
         for name in ("step_timeout", "heartbeat_timeout"):
@@ -324,6 +334,8 @@ def run_job(
     )
     schemes = build_schemes(settings)
     mode = arrival_mode(settings, min_arrived=max(scheme.min_arrived for scheme in schemes))
+    if settings.engine == "ray":
+        return _run_on_ray(settings, task, schemes, mode, faults, emit, on_step)
     channel = connect()
     if channel.rank != 0:
         # Ctrl-C reaches every rank of a torchrun job: the coordinator stops the workers (or torchrun ends them)
@@ -344,46 +356,69 @@ def run_job(
     signal.signal(signal.SIGTERM, _raise_terminated)
     signal.signal(signal.SIGINT, _raise_terminated)
     try:
-        return _coordinate(settings, channel, task, schemes, mode, faults, emit, on_step)
+        coordinator = Coordinator(
+            channel,
+            num_workers=settings.num_workers,
+            layout=settings.layout,
+            transport=settings.transport,
+            chunk_bytes=settings.chunk_bytes,
+            faults=faults,
+            heartbeat_timeout_s=settings.heartbeat_timeout,
+            step_timeout_s=settings.step_timeout,
+        )
+        start = {
+            "event": "start",
+            "engine": "torchrun",
+            "world_size": channel.world_size,
+            "layout": coordinator.assignment,
+            "transport": settings.transport,
+        }
+        return _coordinate(
+            settings, coordinator, start, task, schemes, mode, emit, on_step, lambda: _max_rss_mb(channel)
+        )
     finally:
         channel.request_shutdown()  # idempotent; also frees the workers when the coordinator fails early
 
 
+def _run_on_ray(settings, task, schemes, mode, faults, emit, on_step) -> JobOutcome:
+    """The coordinator's loop with the N workers as Ray actors (:class:`RayCoordinator`), in this process."""
+    from torchgcc.distributed.ray_coordinator import RayCoordinator
+    from torchgcc.distributed.ray_workers import RayWorkers, local_ray
+
+    previous = {signum: signal.signal(signum, _raise_terminated) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with local_ray(), RayWorkers(task.model, settings.num_workers, max_restarts=settings.max_restarts) as workers:
+            coordinator = RayCoordinator(workers, faults=faults, step_timeout_s=settings.step_timeout)
+            start = {"event": "start", "engine": "ray", "num_workers": settings.num_workers, "pids": workers.pids}
+            return _coordinate(
+                settings, coordinator, start, task, schemes, mode, emit, on_step, lambda: {0: peak_rss_mb()}
+            )
+    finally:  # this process goes on (a test, a notebook): give it its signal handlers back
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def _coordinate(
     settings: JobSettings,
-    channel: Channel,
+    coordinator,
+    start: Record,
     task: Task,
     schemes: list,
     mode: Simulated | Injected | Measured,
-    faults: FaultPlan,
     emit: Callable[[Record], None],
     on_step: Callable[[int], None],
+    max_rss_mb: Callable[[], dict],
 ) -> JobOutcome:
-    """Rank 0's loop: every step, every scheme, one record; then the summary."""
+    """The coordinator's loop (a :class:`Coordinator` or a :class:`RayCoordinator`, closed at the end): every
+    step, every scheme, one record; then the summary."""
     num_groups = math.ceil(settings.batch_size / settings.num_inputs)
     deadline = settings.deadline if settings.deadline > 0 else None
     records: list[Record] = []
     saved: list[dict] = []
     status = 0
     started = time.monotonic()
-    with Coordinator(
-        channel,
-        num_workers=settings.num_workers,
-        layout=settings.layout,
-        transport=settings.transport,
-        chunk_bytes=settings.chunk_bytes,
-        faults=faults,
-        heartbeat_timeout_s=settings.heartbeat_timeout,
-        step_timeout_s=settings.step_timeout,
-    ) as coordinator:
-        emit(
-            {
-                "event": "start",
-                "world_size": channel.world_size,
-                "layout": coordinator.assignment,
-                "transport": settings.transport,
-            }
-        )
+    with coordinator:
+        emit(start)
         try:
             for step in range(settings.steps):
                 x = task.batch(step)
@@ -412,7 +447,8 @@ def _coordinate(
         "steps_requested": settings.steps,
         "wall_s": time.monotonic() - started,
         "lost_workers": lost,
-        "max_rss_mb": _max_rss_mb(channel),
+        "worker_events": getattr(coordinator, "events", []),  # the Ray engine's losses and re-admissions
+        "max_rss_mb": max_rss_mb(),
         "schemes": summarize(records),
         "wait_policies": {
             name: {

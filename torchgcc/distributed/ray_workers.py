@@ -28,14 +28,16 @@ __all__ = ["RayWorkers", "local_ray"]
 @contextlib.contextmanager
 def local_ray(num_cpus: int | None = None) -> Iterator[object]:
     """Start a local Ray instance for this process and shut it down on exit (Ctrl-C included), removing its
-    temporary folder; yields the ``ray`` module.
+    temporary folder; yields the ``ray`` module. If Ray is already initialised here, that instance is used and left
+    running.
 
     Args:
         num_cpus: CPUs Ray may schedule on (default: this machine's).
     """
     ray = require("ray")
-    if ray.is_initialized():
-        raise RuntimeError("Ray is already initialised in this process; use it directly instead of local_ray()")
+    if ray.is_initialized():  # the caller's instance: use it and leave it running
+        yield ray
+        return
     folder = tempfile.mkdtemp(prefix="torchgcc-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)
     try:
         ray.init(

@@ -60,6 +60,20 @@ def _key_value(text: str) -> tuple[str, int | float | bool | str | None]:
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The options of a distributed run (``python -m torchgcc.distributed`` under torchrun or the local launcher)."""
+    engine = parser.add_argument_group("engine")
+    engine.add_argument(
+        "--engine",
+        choices=("torchrun", "ray"),
+        default=DEFAULTS.engine,
+        help="torchrun: ranks of torchrun or the local launcher; ray: this one process coordinates N Ray actors "
+        "(no torchrun; needs the ray extra)",
+    )
+    engine.add_argument(
+        "--max-restarts",
+        type=int,
+        default=DEFAULTS.max_restarts,
+        help="--engine ray: how often Ray restarts a crashed actor (0: a dead actor stays lost)",
+    )
     code = parser.add_argument_group("code")
     code.add_argument(
         "--scheme",
