@@ -131,18 +131,21 @@ def test_a_code_decodes_from_the_fastest_and_cancels_the_straggler_so_no_queue_b
             expected = single(queries[batch.queries], mask=mask)
         torch.testing.assert_close(run.outputs[batch.queries], expected, rtol=0, atol=1e-6)
 
+    full = form_batches(arrivals, batch_size=4, timeout_s=math.inf)  # every share holds a query: none is padding
+    delays = torch.zeros(len(full), 4, dtype=torch.float64)
+    delays[:, 2] = 10.0
     uncoded = serve_open_loop(
         VirtualPool(model, 4, service_s=0.01),
         make_execution_scheme("uncoded", num_inputs=2, num_workers=4),
         queries,
         arrivals,
-        batches,
+        full,
         delays=delays,
         give_up_s=math.inf,
     )
     assert uncoded.missing == []
     done = torch.tensor([r.done_s for r in uncoded.batches], dtype=torch.float64)
-    torch.testing.assert_close(torch.diff(done), torch.full((len(batches) - 1,), 10.01, dtype=torch.float64))
+    torch.testing.assert_close(torch.diff(done), torch.full((len(full) - 1,), 10.01, dtype=torch.float64))
     with torch.no_grad():
         torch.testing.assert_close(uncoded.outputs, model(queries), rtol=0, atol=1e-6)
 
@@ -168,8 +171,8 @@ def test_replication_is_exact_and_waits_for_one_copy_of_each_query():
 def test_hedging_sends_a_backup_to_an_idle_worker_after_the_threshold():
     """Two workers, worker 1 takes 1 s longer: its share gets a backup on worker 0 at 0.3 s, done at 0.3 + 0.1."""
     model, count = _mlp(), 10
-    arrivals = 5.0 * torch.arange(1, count + 1, dtype=torch.float64)  # far apart: each batch alone
-    batches = form_batches(arrivals, batch_size=1, timeout_s=0.0)
+    arrivals = 5.0 * torch.arange(1, count // 2 + 1, dtype=torch.float64).repeat_interleave(2)  # pairs, far apart
+    batches = form_batches(arrivals, batch_size=2, timeout_s=0.0)
     delays = torch.zeros(len(batches), 2, dtype=torch.float64)
     delays[:, 1] = 1.0
     queries = torch.randn(count, 6)
@@ -183,7 +186,7 @@ def test_hedging_sends_a_backup_to_an_idle_worker_after_the_threshold():
         hedge=HedgePolicy(fixed_s=0.3),
     )
     torch.testing.assert_close(run.latency_s, torch.full((count,), 0.4, dtype=torch.float64))
-    assert run.backups == count and all(r.hedged == [1] and r.backups_won == 1 for r in run.batches)
+    assert run.backups == count // 2 and all(r.hedged == [1] and r.backups_won == 1 for r in run.batches)
     with torch.no_grad():
         torch.testing.assert_close(run.outputs, model(queries), rtol=0, atol=1e-6)
 
@@ -215,3 +218,27 @@ def test_virtual_pool_cancellation_drops_queued_tasks_and_stops_a_running_delay(
     (first,) = pool.wait(math.inf)
     assert first.key == 1 and first.finished_s == pytest.approx(0.1 + 1.1)
     assert pool.wait(math.inf) == []
+
+
+@pytest.mark.parametrize("name", ["uncoded", "replication"])
+def test_slots_holding_only_padding_are_not_sent_nor_waited_for(name):
+    """Batches of one query (the timeout fired): uncoded needs only worker 0's share, replication only the copies
+    of input 0 (workers 0 and 1); worker 3 is 10 s slow and is neither sent work nor waited for."""
+    model = _mlp()
+    arrivals = torch.tensor([1.0, 3.0, 5.0], dtype=torch.float64)
+    batches = form_batches(arrivals, batch_size=4, timeout_s=0.1)
+    delays = torch.zeros(len(batches), 4, dtype=torch.float64)
+    delays[:, 3] = 10.0
+    queries = torch.randn(3, 6)
+    run = serve_open_loop(
+        VirtualPool(model, 4, service_s=0.01),
+        make_execution_scheme(name, num_inputs=2, num_workers=4),
+        queries,
+        arrivals,
+        batches,
+        delays=delays,
+    )
+    assert run.tasks == 3 * (1 if name == "uncoded" else 2)
+    torch.testing.assert_close(run.latency_s, torch.full((3,), 0.1 + 0.01, dtype=torch.float64))
+    with torch.no_grad():
+        torch.testing.assert_close(run.outputs, model(queries), rtol=0, atol=1e-6)

@@ -2,7 +2,9 @@
 needs; record every query's end-to-end latency.
 
 A batch of M queries is encoded by its scheme (:mod:`torchgcc.distributed.schemes`: a code, replication or the
-uncoded split) into N payloads, one per *slot*; slot ``j`` goes to worker ``j``. Workers run their tasks one at a
+uncoded split) into N payloads, one per *slot*; slot ``j`` goes to worker ``j``. Slots that hold only padding (a
+batch smaller than the scheme's shape: uncoded shares or replicated inputs beyond the M queries) are not sent at
+all and count as answered. Workers run their tasks one at a
 time in order (:class:`~torchgcc.serving.pool.WorkerPool`), so batches queue behind slow ones. A batch is decoded
 as soon as its scheme's wait is over (codes: the fastest ``N - S`` slots; uncoded: every slot; replication: a copy
 of every query) or, with a deadline, at the deadline from whatever can be decoded; its unfinished tasks are then
@@ -98,6 +100,7 @@ class _InFlight:
     compute: dict[int, float] = field(default_factory=dict)
     outstanding: dict[tuple, int] = field(default_factory=dict)  # task key -> worker
     workers_of: dict[int, set[int]] = field(default_factory=dict)  # slot -> workers given it
+    padding: set[int] = field(default_factory=set)  # slots no query of the batch needs: never sent
     hedged: list[int] = field(default_factory=list)
     backups_won: int = 0
 
@@ -181,7 +184,8 @@ def serve_open_loop(
             give_up_at_s=now + give_up_s,
         )
         in_flight[batch.index] = state
-        for slot in range(num_workers):
+        state.padding = scheme.padding_workers(len(batch.queries))
+        for slot in sorted(set(range(num_workers)) - state.padding):
             worker = slot if slot not in lost else (least_loaded(set()) if _needs_every_slot(scheme) else None)
             if worker is not None:
                 submit(state, slot, worker, PRIMARY)
@@ -190,7 +194,7 @@ def serve_open_loop(
     def send_backups(state: _InFlight) -> None:
         state.hedge_at_s = math.inf
         for slot in range(num_workers):
-            if slot in state.results or slot not in state.workers_of:
+            if slot in state.results or slot not in state.workers_of or slot in state.padding:
                 continue
             worker = least_loaded(state.workers_of[slot])
             if worker is not None:
@@ -226,7 +230,7 @@ def serve_open_loop(
             outputs[index] = decoded
         gone = [batch.queries[i] for i in lost_queries]
         missing.extend(gone)
-        used = [] if mask is None else mask.any(0).nonzero().flatten().tolist()
+        used = [] if mask is None else [s for s in mask.any(0).nonzero().flatten().tolist() if s not in state.padding]
         records.append(
             BatchRecord(
                 index=batch.index,
@@ -250,7 +254,7 @@ def serve_open_loop(
         can no longer decode."""
         now = pool.now()
         arrived = torch.zeros(num_workers, dtype=torch.bool)
-        arrived[list(state.results)] = True
+        arrived[[*state.results, *state.padding]] = True  # padding slots decode as zeros, then are dropped
         mask = arrived.expand(scheme.num_groups(len(state.batch.queries)), -1).clone()
         possible = len(state.results) + len({key[1] for key in state.outstanding} - set(state.results))
         rule_met = len(state.results) >= min(quorum, possible)
