@@ -40,8 +40,9 @@ def test_serve_bench_writes_every_rate_and_scheme_with_latency_quantiles_and_bot
         if record["scheme"] != "gcc:S=2":  # the baselines are exact: they agree with the base model everywhere
             assert record["agreement"] == 1.0 and record["accuracy"] == pytest.approx(record["base_accuracy"])
     tasks = {r["scheme"]: r["tasks_per_batch"] for r in records if r["rate_qps"] == 100}
-    assert tasks["uncoded"] == tasks["replication"] == tasks["gcc:S=2"] == 8  # the same N = 8 workers
-    assert tasks["hedged"] >= 8
+    assert tasks["gcc:S=2"] == 8  # the same N = 8 workers for all; a code sends all N coded inputs
+    assert 1 <= tasks["uncoded"] <= 8 and 1 <= tasks["replication"] <= 8  # not the shares of padding rows
+    assert tasks["hedged"] >= tasks["uncoded"]
     assert len(result["runs"]) == 16 and result["config"]["real_execution"] is True
     assert len(result["config"]["loadavg_before"]) == 3
     for name in ("results.csv", "table.md", "latency_vs_load.png", "frontier.png"):
