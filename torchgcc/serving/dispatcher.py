@@ -2,9 +2,11 @@
 needs; record every query's end-to-end latency.
 
 A batch of M queries is encoded by its scheme (:mod:`torchgcc.distributed.schemes`: a code, replication or the
-uncoded split) into N payloads, one per *slot*; slot ``j`` goes to worker ``j``. Slots that hold only padding (a
+uncoded split) into N payloads, one per *slot*. Slots that hold only padding (a
 batch smaller than the scheme's shape: uncoded shares or replicated inputs beyond the M queries) are not sent at
-all and count as answered. Workers run their tasks one at a
+all and count as answered; the others go round robin: slot ``j`` of a batch to worker ``(j + o) mod N``, where
+``o`` advances by the number of slots sent, so small batches spread over all workers (a code sends all N slots,
+so its slot ``j`` is always worker ``j``). Workers run their tasks one at a
 time in order (:class:`~torchgcc.serving.pool.WorkerPool`), so batches queue behind slow ones. A batch is decoded
 as soon as its scheme's wait is over (codes: the fastest ``N - S`` slots; uncoded: every slot; replication: a copy
 of every query) or, with a deadline, at the deadline from whatever can be decoded; its unfinished tasks are then
@@ -46,7 +48,7 @@ class BatchRecord:
         index: the batch's index.
         size: its number of queries.
         formed_s, dispatched_s, done_s: when it formed, when its tasks were submitted, when it was decoded.
-        arrived: slots whose results the decoder used.
+        arrived: slots whose results the decoder used (for a code, slot j is worker j).
         hedged: slots that got a backup task; ``backups_won``: how many of them the backup answered first.
         missing: query indices without an output (replication at a deadline, or a batch that could not decode).
         compute_s: the longest time a worker whose result was used spent in the model (its own measurement).
@@ -155,6 +157,7 @@ def serve_open_loop(
     load = [0] * num_workers
     lost: set[int] = set(pool.lost_workers())  # lost before this run too
     counts = {"tasks": 0, "backups": 0}
+    rotation = [0]  # worker of slot 0 in the next batch
 
     def submit(state: _InFlight, slot: int, worker: int, copy: int) -> None:
         table = delays if copy == PRIMARY else backup_delays
@@ -185,8 +188,13 @@ def serve_open_loop(
         )
         in_flight[batch.index] = state
         state.padding = scheme.padding_workers(len(batch.queries))
-        for slot in sorted(set(range(num_workers)) - state.padding):
-            worker = slot if slot not in lost else (least_loaded(set()) if _needs_every_slot(scheme) else None)
+        needed = sorted(set(range(num_workers)) - state.padding)
+        offset = rotation[0]
+        rotation[0] = (offset + len(needed)) % num_workers  # the next batch starts where this one ended
+        for slot in needed:
+            worker = (slot + offset) % num_workers
+            if worker in lost:
+                worker = least_loaded(set()) if _needs_every_slot(scheme) else None
             if worker is not None:
                 submit(state, slot, worker, PRIMARY)
         check(state)
