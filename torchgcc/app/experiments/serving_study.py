@@ -315,7 +315,7 @@ def run(config: Config, *, progress: bool = True) -> ExperimentResult:
                             backup_delays=backup_delays,
                             hedge=hedge,
                         )
-                    runs.append(_run_record(config, name, rate, trial, served, base, labels, len(batches)))
+                    runs.append(_run_record(name, rate, trial, served, base, labels, len(batches)))
                     bar.update()
     records = summarize_trials(runs)
     written = {
@@ -366,7 +366,7 @@ class _Interference:
             self.hog.stop()
 
 
-def _run_record(config, name, rate, trial, served, base, labels, num_batches) -> dict[str, Any]:
+def _run_record(name, rate, trial, served, base, labels, num_batches) -> dict[str, Any]:
     """One (rate, trial, scheme) run: latency quantiles, throughput, accuracies, work done."""
     have = torch.ones(len(labels), dtype=torch.bool)
     have[served.missing] = False
