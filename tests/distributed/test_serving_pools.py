@@ -100,7 +100,9 @@ def test_workers_exit_when_their_coordinator_is_killed(tmp_path):
     )
     path = tmp_path / "coordinator.py"
     path.write_text(script)
-    coordinator = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, text=True)
+    # its own TMPDIR: a SIGKILLed coordinator cannot remove its forkserver's pymp-* folder
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    coordinator = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         pids = [int(pid) for pid in coordinator.stdout.readline().split()]
         assert len(pids) == 3 and all(_alive(pid) for pid in pids)
