@@ -98,6 +98,15 @@ class SplineDecoder(Decoder):
         mu = survivors.counts.to(torch.float64) * lam
         return padded_spline_matrices(survivors.knots, survivors.counts, self.alpha, mu, self.plan)
 
+    def spline_matrices(self, mask: torch.Tensor, survivors: Survivors, lam: torch.Tensor) -> torch.Tensor:
+        """``(B, K, N)`` decode matrices (worker order) of the splines with ``lam`` ``(B,)``: one fused launch on the
+        triton backend, the batched torch plan otherwise."""
+        if self.uses_fused_kernel(mask.device):
+            from torchgcc.functional.fused_decode import spline_decode_matrices  # imports triton
+
+            return spline_decode_matrices(mask, self.beta, self.alpha, lam)
+        return self.scatter(self.spline(survivors, lam), survivors)
+
     def fused_matrices(self, mask: torch.Tensor) -> torch.Tensor:
         from torchgcc.functional.fused_decode import spline_decode_matrices  # imports triton
 
@@ -158,10 +167,7 @@ class GCVSplineDecoder(SplineDecoder):
         best = scores.argmin(dim=-1) if self.pool is None else scores.mean(dim=0).argmin()
         self.last_ratio = self.ratios[best]
         self.last_lambda = spacing_lambda(survivors.counts, self.last_ratio)
-        return self.scatter(self.spline(survivors, self.last_lambda), survivors)
-
-    def fused_matrices(self, mask: torch.Tensor) -> torch.Tensor:
-        raise TypeError(f"{type(self).__name__}'s matrices depend on the results: call matrices(results, mask)")
+        return self.spline_matrices(mask, survivors, self.last_lambda)
 
     def extra_repr(self) -> str:
         return f"pool={self.pool}, ratios={len(self.ratios)}"

@@ -30,10 +30,8 @@ from __future__ import annotations
 import torch
 
 from torchgcc.functional.banded import (
-    factor_pentadiagonal,
     pentadiagonal_plan,
-    solve_factored,
-    trace_of_inverse_product,
+    solve_pentadiagonal,
 )
 from torchgcc.functional.spline import apply_q, apply_qt, reinsch_bands
 
@@ -97,7 +95,8 @@ def _demmler_reinsch(knots, counts, y, mu) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _nested_dissection(knots, counts, y, mu) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same sums, every candidate's ``M = R + mu Q^T Q`` factored by :func:`factor_pentadiagonal`."""
+    """The same sums, every candidate's ``M = R + mu Q^T Q`` solved (with ``tr(M^-1 Q^T Q)``) by
+    :func:`solve_pentadiagonal`."""
     batch, width = knots.shape
     plan = pentadiagonal_plan(width - 2, knots.device)
     r = reinsch_bands(knots, counts, mu.new_zeros(batch), plan.size)
@@ -107,9 +106,9 @@ def _nested_dissection(knots, counts, y, mu) -> tuple[torch.Tensor, torch.Tensor
     system = [
         (a.unsqueeze(1) + mu.unsqueeze(-1) * q.unsqueeze(1)).flatten(0, 1) for a, q in zip((r.diag, r.off1, r.off2), qq)
     ]
-    factor = factor_pentadiagonal(*system, plan)
     qty = apply_qt(r, y).repeat_interleave(candidates, 0)  # (B L, size, d)
-    gamma = solve_factored(factor, qty)
+    gamma, trace = solve_pentadiagonal(
+        *system, qty, plan, trace_with=tuple(q.repeat_interleave(candidates, 0) for q in qq)
+    )
     residual = apply_q(r.inv_h.repeat_interleave(candidates, 0), gamma, width).pow(2).sum((1, 2))
-    trace = trace_of_inverse_product(factor, *(q.repeat_interleave(candidates, 0) for q in qq))
     return residual.view(batch, candidates), trace.view(batch, candidates)

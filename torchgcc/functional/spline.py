@@ -99,11 +99,19 @@ def reinsch_bands(
 def apply_q(inv_h: torch.Tensor, z: torch.Tensor, width: int) -> torch.Tensor:
     """``Q z`` ``(B, width, r)`` for ``z`` ``(B, size, r)`` (zero past each set's system): row ``r`` of ``Q z`` is
     ``lo[r] z[r] + mid[r - 1] z[r - 1] + hi[r - 2] z[r - 2]`` with ``lo = inv_h[:size]``, ``hi = inv_h[1:size + 1]``
-    (:class:`ReinschBands`)."""
+    and ``mid = -(lo + hi)`` (:class:`ReinschBands`)."""
     size = z.shape[1]
-    lo, hi = inv_h[:, :size].unsqueeze(-1), inv_h[:, 1 : size + 1].unsqueeze(-1)
-    shifted = torch.nn.functional.pad(torch.stack([lo * z, -(lo + hi) * z, hi * z], 1), (0, 0, 0, 2))
-    return (shifted[:, 0] + shifted[:, 1].roll(1, 1) + shifted[:, 2].roll(2, 1))[:, :width]  # size + 2 >= width
+    lo, hi = inv_h[:, :size], inv_h[:, 1 : size + 1]
+
+    def shifted(values: torch.Tensor, by: int) -> torch.Tensor:  # values[r - by] at row r, rows 0 .. width - 1
+        return torch.nn.functional.pad(values, (by, max(width - size - by, 0)))[:, :width, None]
+
+    z = torch.nn.functional.pad(z, (0, 0, 2, max(width - size, 0)))  # z[r - 2] at row r
+    return (
+        (shifted(lo, 0) * z[:, 2 : width + 2])
+        .addcmul_(shifted(-(lo + hi), 1), z[:, 1 : width + 1])
+        .addcmul_(shifted(hi, 2), z[:, :width])
+    )
 
 
 def apply_qt(bands: ReinschBands, y: torch.Tensor) -> torch.Tensor:
@@ -166,19 +174,13 @@ def padded_spline_matrices(
     )  # (B, 4, P)
     row = idx.unsqueeze(1) + torch.arange(-2, 2, device=idx.device).view(1, 4, 1)
     inside = (row >= 0) & torch.gather(bands.rows, 1, row.clamp(0, size - 1).flatten(1)).view_as(row)
-    rhs = knots.new_zeros(batch, size, x.shape[-1]).scatter_add(  # add: clamped rows may repeat, with zeros
+    rhs = knots.new_zeros(batch, size, x.shape[-1]).scatter_add_(  # add: clamped rows may repeat, with zeros
         1, row.clamp(0, size - 1), torch.where(inside, entries, 0.0)
     )
     z = solve_pentadiagonal(bands.diag, bands.off1, bands.off2, rhs, plan)  # (B, size, P), zero in the padding
-    # D^T = Q z + (a, b) at rows idx, idx + 1; row r of Q z is lo[r] z[r] + mid[r - 1] z[r - 1] + hi[r - 2] z[r - 2]
-    lo, hi = bands.inv_h[:, :size].unsqueeze(-1), bands.inv_h[:, 1 : size + 1].unsqueeze(-1)
-    shifted = torch.nn.functional.pad(torch.stack([lo * z, -(lo + hi) * z, hi * z], 1), (0, 0, 0, 2))
-    columns = shifted[:, 0] + shifted[:, 1].roll(1, 1) + shifted[:, 2].roll(2, 1)  # (B, size + 2, P), size + 2 >= W
-    columns = (
-        columns[:, :width]
-        .scatter_add(1, idx.unsqueeze(1), a.unsqueeze(1))
-        .scatter_add(1, idx.unsqueeze(1) + 1, b.unsqueeze(1))
-    )
+    # D^T = Q z + (a, b) at rows idx, idx + 1
+    columns = apply_q(bands.inv_h, z, width)
+    columns.scatter_add_(1, idx.unsqueeze(1), a.unsqueeze(1)).scatter_add_(1, idx.unsqueeze(1) + 1, b.unsqueeze(1))
     return columns.transpose(1, 2)
 
 
