@@ -10,6 +10,7 @@ from references import berrut_reference, csaps_reference, natural_spline_referen
 from torchgcc.functional import (
     berrut_matrix,
     compact_survivors,
+    survivor_layout,
     kernel_smoother_matrix,
     lagrange_matrix,
     padded_spline_matrices,
@@ -39,7 +40,7 @@ def test_pentadiagonal_solve_matches_a_dense_solve_in_the_padded_layout(m):
         torch.randn(3, plan.size, 4, generator=generator, dtype=torch.float64),
         0.0,
     )
-    x = solve_pentadiagonal(diag, off1, off2, rhs, plan)
+    x = solve_pentadiagonal(torch.stack([diag, off1, off2], 1), rhs, plan)
     for b, n in enumerate(sizes.tolist()):
         dense = torch.diag(diag[b, :n])
         for k, band in ((1, off1), (2, off2)):
@@ -61,13 +62,17 @@ def test_pentadiagonal_solve_with_trace_matches_dense_inverse(m):
 
     def bands(base: float):
         draw = lambda: torch.rand(2, plan.size, generator=generator, dtype=torch.float64)  # noqa: E731
-        return (
-            torch.where(row < m, base + draw(), 0.0 if base == 0 else 1.0),
-            torch.where(row < m - 1, draw(), 0.0),
-            torch.where(row < m - 2, 0.5 * draw(), 0.0),
+        return torch.stack(
+            [
+                torch.where(row < m, base + draw(), 0.0 if base == 0 else 1.0),
+                torch.where(row < m - 1, draw(), 0.0),
+                torch.where(row < m - 2, 0.5 * draw(), 0.0),
+            ],
+            1,
         )
 
-    def dense(diag, off1, off2):
+    def dense(bands):
+        diag, off1, off2 = bands.unbind(1)
         matrix = torch.diag_embed(diag[:, :m])
         for k, band in ((1, off1), (2, off2)):
             index = torch.arange(max(m - k, 0))
@@ -78,9 +83,9 @@ def test_pentadiagonal_solve_with_trace_matches_dense_inverse(m):
     rhs = torch.where(
         (row < m).view(1, -1, 1), torch.randn(2, plan.size, 3, generator=generator, dtype=torch.float64), 0
     )
-    x, trace = solve_pentadiagonal(*system, rhs, plan, trace_with=other)
-    inverse = torch.linalg.inv(dense(*system))
-    expected = (inverse @ dense(*other)).diagonal(dim1=1, dim2=2).sum(-1)
+    x, trace = solve_pentadiagonal(system, rhs, plan, trace_with=other)
+    inverse = torch.linalg.inv(dense(system))
+    expected = (inverse @ dense(other)).diagonal(dim1=1, dim2=2).sum(-1)
     torch.testing.assert_close(trace, expected, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(x[:, :m], inverse @ rhs[:, :m], rtol=1e-12, atol=1e-12)
     assert (x[:, m:] == 0).all()
@@ -95,7 +100,7 @@ def test_padded_spline_matrices_equal_each_sets_own_matrix(n, seed):
     mask = torch.rand(5, n, generator=generator) < 0.7
     mask[:, :2] = True  # at least two knots per set
     points = torch.linspace(-1.2, 1.2, 9, dtype=torch.float64)
-    survivors = compact_survivors(mask, chebyshev_second_kind(n))
+    survivors = compact_survivors(mask, survivor_layout(chebyshev_second_kind(n)))
     lam = torch.tensor([0.0, 1e-6, 1e-3, 1e-1, 10.0], dtype=torch.float64)
     matrices = padded_spline_matrices(survivors.knots, survivors.counts, points, survivors.counts * lam)
     for b in range(5):
@@ -113,12 +118,15 @@ def test_padded_spline_matrices_equal_each_sets_own_matrix(n, seed):
         assert (berrut[b, :, count:] == 0).all() and (lagrange[b, :, count:] == 0).all()
 
 
-def test_compacted_survivors_are_sorted_and_never_read_the_mask_on_the_host():
+def test_compacted_survivors_are_sorted_with_padding_knots_beyond_the_points():
+    """Survivors first in ascending order, then the stragglers (their points shifted past PAD_START), then the slots
+    past N of a wider layout; the order is the permutation back to the slots."""
     mask = torch.tensor([[True, False, True, True], [False, False, True, False]])
-    survivors = compact_survivors(mask, torch.tensor([-1.0, -0.5, 0.5, 1.0]))
-    assert survivors.order[:, :3].tolist() == [[0, 2, 3], [2, 0, 1]] and survivors.counts.tolist() == [3, 1]
-    assert survivors.knots[0].tolist() == [-1.0, 0.5, 1.0, 5.0] and survivors.knots[1].tolist() == [0.5, 3.0, 4.0, 5.0]
-    assert survivors.valid.tolist() == [[True, True, True, False], [True, False, False, False]]
+    survivors = compact_survivors(mask, survivor_layout(torch.tensor([-1.0, -0.5, 0.5, 1.0]), width=6))
+    assert survivors.order.tolist() == [[0, 2, 3, 1, 4, 5], [2, 0, 1, 3, 4, 5]]
+    assert survivors.counts.tolist() == [3, 1]
+    assert survivors.knots.tolist() == [[-1.0, 0.5, 1.0, 3.5, 7.0, 8.0], [0.5, 3.0, 3.5, 5.0, 7.0, 8.0]]
+    assert survivors.valid.tolist() == [[True] * 3 + [False] * 3, [True] + [False] * 5]
 
 
 @pytest.mark.parametrize("n", [3, 5, 17, 64, 512])

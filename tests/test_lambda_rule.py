@@ -7,7 +7,7 @@ from scipy.interpolate import make_smoothing_spline
 
 import torchgcc
 from torchgcc.codes.gcc import GCV_POOL, GCV_RATIOS, GCVSplineDecoder, spacing_lambda
-from torchgcc.functional import compact_survivors
+from torchgcc.functional import compact_survivors, survivor_layout
 from torchgcc.functional.gcv import gcv_scores
 from torchgcc.stragglers import FixedStragglers
 
@@ -32,7 +32,7 @@ def test_gcv_scores_match_the_definition_with_scipy_hat_matrices(n, d):
     mask = torch.rand(3, n + 5, generator=generator) < 0.85
     mask[:, : n + 1] = True
     points = torch.sort(torch.rand(n + 5, generator=generator, dtype=torch.float64) * 2 - 1).values
-    survivors = compact_survivors(mask, points)
+    survivors = compact_survivors(mask, survivor_layout(points))
     y = torch.randn(3, n + 5, d, generator=generator, dtype=torch.float64)
     lams = torch.tensor([1e-7, 1e-5, 1e-3, 1e-1], dtype=torch.float64)
     scores = gcv_scores(survivors.knots, survivors.counts, y, survivors.counts.unsqueeze(-1) * lams)

@@ -8,10 +8,9 @@ import torch
 
 from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
-from torchgcc.functional.banded import pentadiagonal_plan
 from torchgcc.functional.gcv import gcv_scores
-from torchgcc.functional.spline import padded_spline_matrices, smoothing_spline_matrix
-from torchgcc.functional.survivors import Survivors
+from torchgcc.functional.spline import padded_spline_matrices, smoothing_spline_matrix, spline_plan
+from torchgcc.functional.survivors import Survivors, survivor_layout
 
 __all__ = [
     "BANDWIDTH_RATIO",
@@ -58,10 +57,15 @@ class SplineDecoder(Decoder):
     """The cubic smoothing spline through the surviving ``(beta_n, y_n)``, evaluated at ``alpha``.
 
     ``lam`` fixes the smoothing; ``lam=None`` applies :func:`spacing_lambda` at ``bandwidth_ratio`` to each group's
-    number of results. The matrices depend on the mask only.
+    number of results. The matrices depend on the mask only: per call, the survivors are compacted by one sort, each
+    group's ``mu = n lam(n)`` read from a table (``mu_table`` ``(N + 1,)``, float64), and every group's system solved
+    in one batched plan (:func:`~torchgcc.functional.spline.padded_spline_matrices`).
     """
 
     has_fused_kernel = True
+    _tensor_tuples = ("layout", "plan")
+
+    mu_table: torch.Tensor
 
     def __init__(
         self,
@@ -69,18 +73,17 @@ class SplineDecoder(Decoder):
         beta: torch.Tensor,
         *,
         lam: Optional[float],
-        bandwidth_ratio: float = BANDWIDTH_RATIO,
+        bandwidth_ratio: Union[float, torch.Tensor] = BANDWIDTH_RATIO,
         **kwargs: Any,
     ) -> None:
         super().__init__(alpha, beta, **kwargs)
         self.lam, self.bandwidth_ratio = lam, bandwidth_ratio
-        #: The :func:`~torchgcc.functional.banded.pentadiagonal_plan` of this decoder's systems (its index tensors
-        #: follow the decoder's device moves).
-        self.plan = pentadiagonal_plan(max(self.num_workers - 2, 1))
-
-    def _apply(self, fn, recurse=True):
-        self.plan = type(self.plan)(*(fn(v) if isinstance(v, torch.Tensor) else v for v in self.plan))
-        return super()._apply(fn, recurse)
+        #: The :func:`~torchgcc.functional.spline.spline_plan` of this decoder's systems; the survivors are compacted
+        #: into its ``plan.width`` knot slots.
+        self.plan = spline_plan(self.num_workers, self.beta.device)
+        self.layout = survivor_layout(self.beta, self.plan.width)
+        self.register_buffer("mu_table", torch.zeros(self.num_workers + 1, dtype=torch.float64), persistent=False)
+        self.refresh_smoothing()
 
     def lam_for(self, num_points: Union[int, torch.Tensor]) -> Union[float, torch.Tensor]:
         """The smoothing parameter of a fit to ``num_points`` results (an int, or a tensor of counts)."""
@@ -90,22 +93,18 @@ class SplineDecoder(Decoder):
             return torch.full(num_points.shape, self.lam, dtype=torch.float64, device=num_points.device)
         return self.lam
 
+    def refresh_smoothing(self) -> None:
+        """Recompute ``mu_table`` from :meth:`lam_for` (after a change of the rule's parameters)."""
+        counts = torch.arange(self.num_workers + 1, device=self.mu_table.device)
+        self.mu_table.copy_(counts * self.lam_for(counts))
+
     def fit_matrix(self, survivors: Survivors) -> torch.Tensor:
-        return self.spline(survivors, self.lam_for(survivors.counts))
+        return self.spline(survivors, self.mu_table.index_select(0, survivors.counts))
 
-    def spline(self, survivors: Survivors, lam: torch.Tensor) -> torch.Tensor:
-        """``(B, K, N)`` compacted matrices of the smoothing splines with ``lam`` ``(B,)`` through the survivors."""
-        mu = survivors.counts.to(torch.float64) * lam
+    def spline(self, survivors: Survivors, mu: torch.Tensor) -> torch.Tensor:
+        """``(B, K, W)`` compacted matrices of the smoothing splines with ``mu = n lam`` ``(B,)`` through the
+        survivors."""
         return padded_spline_matrices(survivors.knots, survivors.counts, self.alpha, mu, self.plan)
-
-    def spline_matrices(self, mask: torch.Tensor, survivors: Survivors, lam: torch.Tensor) -> torch.Tensor:
-        """``(B, K, N)`` decode matrices (worker order) of the splines with ``lam`` ``(B,)``: one fused launch on the
-        triton backend, the batched torch plan otherwise."""
-        if self.uses_fused_kernel(mask.device):
-            from torchgcc.functional.fused_decode import spline_decode_matrices  # imports triton
-
-            return spline_decode_matrices(mask, self.beta, self.alpha, lam)
-        return self.scatter(self.spline(survivors, lam), survivors)
 
     def fused_matrices(self, mask: torch.Tensor) -> torch.Tensor:
         from torchgcc.functional.fused_decode import spline_decode_matrices  # imports triton
@@ -120,18 +119,23 @@ class GCVSplineDecoder(SplineDecoder):
     minimising the GCV score (:func:`torchgcc.functional.gcv.gcv_scores`, computed on normalised results, so the
     choice is invariant to their scale):
 
-    - ``pool=None`` (``lambda_dec="gcv"``): every group its own ``r``, from its own score;
-    - ``pool=P`` (``lambda_dec="adaptive"``, the default with ``P = 16``): one ``r`` per batch, minimising the mean
-      score of ``min(B, P, 1024 // N)`` groups evenly spaced over the batch. A group's results alone (``n`` close to
-      K values) are a noisy basis for the choice; the groups of a batch are coded the same way and share the model,
-      so pooling them is a stabler estimate of the smoothing the model's outputs need, and it bounds the
-      data-dependent work per batch (the scores read the pooled groups' results, about :data:`GCV_POOL_RESULTS`).
+    - ``pool=None`` (``lambda_dec="gcv"``): every group its own ``r``, from its own score, every call;
+    - ``pool=P``: one ``r`` per batch, minimising the mean score of ``min(B, P, 1024 // N)`` groups evenly spaced over
+      the batch. A group's results alone (``n`` close to K values) are a noisy basis for the choice; the groups of a
+      batch are coded the same way and share the model, so pooling them is a stabler estimate of the smoothing the
+      model's outputs need;
+    - ``pool=P, calibrate=True`` (``lambda_dec="adaptive"``, the default, ``P = 16``): that pooled choice made once,
+      on the first batch decoded, and then kept (the ``ratio`` buffer, saved in the state dict): every later call is
+      mask-only, as cheap as the ``"spacing"`` rule and capturable (no data-dependent branch). Like BatchNorm's
+      statistics the choice belongs to the model it was made for: call :meth:`recalibrate` when the model changes
+      materially (during training, say once an epoch), or :meth:`calibrate` on chosen results.
 
-    The matrices depend on the results: :meth:`decode_matrix` raises ``TypeError``; :meth:`matrices` takes the
-    results. ``last_lambda`` ``(B,)`` and ``last_ratio`` hold the last call's choice.
+    Until calibrated (and always without ``calibrate``) the matrices depend on the results: :meth:`decode_matrix`
+    raises ``TypeError`` and :meth:`matrices` takes the results. ``last_lambda`` ``(B,)`` and ``last_ratio`` hold the
+    last scored call's choice.
     """
 
-    depends_on_results = True
+    ratio: torch.Tensor
 
     def __init__(
         self,
@@ -139,38 +143,89 @@ class GCVSplineDecoder(SplineDecoder):
         beta: torch.Tensor,
         *,
         pool: Optional[int] = GCV_POOL,
+        calibrate: bool = False,
         ratios: Sequence[float] = GCV_RATIOS,
         **kwargs: Any,
     ) -> None:
-        super().__init__(alpha, beta, lam=None, **kwargs)
         if pool is not None and (isinstance(pool, bool) or not isinstance(pool, int) or pool < 1):
             raise ValueError(f"pool must be a positive number of groups or None (every group its own), got {pool!r}")
+        if calibrate and pool is None:
+            raise ValueError("calibrate=True needs a pooled choice (pool=P): one ratio for every later batch")
         ratios = torch.as_tensor(ratios, dtype=torch.float64)
         if ratios.ndim != 1 or not len(ratios) or not (ratios >= 0).all() or not torch.isfinite(ratios).all():
             raise ValueError(f"ratios must be a non-empty list of finite bandwidth ratios >= 0, got {ratios.tolist()}")
-        self.pool = pool
+        super().__init__(alpha, beta, lam=None, **kwargs)
+        self.pool, self.calibrates = pool, calibrate
         self.register_buffer("ratios", ratios)
+        self.register_buffer("ratio", torch.tensor(float("nan"), dtype=torch.float64))
+        self.bandwidth_ratio = self.ratio
+        self.calibrated = False
         self.last_lambda: Optional[torch.Tensor] = None
         self.last_ratio: Optional[torch.Tensor] = None
+        self.register_load_state_dict_post_hook(_after_loading_ratio)
+
+    @property
+    def depends_on_results(self) -> bool:  # type: ignore[override]
+        return not self.calibrated
+
+    def calibrate(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Choose the ratio from results ``y`` ``(B, N, *out)`` under ``mask`` (pooled GCV) and keep it for every later
+        call; returns it (a float64 0-d tensor)."""
+        if not self.calibrates:
+            raise TypeError("this decoder scores every call (calibrate=False); build it with calibrate=True")
+        flat = y.reshape(y.shape[0], self.num_workers, -1)
+        self._score(flat, mask, self.survivors(mask))
+        self.ratio.copy_(self.last_ratio)
+        self.refresh_smoothing()
+        self.calibrated = True
+        return self.ratio.clone()
+
+    def recalibrate(self) -> None:
+        """Forget the calibrated ratio: the next call chooses again."""
+        self.ratio.fill_(float("nan"))
+        self.calibrated = False
 
     def matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.calibrated:
+            return super().matrices(flat, mask)
+        if self.calibrates:
+            self.calibrate(flat, mask)
+            return super().matrices(flat, mask)
         survivors = self.survivors(mask)
+        self._score(flat, mask, survivors)
+        mu = survivors.counts * self.last_lambda
+        if self.uses_fused_kernel(mask.device):
+            from torchgcc.functional.fused_decode import spline_decode_matrices  # imports triton
+
+            return spline_decode_matrices(mask, self.beta, self.alpha, self.last_lambda)
+        return self.scatter(self.spline(survivors, mu), survivors)
+
+    def _score(self, flat: torch.Tensor, mask: torch.Tensor, survivors: Survivors) -> None:
+        """Set ``last_ratio`` and ``last_lambda`` from the GCV scores of the results."""
         if self.pool is None:
             scored, picked = survivors, flat
         else:  # groups evenly spaced over the batch (a function of the sizes only)
             pooled = min(len(mask), self.pool, max(1, GCV_POOL_RESULTS // self.num_workers))
             index = torch.linspace(0, len(mask) - 1, pooled, device=mask.device).round().long()
             scored, picked = Survivors(*(field[index] for field in survivors)), flat[index]
-        compacted = picked.gather(1, scored.order.unsqueeze(-1).expand_as(picked))
+        width = min(self.num_workers, scored.order.shape[-1])
+        compacted = picked.gather(
+            1, scored.order[:, :width].clamp(max=self.num_workers - 1).unsqueeze(-1).expand(-1, -1, picked.shape[-1])
+        )
         candidates = spacing_lambda(scored.counts.unsqueeze(-1), self.ratios)  # (G, L)
-        scores = gcv_scores(scored.knots, scored.counts, compacted, scored.counts.unsqueeze(-1) * candidates)
+        scores = gcv_scores(scored.knots[:, :width], scored.counts, compacted, scored.counts.unsqueeze(-1) * candidates)
         best = scores.argmin(dim=-1) if self.pool is None else scores.mean(dim=0).argmin()
         self.last_ratio = self.ratios[best]
         self.last_lambda = spacing_lambda(survivors.counts, self.last_ratio)
-        return self.spline_matrices(mask, survivors, self.last_lambda)
 
     def extra_repr(self) -> str:
-        return f"pool={self.pool}, ratios={len(self.ratios)}"
+        return f"pool={self.pool}, calibrate={self.calibrates}, ratios={len(self.ratios)}"
+
+
+def _after_loading_ratio(module: GCVSplineDecoder, incompatible_keys) -> None:
+    """A loaded finite ratio is a calibration: keep it (one read, at load time)."""
+    module.calibrated = module.calibrates and bool(torch.isfinite(module.ratio))
+    module.refresh_smoothing()
 
 
 class GCC(Code):
@@ -183,9 +238,10 @@ class GCC(Code):
 
     ``lambda_dec``: a number, or a rule of :data:`LAMBDA_RULES`:
 
-    - ``"adaptive"`` (default): generalized cross-validation pooled over up to :data:`GCV_POOL` groups of each batch
-      chooses one bandwidth ratio among :data:`GCV_RATIOS`, interpolation included (:class:`GCVSplineDecoder`);
-    - ``"gcv"``: the same criterion per group;
+    - ``"adaptive"`` (default): generalized cross-validation pooled over up to :data:`GCV_POOL` groups of the first
+      batch decoded chooses one bandwidth ratio among :data:`GCV_RATIOS`, interpolation included, kept for every
+      later batch (:class:`GCVSplineDecoder` with ``calibrate=True``; ``code.decoder.recalibrate()`` chooses again);
+    - ``"gcv"``: the same criterion per group, every call;
     - ``"spacing"``: :func:`spacing_lambda` at :data:`BANDWIDTH_RATIO`, a fixed rule of the mask only.
 
     ``lambda_enc = lambda_dec = 0`` is natural-spline GCC (the registered code ``"natural"``). ``lambda_enc``
@@ -213,9 +269,12 @@ class GCC(Code):
             self.encoder = Encoder(smoothing_spline_matrix(alpha, beta, self.lambda_enc))
         else:  # one input: the spline through one point is the constant
             self.encoder = Encoder(torch.ones(num_workers, 1, dtype=torch.float64))
-        if self.lambda_dec in ("adaptive", "gcv"):
-            pool = GCV_POOL if self.lambda_dec == "adaptive" else None
-            self.decoder = GCVSplineDecoder(alpha, beta, pool=pool, min_arrived=2, **self._decoder_options)
+        if self.lambda_dec == "adaptive":
+            self.decoder = GCVSplineDecoder(
+                alpha, beta, pool=GCV_POOL, calibrate=True, min_arrived=2, **self._decoder_options
+            )
+        elif self.lambda_dec == "gcv":
+            self.decoder = GCVSplineDecoder(alpha, beta, pool=None, min_arrived=2, **self._decoder_options)
         else:
             lam = None if self.lambda_dec == "spacing" else self.lambda_dec
             self.decoder = SplineDecoder(alpha, beta, lam=lam, min_arrived=2, **self._decoder_options)

@@ -16,7 +16,7 @@ from functools import lru_cache
 import torch
 from torch import nn
 
-from torchgcc.functional.survivors import Survivors, compact_survivors
+from torchgcc.functional.survivors import SurvivorLayout, Survivors, compact_survivors, survivor_layout
 
 __all__ = [
     "BACKENDS",
@@ -58,7 +58,11 @@ def apply_linear(matrix: torch.Tensor, flat: torch.Tensor, *, exact: bool = Fals
     overflow float32 although the estimate (a weighted average) fits.
     """
     dtype = torch.float64 if exact else compute_dtype(flat.dtype)
-    return (matrix.to(device=flat.device, dtype=dtype) @ flat.to(dtype)).to(flat.dtype)
+    if matrix.dtype != dtype or matrix.device != flat.device:
+        matrix = matrix.to(device=flat.device, dtype=dtype)
+    data = flat if flat.dtype == dtype else flat.to(dtype)
+    out = torch.bmm(matrix, data) if matrix.ndim == 3 and matrix.shape[0] == data.shape[0] else matrix @ data
+    return out if out.dtype == flat.dtype else out.to(flat.dtype)
 
 
 def check_tensor(value: object, name: str, shape: str) -> torch.Tensor:
@@ -90,16 +94,31 @@ def check_mask(mask: object, shape: tuple[int, ...]) -> torch.Tensor:
     return mask
 
 
+def _map_tensors(value, fn):
+    """``value`` (a tensor, or a NamedTuple of tensors, nested) with ``fn`` applied to every tensor in it."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_map_tensors(field, fn) for field in value))
+    return value
+
+
 class _Float64Buffers(nn.Module):
     """Keeps float64 buffers (points, matrices) in float64 through ``.to(dtype)``, ``.half()`` and the like.
 
-    Device moves apply as usual; casting a code along with a bf16 model must not round its points.
+    Device moves apply as usual; casting a code along with a bf16 model must not round its points. The attributes
+    named in ``_tensor_tuples`` (NamedTuples of index and constant tensors: survivor layouts, solve plans) follow the
+    same moves.
     """
+
+    _tensor_tuples: tuple[str, ...] = ()
 
     def _apply(self, fn, recurse=True):
         def keep_float64(t: torch.Tensor) -> torch.Tensor:
             return t.to(fn(t).device) if t.dtype == torch.float64 else fn(t)
 
+        for name in self._tensor_tuples:
+            setattr(self, name, _map_tensors(getattr(self, name), keep_float64))
         return super()._apply(keep_float64, recurse)
 
 
@@ -177,8 +196,13 @@ class Decoder(_Float64Buffers):
     #: :meth:`matrices` with the results).
     depends_on_results = False
 
+    _tensor_tuples = ("layout",)
+
     alpha: torch.Tensor
     beta: torch.Tensor
+    #: The sort keys that compact the survivors (:func:`~torchgcc.functional.survivors.survivor_layout`), in rows of
+    #: ``N`` slots or, for decoders that need padding slots (the splines), more.
+    layout: SurvivorLayout
 
     def __init__(
         self,
@@ -207,6 +231,7 @@ class Decoder(_Float64Buffers):
         self.register_buffer("beta", beta.detach().to(torch.float64))
         self.min_arrived = min_arrived
         self.nonfinite = nonfinite
+        self.layout = survivor_layout(self.beta)
 
     @property
     def num_inputs(self) -> int:
@@ -217,8 +242,8 @@ class Decoder(_Float64Buffers):
         return self.beta.shape[0]
 
     def fit_matrix(self, survivors: Survivors) -> torch.Tensor:
-        """``(B, K, N)`` float64 decode matrices in the survivors' compacted order (column ``j`` for the ``j``-th
-        survivor, zero in the padding columns ``j >= counts``): the subclass's map."""
+        """``(B, K, W)`` float64 decode matrices in the survivors' compacted order (column ``j`` for the ``j``-th
+        survivor, zero in the padding columns ``j >= counts``; ``W = layout.width``): the subclass's map."""
         raise NotImplementedError
 
     def fused_matrices(self, mask: torch.Tensor) -> torch.Tensor:
@@ -232,20 +257,23 @@ class Decoder(_Float64Buffers):
         return self.backend == "triton"
 
     def survivors(self, mask: torch.Tensor) -> Survivors:
-        """The compacted survivors of ``mask`` over the worker points."""
-        return compact_survivors(mask, self.beta)
+        """The compacted survivors of ``mask`` over the worker points, in the rows of :attr:`layout`."""
+        return compact_survivors(mask, self.layout)
 
     def scatter(self, compacted: torch.Tensor, survivors: Survivors) -> torch.Tensor:
-        """``(B, K, N)`` matrices in worker order from ``compacted`` ones (their padding columns land on the
-        stragglers, zero)."""
+        """``(B, K, N)`` matrices in worker order from ``compacted`` ``(B, K, W)`` ones (``survivors.order`` is a
+        permutation of the ``W`` slots: their padding columns, zero, land on the stragglers and the slots past N)."""
         index = survivors.order.unsqueeze(1).expand_as(compacted)
-        return torch.zeros_like(compacted).scatter(-1, index, compacted)
+        out = compacted.new_empty(compacted.shape).scatter_(-1, index, compacted)
+        return out if out.shape[-1] == self.num_workers else out[..., : self.num_workers]
 
     def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         y = check_tensor(y, "decoder results y", f"(B, N={self.num_workers}, *out)")
         if y.ndim < 2 or y.shape[1] != self.num_workers:
             raise ValueError(f"decoder expects results of shape (B, N={self.num_workers}, *out), got {tuple(y.shape)}")
-        mask = check_mask(mask, tuple(y.shape[:2])).to(y.device)
+        mask = check_mask(mask, tuple(y.shape[:2]))
+        if mask.device != y.device:
+            mask = mask.to(y.device)
         flat = y.reshape(y.shape[0], self.num_workers, -1)
         if self.nonfinite == "straggle":
             mask = mask & torch.isfinite(flat).all(dim=-1)
@@ -307,7 +335,9 @@ class Decoder(_Float64Buffers):
             self._check_counts(mask)
         if self.uses_fused_kernel(mask.device):
             return self.fused_matrices(mask)
-        survivors = self.survivors(mask.to(self.beta.device))
+        if mask.device != self.beta.device:
+            mask = mask.to(self.beta.device)
+        survivors = self.survivors(mask)
         return self.scatter(self.fit_matrix(survivors), survivors)
 
     def _check_counts(self, mask: torch.Tensor) -> None:

@@ -9,12 +9,21 @@ from torchgcc.functional.banded import PentadiagonalPlan, pentadiagonal_plan, so
 from torchgcc.functional.berrut import berrut_matrix
 from torchgcc.functional.kernel import cubic_spline_kernel, kernel_smoother_matrix
 from torchgcc.functional.lagrange import chebyshev_vandermonde, lagrange_matrix
-from torchgcc.functional.spline import ReinschBands, padded_spline_matrices, reinsch_bands, smoothing_spline_matrix
-from torchgcc.functional.survivors import Survivors, compact_survivors
+from torchgcc.functional.spline import (
+    ReinschBands,
+    SplinePlan,
+    padded_spline_matrices,
+    reinsch_bands,
+    smoothing_spline_matrix,
+    spline_plan,
+)
+from torchgcc.functional.survivors import SurvivorLayout, Survivors, compact_survivors, survivor_layout
 
 __all__ = [
     "PentadiagonalPlan",
     "ReinschBands",
+    "SplinePlan",
+    "SurvivorLayout",
     "Survivors",
     "berrut_matrix",
     "chebyshev_vandermonde",
@@ -27,4 +36,6 @@ __all__ = [
     "reinsch_bands",
     "smoothing_spline_matrix",
     "solve_pentadiagonal",
+    "spline_plan",
+    "survivor_layout",
 ]

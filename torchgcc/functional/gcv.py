@@ -11,15 +11,13 @@ chosen. For the cubic smoothing spline with ``mu = n * lam`` (the Reinsch form o
 
     V(mu) = n ||Q M^-1 Q^T y||^2 / tr(M^-1 Q^T Q)^2,
 
-well defined at ``mu = 0`` too (the limit of interpolation). Two exact routes:
-
-- knot sets up to :data:`DEMMLER_REINSCH_MAX_WIDTH` wide: with ``R = L L^T`` and the Demmler-Reinsch basis
-  ``L^-1 Q^T Q L^-T = U diag(kappa) U^T``, ``w_i = ||(U^T L^-1 Q^T y)_i||^2``,
-  ``V(mu) = n sum_i kappa_i w_i / (1 + mu kappa_i)^2 / (sum_i kappa_i / (1 + mu kappa_i))^2``: one
-  eigendecomposition per set (O(n^3), accurate to about 1e-10 relative at n = 128 on Chebyshev points), then O(n)
-  per candidate;
-- wider sets: every candidate's ``M`` factored by nested dissection (:mod:`torchgcc.functional.banded`), the
-  numerator from one solve, the trace from the entries of ``M^-1`` within the band only (selected inversion).
+well defined at ``mu = 0`` too (the limit of interpolation). Every candidate's ``M`` is solved by nested
+dissection (:mod:`torchgcc.functional.banded`), the trace from the entries of ``M^-1`` within the band only
+(selected inversion). Only ``Z Z^T`` of ``Z = Q^T y`` enters the numerator, so when ``d`` exceeds the ``n - 2`` rows
+of ``Z`` the solves take the Cholesky factor ``F`` of ``Z Z^T`` (``n - 2`` columns) in place of ``Z``: the work per
+candidate is ``O(n min(d, n))`` after one ``O(n^2 d)`` Gram product, and nothing is read back to the host (an
+eigendecomposition, the Demmler-Reinsch route, would be O(n) per candidate but ``torch.linalg.eigh`` reads its
+error flag).
 
 The scores are computed on ``y`` divided by its norm, so the choice is invariant to the scale of the data (from
 1e-300 to 1e300 alike).
@@ -29,18 +27,15 @@ from __future__ import annotations
 
 import torch
 
-from torchgcc.functional.banded import (
-    pentadiagonal_plan,
-    solve_pentadiagonal,
-)
-from torchgcc.functional.spline import apply_q, apply_qt, reinsch_bands
+from torchgcc.functional.banded import solve_pentadiagonal
+from torchgcc.functional.spline import apply_q, apply_qt, reinsch_bands, spline_plan
 
-__all__ = ["DEMMLER_REINSCH_MAX_WIDTH", "gcv_scores"]
+__all__ = ["gcv_scores"]
 
-
-#: Widest knot sets scored through the Demmler-Reinsch eigendecomposition (O(n^3) per set); wider ones go through the
-#: nested-dissection factorisation of every candidate's system, O(n) per candidate (exact trace by selected inversion).
-DEMMLER_REINSCH_MAX_WIDTH = 160
+#: Relative jitter ``delta tr(Z Z^T) / (n - 2)`` on the diagonal of the Gram ``Z Z^T`` before its Cholesky factor is
+#: taken (the Gram is only positive semi-definite, and its rounding errors are about ``sqrt(d) eps tr``): it moves
+#: the numerator by at most ``delta`` times the condition number of ``M^-1 Q^T Q M^-1`` relative.
+GRAM_JITTER = 1e-12
 
 
 def gcv_scores(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
@@ -55,7 +50,7 @@ def gcv_scores(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: t
 
     Returns:
         ``(B, L)`` float64; a set whose scores do not depend on ``mu`` (fewer than four knots, or data on a line)
-        gets a constant row.
+        gets a constant row. No host reads; the same launches for any batch.
     """
     batch, width = knots.shape
     valid = torch.arange(width, device=knots.device) < counts.unsqueeze(-1)
@@ -64,51 +59,30 @@ def gcv_scores(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: t
     y = y / torch.where(scale > 0, scale, 1.0)
     y = y / torch.linalg.vector_norm(y, dim=(1, 2), keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
     mu = mu.to(torch.float64)
-    if width <= DEMMLER_REINSCH_MAX_WIDTH:
-        numerator, denominator = _demmler_reinsch(knots, counts, y, mu)
-    else:
-        numerator, denominator = _nested_dissection(knots, counts, y, mu)
+    candidates = mu.shape[1]
+    plan = spline_plan(width, knots.device)
+    y = torch.nn.functional.pad(y, (0, 0, 0, plan.width - width))
+    r = reinsch_bands(knots, counts, mu.new_zeros(batch), plan)
+    qq = reinsch_bands(knots, counts, mu.new_ones(batch), plan).bands - r.bands  # Q^T Q (zero in the padding)
+    system = (r.bands.unsqueeze(1) + mu.view(batch, candidates, 1, 1) * qq.unsqueeze(1)).flatten(0, 1)
+    z = apply_qt(r, y)  # (B, size, d), zero past each set's system
+    if z.shape[-1] > plan.size:
+        z = _gram_factor(z, r.rows)
+    gamma, trace = solve_pentadiagonal(
+        system, z.repeat_interleave(candidates, 0), plan.solve, trace_with=qq.repeat_interleave(candidates, 0)
+    )
+    fitted = gamma.new_zeros(batch * candidates, plan.width, z.shape[-1])
+    fitted = apply_q(r.inv_h.repeat_interleave(candidates, 0), gamma, fitted)  # Q gamma
+    numerator, denominator = fitted.pow(2).sum((1, 2)).view(batch, candidates), trace.view(batch, candidates)
     scores = counts.unsqueeze(-1) * numerator / denominator.square()
     return torch.where(denominator > 0, scores, 0.0)
 
 
-def _demmler_reinsch(knots, counts, y, mu) -> tuple[torch.Tensor, torch.Tensor]:
-    """``||Q M^-1 Q^T y||^2`` and ``tr(M^-1 Q^T Q)`` over ``mu^0``: the sums of the module docstring."""
-    batch, width = knots.shape
-    size = max(width - 2, 1)
-    bands = reinsch_bands(knots, counts, mu.new_zeros(batch), size)  # mu = 0: the bands of R
-    rows = torch.arange(size, device=knots.device)
-    r_dense = (
-        torch.diag_embed(bands.diag)
-        + torch.diag_embed(bands.off1[:, :-1], 1)
-        + torch.diag_embed(bands.off1[:, :-1], -1)
-    )
-    identity = torch.where(bands.rows.unsqueeze(1) & (rows.unsqueeze(-1) == rows), 1.0, 0.0)  # Q's own columns
-    q_dense = apply_q(bands.inv_h, identity, width)  # (B, W, size)
-    chol = torch.linalg.cholesky_ex(r_dense).L
-    half = torch.linalg.solve_triangular(chol, q_dense.mT, upper=False)  # L^-1 Q^T  (B, size, W)
-    kappa, basis = torch.linalg.eigh(half @ half.mT)
-    kappa = kappa.clamp_min(0).unsqueeze(1)  # (B, 1, size)
-    w = (basis.mT @ (half @ y)).pow(2).sum(-1).unsqueeze(1)  # (B, 1, size)
-    shrink = 1 / (1 + mu.unsqueeze(-1) * kappa)  # (B, L, size)
-    return (kappa * w * shrink * shrink).sum(-1), (kappa * shrink).sum(-1)
-
-
-def _nested_dissection(knots, counts, y, mu) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same sums, every candidate's ``M = R + mu Q^T Q`` solved (with ``tr(M^-1 Q^T Q)``) by
-    :func:`solve_pentadiagonal`."""
-    batch, width = knots.shape
-    plan = pentadiagonal_plan(width - 2, knots.device)
-    r = reinsch_bands(knots, counts, mu.new_zeros(batch), plan.size)
-    with_q = reinsch_bands(knots, counts, mu.new_ones(batch), plan.size)
-    qq = [b - a for a, b in zip((r.diag, r.off1, r.off2), (with_q.diag, with_q.off1, with_q.off2))]  # Q^T Q
-    candidates = mu.shape[1]
-    system = [
-        (a.unsqueeze(1) + mu.unsqueeze(-1) * q.unsqueeze(1)).flatten(0, 1) for a, q in zip((r.diag, r.off1, r.off2), qq)
-    ]
-    qty = apply_qt(r, y).repeat_interleave(candidates, 0)  # (B L, size, d)
-    gamma, trace = solve_pentadiagonal(
-        *system, qty, plan, trace_with=tuple(q.repeat_interleave(candidates, 0) for q in qq)
-    )
-    residual = apply_q(r.inv_h.repeat_interleave(candidates, 0), gamma, width).pow(2).sum((1, 2))
-    return residual.view(batch, candidates), trace.view(batch, candidates)
+def _gram_factor(z: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``F`` ``(B, size, size)`` with ``F F^T = Z Z^T`` (up to :data:`GRAM_JITTER`), zero in the rows past each set's
+    system as ``z`` ``(B, size, d)`` is."""
+    gram = z @ z.mT
+    trace = gram.diagonal(dim1=1, dim2=2).sum(-1, keepdim=True)
+    scale = torch.where(trace > 0, GRAM_JITTER * trace / rows.sum(-1, keepdim=True).clamp_min(1), 1.0)
+    factor = torch.linalg.cholesky_ex(gram + torch.diag_embed(torch.where(rows, scale, 1.0))).L  # 1 in the padding
+    return torch.where(rows.unsqueeze(-1) & (trace > 0).unsqueeze(-1), factor, 0.0)

@@ -20,8 +20,9 @@ the interior second derivatives in the cubic at ``x`` (at most two entries each)
 side per point.
 
 :func:`padded_spline_matrices` is the batched core behind every spline code: knot sets of ``n_b`` knots padded to a
-common width, their systems in one padded layout (:func:`reinsch_bands`, :mod:`torchgcc.functional.banded`), one
-solve for the whole batch. Everything is float64.
+common width, their systems in one padded layout (:func:`spline_plan`, :func:`reinsch_bands`,
+:mod:`torchgcc.functional.banded`), one solve for the whole batch, the same few dozen launches for any batch and no
+reads back to the host. Everything is float64.
 """
 
 from __future__ import annotations
@@ -34,33 +35,67 @@ from torchgcc.functional.banded import PentadiagonalPlan, pentadiagonal_plan, so
 
 __all__ = [
     "ReinschBands",
+    "SplinePlan",
     "apply_q",
     "apply_qt",
     "padded_spline_matrices",
     "reinsch_bands",
     "smoothing_spline_matrix",
+    "spline_plan",
 ]
 
 Lam = Union[float, torch.Tensor]
 
 
-class ReinschBands(NamedTuple):
-    """The Reinsch system ``M = R + mu Q^T Q`` of padded knot sets in a padded layout of ``size`` interior rows.
+class SplinePlan(NamedTuple):
+    """The padded layout of smoothing-spline systems on knot sets of up to ``n`` knots, and its constants.
 
     Attributes:
-        h: ``(B, size + 2)`` knot spacings ``h_j = t_{j+1} - t_j`` (1 past the knots given).
+        solve: the :func:`~torchgcc.functional.banded.pentadiagonal_plan` of the ``n - 2`` interior unknowns.
+        width: ``size + 3`` knot slots: every set's knots, then padding knots (strictly increasing, beyond every
+            evaluation point), so that each row of the system reads its three spacings without a pad.
+        band_knots: ``(3, size)`` int64, ``i + k + 2``: entry ``A[i, i + k]`` is in a set's own system iff that knot
+            index is below the set's count (else identity rows).
+        identity: ``(3, size)`` float64, the bands of the identity.
+        positions: ``(width, 1)`` int64 knot positions.
+    """
+
+    solve: PentadiagonalPlan
+    width: int
+    band_knots: torch.Tensor
+    identity: torch.Tensor
+    positions: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return self.solve.size
+
+
+def spline_plan(num_knots: int, device: Optional[torch.device] = None) -> SplinePlan:
+    """The :class:`SplinePlan` of knot sets of up to ``num_knots >= 2`` knots."""
+    solve = pentadiagonal_plan(max(num_knots - 2, 1), device)
+    size = solve.size
+    band_knots = torch.arange(size, device=device) + torch.arange(2, 5, device=device).view(3, 1)
+    identity = torch.zeros(3, size, dtype=torch.float64, device=device)
+    identity[0] = 1.0
+    return SplinePlan(solve, size + 3, band_knots, identity, torch.arange(size + 3, device=device).view(-1, 1))
+
+
+class ReinschBands(NamedTuple):
+    """The Reinsch system ``M = R + mu Q^T Q`` of padded knot sets in the layout of a :class:`SplinePlan`.
+
+    Attributes:
+        h: ``(B, size + 2)`` knot spacings ``h_j = t_{j+1} - t_j``.
         inv_h: ``(B, size + 2)`` their inverses; column ``j`` of ``Q`` (interior knot ``j + 1``) holds
             ``inv_h[j]``, ``-(inv_h[j] + inv_h[j + 1])``, ``inv_h[j + 1]`` in rows ``j``, ``j + 1``, ``j + 2``.
-        diag, off1, off2: ``(B, size)`` bands of ``M`` (identity in the rows ``j >= n - 2`` of each set, the format
-            of :func:`torchgcc.functional.banded.solve_pentadiagonal`).
+        bands: ``(B, 3, size)`` bands of ``M`` (identity in the rows ``j >= n - 2`` of each set: the format of
+            :func:`torchgcc.functional.banded.solve_pentadiagonal`).
         rows: ``(B, size)`` bool, the rows of each set's own system, ``j < n - 2``.
     """
 
     h: torch.Tensor
     inv_h: torch.Tensor
-    diag: torch.Tensor
-    off1: torch.Tensor
-    off2: torch.Tensor
+    bands: torch.Tensor
     rows: torch.Tensor
 
 
@@ -68,59 +103,60 @@ def reinsch_bands(
     knots: torch.Tensor,
     counts: torch.Tensor,
     mu: torch.Tensor,
-    size: int,
+    plan: SplinePlan,
     inverse_weights: Optional[torch.Tensor] = None,
 ) -> ReinschBands:
     """:class:`ReinschBands` of ``(B, W)`` strictly increasing knots whose first ``counts`` ``(B,)`` are each set's
-    (the rest padding), for ``mu`` ``(B,)`` and a layout of ``size >= W - 2`` rows.
+    (the rest padding; ``W = plan.width``, or fewer: then padded here at unit spacing), for ``mu`` ``(B,)``.
 
     With ``inverse_weights`` ``(B, W)`` (``1 / w_i`` of the weighted objective ``(1/n) sum_i w_i (y_i - u(t_i))^2``),
     the system is ``R + mu Q^T W^-1 Q`` (Green and Silverman 1994, sec. 3.5)."""
-    h = torch.nn.functional.pad(knots.diff(dim=-1), (0, size + 3 - knots.shape[-1]), value=1.0)
-    inv_h = 1.0 / h
-    lo, hi, after = inv_h[:, :size], inv_h[:, 1 : size + 1], inv_h[:, 2:]
-    mid, mid_next = -(lo + hi), -(hi + after)
+    size = plan.size
+    h = knots.diff(dim=-1)
+    if h.shape[-1] < size + 2:
+        h = torch.nn.functional.pad(h, (0, size + 2 - h.shape[-1]), value=1.0)
+    inv_h = h.reciprocal()
+    g0, g1, g2 = inv_h[:, :size], inv_h[:, 1 : size + 1], inv_h[:, 2 : size + 2]
+    mid = g0 + g1  # -Q[j + 1, j]
     if inverse_weights is None:
-        s0 = s1 = s2 = 1.0
+        q_diag = g0 * g0 + mid * mid + g1 * g1
+        q_off1 = -g1 * (mid + g1 + g2)
+        q_off2 = g1 * g2
     else:  # Q's column j has rows j, j + 1, j + 2
-        s = torch.nn.functional.pad(inverse_weights.to(torch.float64), (0, size + 2 - knots.shape[-1]), value=1.0)
-        s0, s1, s2 = s[:, :size], s[:, 1 : size + 1], s[:, 2 : size + 2]
-    mu = mu.unsqueeze(-1)
-    row = torch.arange(size, device=knots.device)
-    last = counts.unsqueeze(-1) - 2  # the set's system has rows 0 .. n - 3
-    rows = row < last
-    diag = (h[:, :size] + h[:, 1 : size + 1]) / 3 + mu * (lo * lo * s0 + mid * mid * s1 + hi * hi * s2)
-    diag = torch.where(rows, diag, 1.0)
-    off1 = torch.where(row < last - 1, h[:, 1 : size + 1] / 6 + mu * (mid * hi * s1 + hi * mid_next * s2), 0.0)
-    off2 = torch.where(row < last - 2, mu * hi * after * s2, 0.0)
-    return ReinschBands(h, inv_h, diag, off1, off2, rows)
-
-
-def apply_q(inv_h: torch.Tensor, z: torch.Tensor, width: int) -> torch.Tensor:
-    """``Q z`` ``(B, width, r)`` for ``z`` ``(B, size, r)`` (zero past each set's system): row ``r`` of ``Q z`` is
-    ``lo[r] z[r] + mid[r - 1] z[r - 1] + hi[r - 2] z[r - 2]`` with ``lo = inv_h[:size]``, ``hi = inv_h[1:size + 1]``
-    and ``mid = -(lo + hi)`` (:class:`ReinschBands`)."""
-    size = z.shape[1]
-    lo, hi = inv_h[:, :size], inv_h[:, 1 : size + 1]
-
-    def shifted(values: torch.Tensor, by: int) -> torch.Tensor:  # values[r - by] at row r, rows 0 .. width - 1
-        return torch.nn.functional.pad(values, (by, max(width - size - by, 0)))[:, :width, None]
-
-    z = torch.nn.functional.pad(z, (0, 0, 2, max(width - size, 0)))  # z[r - 2] at row r
-    return (
-        (shifted(lo, 0) * z[:, 2 : width + 2])
-        .addcmul_(shifted(-(lo + hi), 1), z[:, 1 : width + 1])
-        .addcmul_(shifted(hi, 2), z[:, :width])
-    )
+        w = inverse_weights.to(torch.float64)
+        if w.shape[-1] < size + 2:
+            w = torch.nn.functional.pad(w, (0, size + 2 - w.shape[-1]), value=1.0)
+        w0, w1, w2 = w[:, :size], w[:, 1 : size + 1], w[:, 2 : size + 2]
+        q_diag = w0 * g0 * g0 + w1 * mid * mid + w2 * g1 * g1
+        q_off1 = -g1 * (w1 * mid + w2 * (g1 + g2))
+        q_off2 = w2 * g1 * g2
+    mu = mu.view(-1, 1)
+    bands = h.new_empty(h.shape[0], 3, size)  # written band by band (no stack: the same ops for every size)
+    bands[:, 0] = torch.addcmul((h[:, :size] + h[:, 1 : size + 1]) / 3, mu, q_diag)
+    bands[:, 1] = torch.addcmul(h[:, 1 : size + 1] / 6, mu, q_off1)
+    bands[:, 2] = mu * q_off2
+    own = plan.band_knots < counts.view(-1, 1, 1)
+    return ReinschBands(h, inv_h, torch.where(own, bands, plan.identity), own[:, 0])
 
 
 def apply_qt(bands: ReinschBands, y: torch.Tensor) -> torch.Tensor:
-    """``Q^T y`` ``(B, size, r)`` for data ``y`` ``(B, W, r)`` at the knots, zero past each set's system."""
-    size = bands.diag.shape[1]
-    y = torch.nn.functional.pad(y, (0, 0, 0, size + 2 - y.shape[1]))
-    lo, hi = bands.inv_h[:, :size].unsqueeze(-1), bands.inv_h[:, 1 : size + 1].unsqueeze(-1)
-    product = lo * y[:, :size] - (lo + hi) * y[:, 1 : size + 1] + hi * y[:, 2 : size + 2]
+    """``Q^T y`` ``(B, size, r)`` for data ``y`` ``(B, W, r)`` at the knots (``W >= size + 2``), zero past each set's
+    system."""
+    size = bands.rows.shape[-1]
+    lo, hi = bands.inv_h[:, :size, None], bands.inv_h[:, 1 : size + 1, None]
+    product = torch.addcmul(lo * y[:, :size], hi, y[:, 2 : size + 2]).addcmul_(lo + hi, y[:, 1 : size + 1], value=-1)
     return torch.where(bands.rows.unsqueeze(-1), product, 0.0)
+
+
+def apply_q(inv_h: torch.Tensor, z: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out += Q z`` in place for ``z`` ``(B, size, r)`` (zero past each set's system) and ``out`` ``(B, W, r)``,
+    ``W >= size + 2``, with ``Q`` given by ``inv_h`` (:class:`ReinschBands`); returns ``out``."""
+    size = z.shape[1]
+    lo, hi = inv_h[:, :size, None], inv_h[:, 1 : size + 1, None]
+    out[:, :size].addcmul_(lo, z)
+    out[:, 1 : size + 1].addcmul_(lo + hi, z, value=-1)
+    out[:, 2 : size + 2].addcmul_(hi, z)
+    return out
 
 
 def padded_spline_matrices(
@@ -128,60 +164,53 @@ def padded_spline_matrices(
     counts: torch.Tensor,
     points: torch.Tensor,
     mu: torch.Tensor,
-    plan: Optional[PentadiagonalPlan] = None,
+    plan: Optional[SplinePlan] = None,
 ) -> torch.Tensor:
     """Matrices mapping data at each set's knots to its smoothing spline's values at ``points``.
 
     Args:
         knots: ``(B, W)`` float64, strictly increasing; the first ``counts[b]`` of row ``b`` are its knots, the
             rest padding beyond every point (:func:`torchgcc.functional.survivors.compact_survivors` makes them).
+            ``W = plan.width`` on the fast path; other widths are padded here.
         counts: ``(B,)`` knots per set, ``n >= 2`` (no check: fewer give meaningless values, never an error).
         points: ``(P,)`` or ``(B, P)`` evaluation points (inside or outside the knots).
         mu: ``(B,)`` ``n * lam`` per set.
-        plan: the :func:`~torchgcc.functional.banded.pentadiagonal_plan` of ``W - 2`` unknowns (built here when
-            None; callers decoding many batches keep it).
+        plan: the :func:`spline_plan` of ``W`` knots (built here when None; callers decoding many batches keep it).
 
     Returns:
-        ``(B, P, W)`` float64, zero in the padding columns. No host reads, the same launches for any batch.
+        ``(B, P, W)`` float64 (a transposed view), zero in the padding columns. No host reads, the same launches for
+        any batch.
     """
     batch, width = knots.shape
-    plan = pentadiagonal_plan(max(width - 2, 1), knots.device) if plan is None else plan
+    plan = spline_plan(width, knots.device) if plan is None else plan
+    if width != plan.width:  # pad with knots beyond the last at unit spacing, cut the padding columns off below
+        knots = torch.cat([knots, knots[:, -1:] + torch.arange(1, plan.width - width + 1, device=knots.device)], 1)
+        return padded_spline_matrices(knots, counts, points, mu, plan)[..., :width]
     size = plan.size
-    bands = reinsch_bands(knots, counts, mu, size)
+    bands = reinsch_bands(knots, counts, mu, plan)
     # interval of each point, knots[idx] <= x < knots[idx + 1], clamped to the set's end intervals
     x = points.to(torch.float64).expand(batch, -1).contiguous()
-    idx = torch.searchsorted(knots, x, right=True) - 1
-    idx = torch.minimum(idx.clamp(min=0), (counts.unsqueeze(-1) - 2).clamp(min=0))
-    t_left = knots.gather(-1, idx)
-    h_at = bands.h.gather(-1, idx)
-    a = (t_left + h_at - x) / h_at  # weight of the fitted value at knot idx
-    b = (x - t_left) / h_at  # ... at knot idx + 1
-    outside = (a < 0) | (b < 0)  # beyond the knots the natural spline is the chord plus the end slope: a line
-    c_a = torch.where(outside, -a, a * a * a - a) * h_at * h_at / 6  # weight of gamma at knot idx
-    c_b = torch.where(outside, -b, b * b * b - b) * h_at * h_at / 6  # weight of gamma at knot idx + 1
-    # right-hand sides c - mu Q^T v: entries in interior rows idx - 2 .. idx + 1, from inv_h[idx - 1 .. idx + 1]
-    near = bands.inv_h.gather(-1, torch.stack([(idx - 1).clamp(min=0), idx, idx + 1], -1).flatten(1))
-    before, at, after = near.view(batch, -1, 3).unbind(-1)
-    mu_ = mu.unsqueeze(-1)
-    entries = torch.stack(
-        [
-            -mu_ * before * a,
-            c_a + mu_ * ((before + at) * a - at * b),
-            c_b - mu_ * (at * a - (at + after) * b),
-            -mu_ * after * b,
-        ],
-        1,
-    )  # (B, 4, P)
-    row = idx.unsqueeze(1) + torch.arange(-2, 2, device=idx.device).view(1, 4, 1)
-    inside = (row >= 0) & torch.gather(bands.rows, 1, row.clamp(0, size - 1).flatten(1)).view_as(row)
-    rhs = knots.new_zeros(batch, size, x.shape[-1]).scatter_add_(  # add: clamped rows may repeat, with zeros
-        1, row.clamp(0, size - 1), torch.where(inside, entries, 0.0)
+    idx = torch.minimum(torch.searchsorted(knots, x, right=True).sub_(1), (counts - 2).view(-1, 1)).clamp_(min=0)
+    t_left = knots.gather(1, idx)
+    h_at = knots.gather(1, idx + 1) - t_left
+    b = (x - t_left) / h_at  # weight of the fitted value at knot idx + 1; 1 - b at knot idx
+    a = 1 - b
+    outside = (b < 0) | (b > 1)  # beyond the knots the natural spline is the chord plus the end slope: a line
+    scale = h_at * h_at / 6
+    c_a = torch.where(outside, -a, a * a * a - a) * scale  # weight of gamma at knot idx
+    c_b = torch.where(outside, -b, b * b * b - b) * scale  # weight of gamma at knot idx + 1
+    # one-hot (B, W, P) layouts of the weights: v of the knot values, c of the second derivatives (knot j + 1 is
+    # interior row j); the right-hand sides are c - mu Q^T v, the rows of D^T are v + Q M^-1 (c - mu Q^T v)
+    zero = knots.new_zeros(())
+    at_left = plan.positions == idx.unsqueeze(1)
+    at_right = plan.positions == idx.unsqueeze(1) + 1
+    v = torch.where(at_left, a.unsqueeze(1), zero) + torch.where(at_right, b.unsqueeze(1), zero)
+    c = torch.where(at_left, c_a.unsqueeze(1), zero) + torch.where(at_right, c_b.unsqueeze(1), zero)
+    rhs = torch.where(bands.rows.unsqueeze(-1), c[:, 1 : size + 1], zero).sub_(
+        apply_qt(bands, v).mul_(mu.view(-1, 1, 1))
     )
-    z = solve_pentadiagonal(bands.diag, bands.off1, bands.off2, rhs, plan)  # (B, size, P), zero in the padding
-    # D^T = Q z + (a, b) at rows idx, idx + 1
-    columns = apply_q(bands.inv_h, z, width)
-    columns.scatter_add_(1, idx.unsqueeze(1), a.unsqueeze(1)).scatter_add_(1, idx.unsqueeze(1) + 1, b.unsqueeze(1))
-    return columns.transpose(1, 2)
+    z = solve_pentadiagonal(bands.bands, rhs, plan.solve)  # (B, size, P), zero in the padding
+    return apply_q(bands.inv_h, z, v.clone()).mT  # (a clone: autograd saved v for Q^T v)
 
 
 def smoothing_spline_matrix(knots: torch.Tensor, points: torch.Tensor, lam: Lam = 0.0) -> torch.Tensor:

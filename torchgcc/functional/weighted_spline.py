@@ -19,8 +19,8 @@ from typing import Union
 
 import torch
 
-from torchgcc.functional.banded import pentadiagonal_plan, solve_pentadiagonal
-from torchgcc.functional.spline import reinsch_bands
+from torchgcc.functional.banded import solve_pentadiagonal
+from torchgcc.functional.spline import reinsch_bands, spline_plan
 
 __all__ = ["weighted_smoothing_spline", "huber_weights"]
 
@@ -52,14 +52,14 @@ def weighted_smoothing_spline(
         raise ValueError("weights must be positive (drop a point by leaving it out of the knots)")
     mu = (n * torch.as_tensor(lam, dtype=torch.float64, device=knots.device)).expand(g_count)
     counts = torch.full((g_count,), n, device=knots.device)
-    plan = pentadiagonal_plan(n - 2, knots.device)
+    plan = spline_plan(n, knots.device)
     s = 1.0 / weights
-    bands = reinsch_bands(knots, counts, mu, plan.size, inverse_weights=s)
+    bands = reinsch_bands(knots, counts, mu, plan, inverse_weights=s)
     inv_h = bands.inv_h[:, : n - 1]
     q_lo, q_mid, q_hi = inv_h[:, :-1], -(inv_h[:, :-1] + inv_h[:, 1:]), inv_h[:, 1:]  # column j: rows j, j+1, j+2
     qty = q_lo.unsqueeze(-1) * y[:, :-2] + q_mid.unsqueeze(-1) * y[:, 1:-1] + q_hi.unsqueeze(-1) * y[:, 2:]
     rhs = torch.nn.functional.pad(qty, (0, 0, 0, plan.size - (n - 2)))
-    gamma = solve_pentadiagonal(bands.diag, bands.off1, bands.off2, rhs, plan)[:, : n - 2]  # (G, n - 2, d)
+    gamma = solve_pentadiagonal(bands.bands, rhs, plan.solve)[:, : n - 2]  # (G, n - 2, d)
     q_gamma = torch.zeros_like(y)
     q_gamma[:, :-2] += q_lo.unsqueeze(-1) * gamma
     q_gamma[:, 1:-1] += q_mid.unsqueeze(-1) * gamma
