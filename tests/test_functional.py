@@ -40,7 +40,7 @@ def test_pentadiagonal_solve_matches_a_dense_solve_in_the_padded_layout(m):
         torch.randn(3, plan.size, 4, generator=generator, dtype=torch.float64),
         0.0,
     )
-    x = solve_pentadiagonal(torch.stack([diag, off1, off2], 1), rhs, plan)
+    x = solve_pentadiagonal(torch.stack([diag, off1, off2], -1), rhs, plan)
     for b, n in enumerate(sizes.tolist()):
         dense = torch.diag(diag[b, :n])
         for k, band in ((1, off1), (2, off2)):
@@ -68,11 +68,11 @@ def test_pentadiagonal_solve_with_trace_matches_dense_inverse(m):
                 torch.where(row < m - 1, draw(), 0.0),
                 torch.where(row < m - 2, 0.5 * draw(), 0.0),
             ],
-            1,
+            -1,
         )
 
     def dense(bands):
-        diag, off1, off2 = bands.unbind(1)
+        diag, off1, off2 = bands.unbind(-1)
         matrix = torch.diag_embed(diag[:, :m])
         for k, band in ((1, off1), (2, off2)):
             index = torch.arange(max(m - k, 0))

@@ -197,7 +197,9 @@ class GCVSplineDecoder(SplineDecoder):
         if self.uses_fused_kernel(mask.device):
             from torchgcc.functional.fused_decode import spline_decode_matrices  # imports triton
 
-            return spline_decode_matrices(mask, self.beta, self.alpha, self.last_lambda)
+            return self.unusable_to_nan(
+                spline_decode_matrices(mask, self.beta, self.alpha, self.last_lambda), survivors.counts
+            )
         return self.scatter(self.spline(survivors, mu), survivors)
 
     def _score(self, flat: torch.Tensor, mask: torch.Tensor, survivors: Survivors) -> None:

@@ -262,10 +262,20 @@ class Decoder(_Float64Buffers):
 
     def scatter(self, compacted: torch.Tensor, survivors: Survivors) -> torch.Tensor:
         """``(B, K, N)`` matrices in worker order from ``compacted`` ``(B, K, W)`` ones (``survivors.order`` is a
-        permutation of the ``W`` slots: their padding columns, zero, land on the stragglers and the slots past N)."""
-        index = survivors.order.unsqueeze(1).expand_as(compacted)
-        out = compacted.new_empty(compacted.shape).scatter_(-1, index, compacted)
+        permutation of the ``W`` slots: their padding columns, zero, land on the stragglers and the slots past N).
+        The matrices of groups with fewer than ``min_arrived`` survivors are NaN, so that their estimates are too
+        (and the check of the decoder's output catches them)."""
+        batch = compacted.shape[0]
+        index = survivors.order.view(batch, 1, -1).expand(compacted.shape)
+        out = self.unusable_to_nan(
+            compacted.new_empty(compacted.shape).scatter_(-1, index, compacted), survivors.counts
+        )
         return out if out.shape[-1] == self.num_workers else out[..., : self.num_workers]
+
+    def unusable_to_nan(self, matrices: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """``matrices`` ``(B, K, W)`` with the rows of groups of fewer than ``min_arrived`` survivors (``counts``
+        ``(B,)``) set to NaN, in place."""
+        return matrices.masked_fill_((counts < self.min_arrived).view(-1, 1, 1), float("nan"))
 
     def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         y = check_tensor(y, "decoder results y", f"(B, N={self.num_workers}, *out)")
@@ -274,7 +284,7 @@ class Decoder(_Float64Buffers):
         mask = check_mask(mask, tuple(y.shape[:2]))
         if mask.device != y.device:
             mask = mask.to(y.device)
-        flat = y.reshape(y.shape[0], self.num_workers, -1)
+        flat = y if y.ndim == 3 else y.reshape(y.shape[0], self.num_workers, -1)
         if self.nonfinite == "straggle":
             mask = mask & torch.isfinite(flat).all(dim=-1)
         matrices = self.matrices(flat, mask)
@@ -283,15 +293,15 @@ class Decoder(_Float64Buffers):
         out = apply_linear(matrices, flat)
         if self.check and not self._all_good(mask, out):  # the one read back from the device
             out = self._repair(flat, mask, matrices)
-        return out.reshape((y.shape[0], self.num_inputs) + y.shape[2:])
+        return out if y.ndim == 3 else out.reshape((y.shape[0], self.num_inputs) + y.shape[2:])
 
     def _all_good(self, mask: torch.Tensor, out: torch.Tensor) -> bool:
-        """Whether every group has enough results and every estimate is finite, read back as one flag."""
-        enough = (mask.sum(dim=-1) >= self.min_arrived).all()
+        """Whether every estimate is finite, read back as one flag (a group with too few results has NaN ones:
+        :meth:`scatter`)."""
         if out.numel() == 0:
-            return bool(enough)
+            return bool((mask.sum(dim=-1) >= self.min_arrived).all())
         low, high = torch.aminmax(out)  # NaN propagates to both ends, an Inf shows at one: no overflow, unlike a sum
-        return bool(enough & torch.isfinite(low) & torch.isfinite(high))
+        return float((low - low) + (high - high)) == 0.0  # x - x is 0 for finite x, NaN for NaN and +-Inf
 
     def _repair(self, flat: torch.Tensor, mask: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
         """The slow path after a failed check: raise for too few or non-finite arrived results, else keep NaN/Inf
@@ -334,7 +344,7 @@ class Decoder(_Float64Buffers):
         if self.check if check is None else check:
             self._check_counts(mask)
         if self.uses_fused_kernel(mask.device):
-            return self.fused_matrices(mask)
+            return self.unusable_to_nan(self.fused_matrices(mask), mask.sum(dim=-1))
         if mask.device != self.beta.device:
             mask = mask.to(self.beta.device)
         survivors = self.survivors(mask)

@@ -65,14 +65,14 @@ def gcv_scores(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: t
     r = reinsch_bands(knots, counts, mu.new_zeros(batch), plan)
     qq = reinsch_bands(knots, counts, mu.new_ones(batch), plan).bands - r.bands  # Q^T Q (zero in the padding)
     system = (r.bands.unsqueeze(1) + mu.view(batch, candidates, 1, 1) * qq.unsqueeze(1)).flatten(0, 1)
-    z = apply_qt(r, y)  # (B, size, d), zero past each set's system
+    z = torch.where(r.rows, apply_qt(r, y), 0.0)  # (B, size, d), zero past each set's system
     if z.shape[-1] > plan.size:
-        z = _gram_factor(z, r.rows)
+        z = _gram_factor(z, r.rows[..., 0])
     gamma, trace = solve_pentadiagonal(
         system, z.repeat_interleave(candidates, 0), plan.solve, trace_with=qq.repeat_interleave(candidates, 0)
     )
     fitted = gamma.new_zeros(batch * candidates, plan.width, z.shape[-1])
-    fitted = apply_q(r.inv_h.repeat_interleave(candidates, 0), gamma, fitted)  # Q gamma
+    fitted = apply_q(r, gamma, fitted)  # Q gamma
     numerator, denominator = fitted.pow(2).sum((1, 2)).view(batch, candidates), trace.view(batch, candidates)
     scores = counts.unsqueeze(-1) * numerator / denominator.square()
     return torch.where(denominator > 0, scores, 0.0)

@@ -54,10 +54,11 @@ class SplinePlan(NamedTuple):
         solve: the :func:`~torchgcc.functional.banded.pentadiagonal_plan` of the ``n - 2`` interior unknowns.
         width: ``size + 3`` knot slots: every set's knots, then padding knots (strictly increasing, beyond every
             evaluation point), so that each row of the system reads its three spacings without a pad.
-        band_knots: ``(3, size)`` int64, ``i + k + 2``: entry ``A[i, i + k]`` is in a set's own system iff that knot
+        band_knots: ``(size, 3)`` int64, ``i + k + 2``: entry ``A[i, i + k]`` is in a set's own system iff that knot
             index is below the set's count (else identity rows).
-        identity: ``(3, size)`` float64, the bands of the identity.
-        positions: ``(width, 1)`` int64 knot positions.
+        identity: ``(size, 3)`` float64, the bands of the identity.
+        positions: ``(width, 1)`` int64 knot positions ``j``; ``before``: ``j - 1``.
+        zero: ``()`` float64 zero; ``first``: ``()`` int64 zero.
     """
 
     solve: PentadiagonalPlan
@@ -65,6 +66,9 @@ class SplinePlan(NamedTuple):
     band_knots: torch.Tensor
     identity: torch.Tensor
     positions: torch.Tensor
+    before: torch.Tensor
+    zero: torch.Tensor
+    first: torch.Tensor
 
     @property
     def size(self) -> int:
@@ -75,26 +79,33 @@ def spline_plan(num_knots: int, device: Optional[torch.device] = None) -> Spline
     """The :class:`SplinePlan` of knot sets of up to ``num_knots >= 2`` knots."""
     solve = pentadiagonal_plan(max(num_knots - 2, 1), device)
     size = solve.size
-    band_knots = torch.arange(size, device=device) + torch.arange(2, 5, device=device).view(3, 1)
-    identity = torch.zeros(3, size, dtype=torch.float64, device=device)
-    identity[0] = 1.0
-    return SplinePlan(solve, size + 3, band_knots, identity, torch.arange(size + 3, device=device).view(-1, 1))
+    band_knots = torch.arange(size, device=device).view(-1, 1) + torch.arange(2, 5, device=device)
+    identity = torch.zeros(size, 3, dtype=torch.float64, device=device)
+    identity[:, 0] = 1.0
+    positions = torch.arange(size + 3, device=device).view(-1, 1)
+    zero = torch.zeros((), dtype=torch.float64, device=device)
+    first = torch.zeros((), dtype=torch.int64, device=device)
+    return SplinePlan(solve, size + 3, band_knots, identity, positions, positions - 1, zero, first)
 
 
 class ReinschBands(NamedTuple):
     """The Reinsch system ``M = R + mu Q^T Q`` of padded knot sets in the layout of a :class:`SplinePlan`.
 
     Attributes:
-        h: ``(B, size + 2)`` knot spacings ``h_j = t_{j+1} - t_j``.
-        inv_h: ``(B, size + 2)`` their inverses; column ``j`` of ``Q`` (interior knot ``j + 1``) holds
-            ``inv_h[j]``, ``-(inv_h[j] + inv_h[j + 1])``, ``inv_h[j + 1]`` in rows ``j``, ``j + 1``, ``j + 2``.
-        bands: ``(B, 3, size)`` bands of ``M`` (identity in the rows ``j >= n - 2`` of each set: the format of
+        h: ``(B, size + 2, 1)`` knot spacings ``h_j = t_{j+1} - t_j``.
+        inv_h: ``(B, size + 2, 1)`` their inverses; column ``j`` of ``Q`` (interior knot ``j + 1``) holds
+            ``lo = inv_h[j]``, ``-mid = -(inv_h[j] + inv_h[j + 1])``, ``hi = inv_h[j + 1]`` in rows ``j``, ``j + 1``,
+            ``j + 2``; ``lo``, ``mid``, ``hi`` ``(B, size, 1)``.
+        bands: ``(B, size, 3)`` bands of ``M`` (identity in the rows ``j >= n - 2`` of each set: the format of
             :func:`torchgcc.functional.banded.solve_pentadiagonal`).
-        rows: ``(B, size)`` bool, the rows of each set's own system, ``j < n - 2``.
+        rows: ``(B, size, 1)`` bool, the rows of each set's own system, ``j < n - 2``.
     """
 
     h: torch.Tensor
     inv_h: torch.Tensor
+    lo: torch.Tensor
+    mid: torch.Tensor
+    hi: torch.Tensor
     bands: torch.Tensor
     rows: torch.Tensor
 
@@ -111,50 +122,54 @@ def reinsch_bands(
 
     With ``inverse_weights`` ``(B, W)`` (``1 / w_i`` of the weighted objective ``(1/n) sum_i w_i (y_i - u(t_i))^2``),
     the system is ``R + mu Q^T W^-1 Q`` (Green and Silverman 1994, sec. 3.5)."""
-    size = plan.size
-    h = knots.diff(dim=-1)
+    size, batch = plan.size, knots.shape[0]
+    h = knots[:, 1:] - knots[:, :-1]
     if h.shape[-1] < size + 2:
         h = torch.nn.functional.pad(h, (0, size + 2 - h.shape[-1]), value=1.0)
+    h = h.view(batch, size + 2, 1)
     inv_h = h.reciprocal()
-    g0, g1, g2 = inv_h[:, :size], inv_h[:, 1 : size + 1], inv_h[:, 2 : size + 2]
-    mid = g0 + g1  # -Q[j + 1, j]
+    lo, hi, after = inv_h[:, :size], inv_h[:, 1 : size + 1], inv_h[:, 2:]  # Q[j, j], Q[j + 2, j], Q[j + 2, j + 2]
+    mid = lo + hi  # -Q[j + 1, j]
     if inverse_weights is None:
-        q_diag = g0 * g0 + mid * mid + g1 * g1
-        q_off1 = -g1 * (mid + g1 + g2)
-        q_off2 = g1 * g2
+        q_diag = (lo * lo).addcmul_(mid, mid).addcmul_(hi, hi)
+        q_off1 = -hi * (mid + hi + after)
+        q_off2 = hi * after
     else:  # Q's column j has rows j, j + 1, j + 2
         w = inverse_weights.to(torch.float64)
         if w.shape[-1] < size + 2:
             w = torch.nn.functional.pad(w, (0, size + 2 - w.shape[-1]), value=1.0)
-        w0, w1, w2 = w[:, :size], w[:, 1 : size + 1], w[:, 2 : size + 2]
-        q_diag = w0 * g0 * g0 + w1 * mid * mid + w2 * g1 * g1
-        q_off1 = -g1 * (w1 * mid + w2 * (g1 + g2))
-        q_off2 = w2 * g1 * g2
-    mu = mu.view(-1, 1)
-    bands = h.new_empty(h.shape[0], 3, size)  # written band by band (no stack: the same ops for every size)
-    bands[:, 0] = torch.addcmul((h[:, :size] + h[:, 1 : size + 1]) / 3, mu, q_diag)
-    bands[:, 1] = torch.addcmul(h[:, 1 : size + 1] / 6, mu, q_off1)
-    bands[:, 2] = mu * q_off2
+        w = w.view(batch, size + 2, 1)
+        w0, w1, w2 = w[:, :size], w[:, 1 : size + 1], w[:, 2:]
+        q_diag = w0 * lo * lo + w1 * mid * mid + w2 * hi * hi
+        q_off1 = -hi * (w1 * mid + w2 * (hi + after))
+        q_off2 = w2 * hi * after
+    mu = mu.view(-1, 1, 1)
+    h_next = h[:, 1 : size + 1]
+    bands = h.new_empty(batch, size, 3)  # written band by band (no stack: the same ops for every size)
+    bands[..., :1] = torch.addcmul((h[:, :size] + h_next).mul_(1 / 3), mu, q_diag)
+    bands[..., 1:2] = torch.addcmul(h_next * (1 / 6), mu, q_off1)
+    bands[..., 2:] = mu * q_off2
     own = plan.band_knots < counts.view(-1, 1, 1)
-    return ReinschBands(h, inv_h, torch.where(own, bands, plan.identity), own[:, 0])
+    return ReinschBands(h, inv_h, lo, mid, hi, torch.where(own, bands, plan.identity), own[..., :1])
 
 
 def apply_qt(bands: ReinschBands, y: torch.Tensor) -> torch.Tensor:
-    """``Q^T y`` ``(B, size, r)`` for data ``y`` ``(B, W, r)`` at the knots (``W >= size + 2``), zero past each set's
-    system."""
-    size = bands.rows.shape[-1]
-    lo, hi = bands.inv_h[:, :size, None], bands.inv_h[:, 1 : size + 1, None]
-    product = torch.addcmul(lo * y[:, :size], hi, y[:, 2 : size + 2]).addcmul_(lo + hi, y[:, 1 : size + 1], value=-1)
-    return torch.where(bands.rows.unsqueeze(-1), product, 0.0)
+    """``Q^T y`` ``(B, size, r)`` for data ``y`` ``(B, W, r)`` at the knots (``W >= size + 2``). The rows past each
+    set's system are not zero: mask them with ``bands.rows``."""
+    size = bands.rows.shape[1]
+    product = torch.addcmul(bands.lo * y[:, :size], bands.hi, y[:, 2 : size + 2])
+    return product.addcmul_(bands.mid, y[:, 1 : size + 1], value=-1.0)
 
 
-def apply_q(inv_h: torch.Tensor, z: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """``out += Q z`` in place for ``z`` ``(B, size, r)`` (zero past each set's system) and ``out`` ``(B, W, r)``,
-    ``W >= size + 2``, with ``Q`` given by ``inv_h`` (:class:`ReinschBands`); returns ``out``."""
+def apply_q(bands: ReinschBands, z: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out += Q z`` in place for ``z`` ``(B', size, r)`` (zero past each set's system) and ``out`` ``(B', W, r)``,
+    ``W >= size + 2``; returns ``out``. ``B'`` may be a multiple of ``B``: each set's ``Q`` repeated over
+    consecutive ``B' / B`` rows (candidates of one set)."""
     size = z.shape[1]
-    lo, hi = inv_h[:, :size, None], inv_h[:, 1 : size + 1, None]
+    repeats = z.shape[0] // bands.lo.shape[0]
+    lo, mid, hi = (q.repeat_interleave(repeats, 0) if repeats > 1 else q for q in (bands.lo, bands.mid, bands.hi))
     out[:, :size].addcmul_(lo, z)
-    out[:, 1 : size + 1].addcmul_(lo + hi, z, value=-1)
+    out[:, 1 : size + 1].addcmul_(mid, z, value=-1.0)
     out[:, 2 : size + 2].addcmul_(hi, z)
     return out
 
@@ -173,7 +188,7 @@ def padded_spline_matrices(
             rest padding beyond every point (:func:`torchgcc.functional.survivors.compact_survivors` makes them).
             ``W = plan.width`` on the fast path; other widths are padded here.
         counts: ``(B,)`` knots per set, ``n >= 2`` (no check: fewer give meaningless values, never an error).
-        points: ``(P,)`` or ``(B, P)`` evaluation points (inside or outside the knots).
+        points: ``(P,)`` or ``(B, P)`` float64 evaluation points (inside or outside the knots).
         mu: ``(B,)`` ``n * lam`` per set.
         plan: the :func:`spline_plan` of ``W`` knots (built here when None; callers decoding many batches keep it).
 
@@ -189,28 +204,28 @@ def padded_spline_matrices(
     size = plan.size
     bands = reinsch_bands(knots, counts, mu, plan)
     # interval of each point, knots[idx] <= x < knots[idx + 1], clamped to the set's end intervals
-    x = points.to(torch.float64).expand(batch, -1).contiguous()
-    idx = torch.minimum(torch.searchsorted(knots, x, right=True).sub_(1), (counts - 2).view(-1, 1)).clamp_(min=0)
+    x = points.expand(batch, -1).contiguous()
+    idx = torch.clamp(torch.searchsorted(knots, x, right=True).sub_(1), max=(counts - 2).view(-1, 1)).clamp_(plan.first)
     t_left = knots.gather(1, idx)
-    h_at = knots.gather(1, idx + 1) - t_left
-    b = (x - t_left) / h_at  # weight of the fitted value at knot idx + 1; 1 - b at knot idx
-    a = 1 - b
-    outside = (b < 0) | (b > 1)  # beyond the knots the natural spline is the chord plus the end slope: a line
-    scale = h_at * h_at / 6
-    c_a = torch.where(outside, -a, a * a * a - a) * scale  # weight of gamma at knot idx
-    c_b = torch.where(outside, -b, b * b * b - b) * scale  # weight of gamma at knot idx + 1
+    t_right = knots.gather(1, idx + 1)
+    h_at = t_right - t_left
+    inv_h = h_at.reciprocal()
+    a = (t_right - x).mul_(inv_h)  # weight of the fitted value at knot idx ...
+    b = (x - t_left).mul_(inv_h)  # ... and at knot idx + 1
+    outside = a * b < 0.0  # (a + b = 1) beyond the knots the natural spline is the chord plus the end slope: a line
+    scale = (h_at * h_at).mul_(1 / 6)
+    c_a = (a * a).sub_(1.0).masked_fill_(outside, -1.0).mul_(a).mul_(scale)  # (a^3 - a) h^2 / 6, or -a h^2 / 6
+    c_b = (b * b).sub_(1.0).masked_fill_(outside, -1.0).mul_(b).mul_(scale)  # the same for knot idx + 1
     # one-hot (B, W, P) layouts of the weights: v of the knot values, c of the second derivatives (knot j + 1 is
     # interior row j); the right-hand sides are c - mu Q^T v, the rows of D^T are v + Q M^-1 (c - mu Q^T v)
-    zero = knots.new_zeros(())
-    at_left = plan.positions == idx.unsqueeze(1)
-    at_right = plan.positions == idx.unsqueeze(1) + 1
-    v = torch.where(at_left, a.unsqueeze(1), zero) + torch.where(at_right, b.unsqueeze(1), zero)
-    c = torch.where(at_left, c_a.unsqueeze(1), zero) + torch.where(at_right, c_b.unsqueeze(1), zero)
-    rhs = torch.where(bands.rows.unsqueeze(-1), c[:, 1 : size + 1], zero).sub_(
-        apply_qt(bands, v).mul_(mu.view(-1, 1, 1))
-    )
-    z = solve_pentadiagonal(bands.bands, rhs, plan.solve)  # (B, size, P), zero in the padding
-    return apply_q(bands.inv_h, z, v.clone()).mT  # (a clone: autograd saved v for Q^T v)
+    idx = idx.view(batch, 1, -1)
+    at_left, at_right = plan.positions == idx, plan.before == idx
+    v = torch.where(at_left, a.view(batch, 1, -1), torch.where(at_right, b.view(batch, 1, -1), plan.zero))
+    c = torch.where(at_left, c_a.view(batch, 1, -1), torch.where(at_right, c_b.view(batch, 1, -1), plan.zero))
+    rhs = torch.addcmul(c[:, 1 : size + 1], mu.view(-1, 1, 1), apply_qt(bands, v), value=-1.0)
+    z = solve_pentadiagonal(bands.bands, torch.where(bands.rows, rhs, plan.zero), plan.solve)  # zero in the padding
+    out = v.clone() if v.requires_grad else v  # autograd saved v for Q^T v
+    return apply_q(bands, z, out).transpose(1, 2)
 
 
 def smoothing_spline_matrix(knots: torch.Tensor, points: torch.Tensor, lam: Lam = 0.0) -> torch.Tensor:

@@ -26,17 +26,19 @@ class SurvivorLayout(NamedTuple):
     """The sort keys of ``N`` workers in rows of ``W >= N`` slots (slots past ``N`` are never survivors).
 
     Attributes:
-        keys: ``(2, W)`` float64: row 0 the key of each slot if its worker arrived (its point), row 1 if it did not.
+        arrived_keys: ``(W,)`` float64, the key of each slot if its worker arrived (its point);
+        straggler_keys: ``(W,)`` float64, if it did not.
         extend: ``(W,)`` int64, the worker whose mask entry each slot reads (``min(j, N - 1)``: the slots past ``N``
             have equal keys in both rows, so what they read does not matter).
     """
 
-    keys: torch.Tensor
+    arrived_keys: torch.Tensor
+    straggler_keys: torch.Tensor
     extend: torch.Tensor
 
     @property
     def width(self) -> int:
-        return self.keys.shape[-1]
+        return self.extend.shape[-1]
 
 
 def survivor_layout(points: torch.Tensor, width: Optional[int] = None) -> SurvivorLayout:
@@ -48,9 +50,8 @@ def survivor_layout(points: torch.Tensor, width: Optional[int] = None) -> Surviv
         raise ValueError(f"need points of shape (N,) and width >= N, got {tuple(points.shape)} and width={width}")
     points = points.detach().to(torch.float64)
     beyond = 3 * PAD_START + 1 + torch.arange(width - n, dtype=torch.float64, device=points.device)
-    keys = torch.stack([torch.cat([points, beyond]), torch.cat([points + 2 * PAD_START, beyond])])
     extend = torch.arange(width, device=points.device).clamp(max=n - 1)
-    return SurvivorLayout(keys, extend)
+    return SurvivorLayout(torch.cat([points, beyond]), torch.cat([points + 2 * PAD_START, beyond]), extend)
 
 
 class Survivors(NamedTuple):
@@ -75,5 +76,5 @@ class Survivors(NamedTuple):
 def compact_survivors(mask: torch.Tensor, layout: SurvivorLayout) -> Survivors:
     """:class:`Survivors` of a ``(B, N)`` bool ``mask`` (True = arrived) in the rows of ``layout``: one sort."""
     arrived = mask.gather(1, layout.extend.expand(mask.shape[0], -1))
-    knots, order = torch.where(arrived, layout.keys[0], layout.keys[1]).sort(dim=-1)
+    knots, order = torch.where(arrived, layout.arrived_keys, layout.straggler_keys).sort(dim=-1)
     return Survivors(order, mask.sum(dim=-1), knots < PAD_START, knots)

@@ -55,7 +55,7 @@ def weighted_smoothing_spline(
     plan = spline_plan(n, knots.device)
     s = 1.0 / weights
     bands = reinsch_bands(knots, counts, mu, plan, inverse_weights=s)
-    inv_h = bands.inv_h[:, : n - 1]
+    inv_h = bands.inv_h[:, : n - 1, 0]
     q_lo, q_mid, q_hi = inv_h[:, :-1], -(inv_h[:, :-1] + inv_h[:, 1:]), inv_h[:, 1:]  # column j: rows j, j+1, j+2
     qty = q_lo.unsqueeze(-1) * y[:, :-2] + q_mid.unsqueeze(-1) * y[:, 1:-1] + q_hi.unsqueeze(-1) * y[:, 2:]
     rhs = torch.nn.functional.pad(qty, (0, 0, 0, plan.size - (n - 2)))
@@ -67,7 +67,7 @@ def weighted_smoothing_spline(
     fitted = y - mu.view(-1, 1, 1) * s.unsqueeze(-1) * q_gamma
     second = torch.nn.functional.pad(gamma, (0, 0, 1, 1))  # zero second derivative at the end knots
 
-    h = bands.h[:, : n - 1]
+    h = bands.h[:, : n - 1, 0]
     points = points.to(torch.float64).expand(g_count, -1).contiguous()
     idx = (torch.searchsorted(knots, points, right=True) - 1).clamp(0, n - 2)
     t_left, h_at = knots.gather(-1, idx), h.gather(-1, idx)
