@@ -60,8 +60,8 @@ class AdversarialSplineDecoder(SplineDecoder):
     """The plain smoothing spline decoder with :func:`adversarial_lambda` for the number of results fitted."""
 
     def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, q: int, c: float = ADVERSARIAL_C, **kwargs) -> None:
+        self.q, self.c = q, c  # before the base class builds mu_table from lam_for
         super().__init__(alpha, beta, lam=None, **kwargs)
-        self.q, self.c = q, c
 
     def lam_for(self, num_points):
         return adversarial_lambda(self.q, num_points, self.c)

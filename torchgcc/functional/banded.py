@@ -184,7 +184,7 @@ def _blocks(plan: PentadiagonalPlan, bands: torch.Tensor) -> tuple[torch.Tensor,
     """The interior blocks ``(B nb, w, w)``, couplings ``(B nb, w, 4)`` and padded separators' matrix
     ``(B, side^2)`` of the matrices with ``bands`` (three gathers)."""
     batch, nb, width = bands.shape[0], plan.blocks, plan.width
-    flat = bands.reshape(batch, -1)
+    flat = bands.view(batch, -1)
     interior, coupling, schur = (
         flat.gather(1, entries.expand(batch, -1))
         for entries in (plan.interior_entries, plan.coupling_entries, plan.separator_entries)

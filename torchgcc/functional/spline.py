@@ -57,7 +57,7 @@ class SplinePlan(NamedTuple):
         band_knots: ``(size, 3)`` int64, ``i + k + 2``: entry ``A[i, i + k]`` is in a set's own system iff that knot
             index is below the set's count (else identity rows).
         identity: ``(size, 3)`` float64, the bands of the identity.
-        positions: ``(width, 1)`` int64 knot positions ``j``; ``before``: ``j - 1``.
+        pair: ``(2, 1)`` int64 ``[0, 1]``; ``pair_offset``, ``pair_sign``: ``(2, 1)`` float64 ``[1, 0]``, ``[-1, 1]``.
         zero: ``()`` float64 zero; ``first``: ``()`` int64 zero.
     """
 
@@ -65,8 +65,9 @@ class SplinePlan(NamedTuple):
     width: int
     band_knots: torch.Tensor
     identity: torch.Tensor
-    positions: torch.Tensor
-    before: torch.Tensor
+    pair: torch.Tensor
+    pair_offset: torch.Tensor
+    pair_sign: torch.Tensor
     zero: torch.Tensor
     first: torch.Tensor
 
@@ -82,10 +83,12 @@ def spline_plan(num_knots: int, device: Optional[torch.device] = None) -> Spline
     band_knots = torch.arange(size, device=device).view(-1, 1) + torch.arange(2, 5, device=device)
     identity = torch.zeros(size, 3, dtype=torch.float64, device=device)
     identity[:, 0] = 1.0
-    positions = torch.arange(size + 3, device=device).view(-1, 1)
+    pair = torch.tensor([[0], [1]], device=device)
+    pair_offset = torch.tensor([[1.0], [0.0]], dtype=torch.float64, device=device)
+    pair_sign = torch.tensor([[-1.0], [1.0]], dtype=torch.float64, device=device)
     zero = torch.zeros((), dtype=torch.float64, device=device)
     first = torch.zeros((), dtype=torch.int64, device=device)
-    return SplinePlan(solve, size + 3, band_knots, identity, positions, positions - 1, zero, first)
+    return SplinePlan(solve, size + 3, band_knots, identity, pair, pair_offset, pair_sign, zero, first)
 
 
 class ReinschBands(NamedTuple):
@@ -206,22 +209,20 @@ def padded_spline_matrices(
     # interval of each point, knots[idx] <= x < knots[idx + 1], clamped to the set's end intervals
     x = points.expand(batch, -1).contiguous()
     idx = torch.clamp(torch.searchsorted(knots, x, right=True).sub_(1), max=(counts - 2).view(-1, 1)).clamp_(plan.first)
-    t_left = knots.gather(1, idx)
-    t_right = knots.gather(1, idx + 1)
-    h_at = t_right - t_left
-    inv_h = h_at.reciprocal()
-    a = (t_right - x).mul_(inv_h)  # weight of the fitted value at knot idx ...
-    b = (x - t_left).mul_(inv_h)  # ... and at knot idx + 1
-    outside = a * b < 0.0  # (a + b = 1) beyond the knots the natural spline is the chord plus the end slope: a line
-    scale = (h_at * h_at).mul_(1 / 6)
-    c_a = (a * a).sub_(1.0).masked_fill_(outside, -1.0).mul_(a).mul_(scale)  # (a^3 - a) h^2 / 6, or -a h^2 / 6
-    c_b = (b * b).sub_(1.0).masked_fill_(outside, -1.0).mul_(b).mul_(scale)  # the same for knot idx + 1
-    # one-hot (B, W, P) layouts of the weights: v of the knot values, c of the second derivatives (knot j + 1 is
-    # interior row j); the right-hand sides are c - mu Q^T v, the rows of D^T are v + Q M^-1 (c - mu Q^T v)
-    idx = idx.view(batch, 1, -1)
-    at_left, at_right = plan.positions == idx, plan.before == idx
-    v = torch.where(at_left, a.view(batch, 1, -1), torch.where(at_right, b.view(batch, 1, -1), plan.zero))
-    c = torch.where(at_left, c_a.view(batch, 1, -1), torch.where(at_right, c_b.view(batch, 1, -1), plan.zero))
+    ends = idx.view(batch, 1, -1) + plan.pair  # (B, 2, P): knots idx and idx + 1
+    t = knots.gather(1, ends.view(batch, -1)).view(ends.shape)
+    left = t[:, :1]
+    h = t[:, 1:] - left  # (B, 1, P)
+    # the weights of the fitted values at knots idx and idx + 1 (B, 2, P), 1 - b and b = (x - t_idx) / h ...
+    ab = torch.addcmul(plan.pair_offset, plan.pair_sign, (x.view(batch, 1, -1) - left).div_(h))
+    # ... and of the second derivatives there: (a^3 - a) h^2 / 6 inside the knots; beyond them the natural spline
+    # is the chord plus the end slope, a line: -a h^2 / 6 (outside iff a b < 0, as a + b = 1)
+    outside = ab.prod(dim=1, keepdim=True) < 0.0
+    weights = (ab * ab).sub_(1.0).masked_fill_(outside, -1.0).mul_(ab).mul_((h * h).mul_(1 / 6))
+    # in the (B, W, P) knot layout: v of the knot values, c of the second derivatives (knot j + 1 is interior row j);
+    # the right-hand sides are c - mu Q^T v, the rows of D^T are v + Q M^-1 (c - mu Q^T v)
+    v = knots.new_full((batch, plan.width, x.shape[-1]), 0.0).scatter_(1, ends, ab)
+    c = knots.new_full((batch, plan.width, x.shape[-1]), 0.0).scatter_(1, ends, weights)
     rhs = torch.addcmul(c[:, 1 : size + 1], mu.view(-1, 1, 1), apply_qt(bands, v), value=-1.0)
     z = solve_pentadiagonal(bands.bands, torch.where(bands.rows, rhs, plan.zero), plan.solve)  # zero in the padding
     out = v.clone() if v.requires_grad else v  # autograd saved v for Q^T v
