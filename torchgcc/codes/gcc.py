@@ -158,7 +158,6 @@ class GCVSplineDecoder(SplineDecoder):
         self.pool, self.calibrates = pool, calibrate
         self.register_buffer("ratios", ratios)
         self.register_buffer("ratio", torch.tensor(float("nan"), dtype=torch.float64))
-        self.bandwidth_ratio = self.ratio
         self.calibrated = False
         self.last_lambda: Optional[torch.Tensor] = None
         self.last_ratio: Optional[torch.Tensor] = None
@@ -167,6 +166,14 @@ class GCVSplineDecoder(SplineDecoder):
     @property
     def depends_on_results(self) -> bool:  # type: ignore[override]
         return not self.calibrated
+
+    def lam_for(self, num_points: Union[int, torch.Tensor]) -> Union[float, torch.Tensor]:
+        """The calibrated smoothing of a fit to ``num_points`` results (NaN before calibration)."""
+        return spacing_lambda(num_points, self.ratio)
+
+    def refresh_smoothing(self) -> None:
+        if "ratio" in self._buffers:  # not yet while the base class initialises
+            super().refresh_smoothing()
 
     def calibrate(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Choose the ratio from results ``y`` ``(B, N, *out)`` under ``mask`` (pooled GCV) and keep it for every later
