@@ -10,13 +10,13 @@ from references import berrut_reference, csaps_reference, natural_spline_referen
 from torchgcc.functional import (
     berrut_matrix,
     compact_survivors,
-    survivor_layout,
     kernel_smoother_matrix,
     lagrange_matrix,
     padded_spline_matrices,
     pentadiagonal_plan,
     smoothing_spline_matrix,
     solve_pentadiagonal,
+    survivor_layout,
 )
 from torchgcc.functional.berrut import padded_berrut_matrices
 from torchgcc.functional.lagrange import padded_lagrange_matrices

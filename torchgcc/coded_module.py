@@ -205,7 +205,7 @@ class CodedModule(nn.Module):
         out: list[Optional[torch.Tensor]] = [None] * len(results)
         for dtype in dict.fromkeys(r.dtype for r in results):
             members = [i for i, r in enumerate(results) if r.dtype == dtype]
-            flats = [results[i].flatten(2) for i in members]
+            flats = [results[i].reshape(results[i].shape[:2] + (-1,)) for i in members]
             joined = torch.cat(flats, 2) if len(flats) > 1 else flats[0]
             if self.noise is not None:
                 joined = self.noise(joined, mask)

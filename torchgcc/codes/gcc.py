@@ -223,6 +223,8 @@ class GCVSplineDecoder(SplineDecoder):
         )
         candidates = spacing_lambda(scored.counts.unsqueeze(-1), self.ratios)  # (G, L)
         scores = gcv_scores(scored.knots[:, :width], scored.counts, compacted, scored.counts.unsqueeze(-1) * candidates)
+        informative = (scored.counts >= max(4, self.min_arrived)).unsqueeze(-1)  # fewer knots: scores carry nothing
+        scores = torch.where(informative & torch.isfinite(scores), scores, 0.0)
         best = scores.argmin(dim=-1) if self.pool is None else scores.mean(dim=0).argmin()
         self.last_ratio = self.ratios[best]
         self.last_lambda = spacing_lambda(survivors.counts, self.last_ratio)

@@ -284,6 +284,8 @@ class Decoder(_Float64Buffers):
         mask = check_mask(mask, tuple(y.shape[:2]))
         if mask.device != y.device:
             mask = mask.to(y.device)
+        if y.is_meta:  # shape inference: nothing to compute
+            return y.new_empty((y.shape[0], self.num_inputs) + y.shape[2:])
         flat = y if y.ndim == 3 else y.reshape(y.shape[0], self.num_workers, -1)
         if self.nonfinite == "straggle":
             mask = mask & torch.isfinite(flat).all(dim=-1)
