@@ -32,7 +32,7 @@ from typing import Any, Optional, Union
 import torch
 
 from torchgcc.codes.gcc import GCC, SplineDecoder, _check_lambda
-from torchgcc.codes.maps import Decoder
+from torchgcc.codes.maps import Decoder, check_mask, check_tensor
 from torchgcc.functional.weighted_spline import huber_weights, weighted_smoothing_spline
 
 __all__ = [
@@ -52,17 +52,18 @@ ROBUST_METHODS = ("plain", "huber", "trim")
 
 def adversarial_lambda(num_adversaries: int, num_points: int, c: float = ADVERSARIAL_C) -> float:
     """``lambda_d = c * (q / n)^(8/5)`` for ``q`` adversaries among ``n`` fitted results (0 when ``q = 0``)."""
-    return c * (num_adversaries / max(num_points, 1)) ** 1.6
+    points = num_points.clamp(min=1) if isinstance(num_points, torch.Tensor) else max(num_points, 1)
+    return c * (num_adversaries / points) ** 1.6
 
 
 class AdversarialSplineDecoder(SplineDecoder):
     """The plain smoothing spline decoder with :func:`adversarial_lambda` for the number of results fitted."""
 
     def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, q: int, c: float = ADVERSARIAL_C, **kwargs) -> None:
+        self.q, self.c = q, c  # before the base class builds mu_table from lam_for
         super().__init__(alpha, beta, lam=None, **kwargs)
-        self.q, self.c = q, c
 
-    def lam_for(self, num_points: int) -> float:
+    def lam_for(self, num_points):
         return adversarial_lambda(self.q, num_points, self.c)
 
 
@@ -80,7 +81,7 @@ class RobustSplineDecoder(Decoder):
         refit: the smoothing of a final fit without the flagged workers: ``"spacing"`` (default; GCC's default rule)
             or a number, or None to return the robust fit itself (smoothed with the adversarial lambda).
         flag_below: Huber weights below this flag a worker.
-        options: those of :class:`Decoder` (``min_arrived``, ``nonfinite``, ``cache_size``).
+        options: those of :class:`Decoder` (``min_arrived``, ``nonfinite``, ``backend``, ``check``).
     """
 
     depends_on_results = True
@@ -114,7 +115,11 @@ class RobustSplineDecoder(Decoder):
         self.last_flagged: Optional[torch.Tensor] = None
 
     def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        mask = self._check(y, mask)
+        y = check_tensor(y, "decoder results y", f"(B, N={self.num_workers}, *out)")
+        if y.ndim < 2 or y.shape[1] != self.num_workers:
+            raise ValueError(f"decoder expects results of shape (B, N={self.num_workers}, *out), got {tuple(y.shape)}")
+        mask = check_mask(mask, tuple(y.shape[:2])).to(y.device)
+        self._check_counts(mask)
         k = self.num_inputs
         flat = y.reshape(y.shape[0], self.num_workers, -1)
         if self.nonfinite == "straggle":
