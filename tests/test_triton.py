@@ -145,7 +145,8 @@ def test_interpreted_decode_matches_the_torch_path_and_keeps_the_errors():
 @interpreted
 @pytest.mark.parametrize("lam", ["adaptive", "gcv"])
 def test_interpreted_kernel_builds_the_gcv_rules_choice(lam):
-    """The default rule on the triton backend: GCV chooses on the device, the kernel builds the matrices."""
+    """The GCV rules on the triton backend: GCV chooses on the device, the kernel builds the matrices; the default
+    calibrates on the first call and then builds every later batch's matrices in the kernel alone."""
     fused, torch_path = (torchgcc.GCC(4, 10, lambda_dec=lam, backend=b).decoder for b in ("triton", "torch"))
     generator = torch.Generator().manual_seed(4)
     y = torch.sin(3 * fused.beta).view(1, 10, 1) + 0.05 * torch.randn(
@@ -154,6 +155,8 @@ def test_interpreted_kernel_builds_the_gcv_rules_choice(lam):
     mask = masks_with_every_straggler_count(10, 5)
     torch.testing.assert_close(fused(y, mask), torch_path(y, mask), rtol=0, atol=1e-12)
     torch.testing.assert_close(fused.last_lambda, torch_path.last_lambda, rtol=0, atol=0)
+    later = masks_with_every_straggler_count(10, 5, seed=7)
+    torch.testing.assert_close(fused(y, later), torch_path(y, later), rtol=0, atol=1e-12)
 
 
 @interpreted
