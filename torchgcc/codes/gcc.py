@@ -120,10 +120,10 @@ class GCVSplineDecoder(SplineDecoder):
     choice is invariant to their scale):
 
     - ``pool=None`` (``lambda_dec="gcv"``): every group its own ``r``, from its own score, every call;
-    - ``pool=P``: one ``r`` per batch, minimising the mean score of ``min(B, P, 1024 // N)`` groups evenly spaced over
-      the batch. A group's results alone (``n`` close to K values) are a noisy basis for the choice; the groups of a
-      batch are coded the same way and share the model, so pooling them is a stabler estimate of the smoothing the
-      model's outputs need;
+    - ``pool=P``: one ``r`` per batch, minimising the mean score of ``min(B, P, max(1, 1024 // N))`` groups evenly
+      spaced over the batch. A group's results alone (``n`` close to K values) are a noisy basis for the choice;
+      the groups of a batch are coded the same way and share the model, so pooling them is a stabler estimate of the
+      smoothing the model's outputs need;
     - ``pool=P, calibrate=True`` (``lambda_dec="adaptive"``, the default, ``P = 16``): that pooled choice made once,
       on the first batch decoded, and then kept (the ``ratio`` buffer, saved in the state dict): every later call is
       mask-only, as cheap as the ``"spacing"`` rule and capturable (no data-dependent branch). Like BatchNorm's

@@ -13,7 +13,7 @@ from torchgcc.app.tables import markdown_table
 
 __all__ = [
     "ADVERSARIAL_DECODERS",
-    "DECODE_ROWS",
+    "DECODE_RULES",
     "NOISY_DECODERS",
     "adaptive_wait_seeds",
     "adversarial_acceptance",
@@ -41,25 +41,27 @@ def rates(data: Data) -> str:
     return markdown_table(data["records"], setting="N")
 
 
-#: What each timing of ``benchmarks/decode.py`` measures (a key it does not know is shown by name).
-DECODE_ROWS: dict[str, str] = {
-    "bmm": "bare `torch.bmm` applying {groups} precomputed `(K, N)` matrices",
-    "decode_cold": 'decode, `lambda_dec="spacing"`, empty cache ({groups} distinct matrices built in the call)',
-    "decode_cold_check_false": 'decode, `lambda_dec="spacing"`, empty cache, `check=False`',
-    "decode_warm": 'decode, `lambda_dec="spacing"`, the matrices cached',
-    "construct": "matrix construction alone ({groups} masks)",
-    "decode_adaptive_default": 'decode, the default `lambda_dec="adaptive"` (lambda per group, nothing cached)',
-    "scipy_loop": "a scipy loop fitting each group's results (spacing lambda)",
-}
+#: The rules of ``benchmarks/decode.py``, in the order of its table's columns.
+DECODE_RULES = ("default", "default_first_call", "spacing", "natural")
 
 
 def decode(data: Data) -> str:
-    """``benchmarks/decode.py``: every timing of its JSON, in ms and against the bare bmm."""
-    settings, seconds = data["settings"], data["seconds"]
-    lines = ["| what | time (ms) | against the bare bmm |", "|---|---:|---:|"]
-    for key, value in seconds.items():
-        label = DECODE_ROWS.get(key, f"`{key}`").format(groups=settings["groups"])
-        lines.append(f"| {label} | {1e3 * value:.3g} | {value / seconds['bmm']:.3g}x |")
+    """``benchmarks/decode.py``: every row of its JSON: the bare bmm's time, each rule against it, and the default's
+    aten ops and host reads per call (every rule runs the same plan)."""
+    rules = " | ".join(f"`{rule}` / bmm" for rule in DECODE_RULES)
+    lines = [
+        f"| N | B | masks | d | survivor counts | bmm (ms) | {rules} | ops per call | reads per call |",
+        "|---:|---:|---|---:|---:|---:|" + "---:|" * len(DECODE_RULES) + "---:|---:|",
+    ]
+    for row in data["rows"]:
+        ratios = " | ".join(f"{row['over_bmm'][rule]:.3g}x" for rule in DECODE_RULES)
+        calls = row["per_call"]
+        ops = f"{calls['default']['ops']} (`check=False`: {calls['default_check_false']['ops']})"
+        reads = f"{calls['default']['reads']} (`check=False`: {calls['default_check_false']['reads']})"
+        lines.append(
+            f"| {row['N']} | {row['B']} | {row['masks']} | {row['outputs']} | {row['distinct_survivor_counts']} "
+            f"| {1e3 * row['median_seconds']['bmm']:.3g} | {ratios} | {ops} | {reads} |"
+        )
     return "\n".join(lines)
 
 
