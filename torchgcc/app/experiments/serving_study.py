@@ -42,7 +42,7 @@ from torchgcc.app.models import list_models
 from torchgcc.app.plots import plt, save_figure
 from torchgcc.app.results import ExperimentResult
 from torchgcc.app.statistics import seed_mean_ci
-from torchgcc.app.tables import publish_rows
+from torchgcc.app.tables import markdown_rows, publish_rows
 from torchgcc.distributed.schemes import make_execution_scheme
 from torchgcc.metrics import accuracy, argmax_agreement, mse
 from torchgcc.serving import (
@@ -63,6 +63,7 @@ __all__ = [
     "Config",
     "add_arguments",
     "configure",
+    "docs_table",
     "report",
     "run",
     "schemes_for",
@@ -450,6 +451,12 @@ COLUMNS = [
     ("accuracy", _cell("accuracy", 3)),
     ("tasks/batch", _cell("tasks_per_batch", 2, ci=False)),
 ]
+
+
+def docs_table(data: Mapping[str, Any]) -> str:
+    """The table ``report`` writes to ``table.md`` (every rate and scheme), from a committed ``results.json`` (for
+    :mod:`torchgcc.app.docs`)."""
+    return markdown_rows(data["records"], COLUMNS)
 
 
 def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:
