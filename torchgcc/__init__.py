@@ -28,6 +28,7 @@ _EXPORTS: dict[str, str | None] = {
     "noise": None,
     "points": None,
     "register_code": "torchgcc.codes",
+    "serving": None,
     "stragglers": None,
 }
 
