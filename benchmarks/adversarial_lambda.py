@@ -34,7 +34,7 @@ def main() -> None:
             errors = []
             for n in args.workers:
                 q = int(round(n**a))
-                code = RobustGCC(k, n, q=q, decoder="plain", c=c)
+                code = RobustGCC(k, n, q=q, decoder="smoothing", c=c)
                 y, truth = f(10 * code.beta).view(1, n, 1), f(10 * code.alpha).view(1, k, 1)
                 mask = torch.ones(1, n, dtype=torch.bool)
                 attacks = (ConcentratedAttack(q, 100.0), RandomAttack(q, 100.0, seed=n))

@@ -93,7 +93,7 @@ def _xsinx(n, k=20):
 def test_robust_equals_plain_without_adversaries(method):
     y, mask = _setup()
     robust = RobustGCC(8, 32, q=0, decoder=method)
-    plain = RobustGCC(8, 32, q=0, decoder="plain")
+    plain = RobustGCC(8, 32, q=0, decoder="smoothing")
     a, b = robust.decoder(y, mask), plain.decoder(y, mask)
     assert torch.allclose(a, b, rtol=1e-6, atol=0)
     assert not robust.decoder.last_flagged.any()
