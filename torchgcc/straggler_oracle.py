@@ -36,8 +36,8 @@ __all__ = ["WorstStragglers", "block_masks", "decode_errors", "worst_stragglers"
 #: The searches :func:`worst_stragglers` can run.
 SEARCHES = ("block", "greedy", "swap")
 
-#: Default bound on the result entries (groups x workers x outputs) decoded in one batch (128 MiB of float64).
-MAX_ELEMENTS = 2**24
+#: Default bound on the result entries (groups x workers x outputs) decoded in one batch (32 MiB of float64).
+MAX_ELEMENTS = 2**22
 
 
 @dataclass

@@ -1,0 +1,221 @@
+"""The oracle attack search: per group, the attack by ``q`` adversaries that maximises a decoder's error.
+
+An EVALUATION ORACLE, never a serving component: it reads the exact outputs (the reference) and tries attacks of
+:mod:`torchgcc.attacks` against the decoder until it finds the worst, as an omniscient adversary would (the threat
+model of arXiv 2502.08058: ``q`` arrived results arbitrary, bounded by ``M``). A fixed attack at full strength
+(``+M``) is what locating decoders catch best; the search also tries what they miss:
+
+- ``"shift"``: a block of ``q`` consecutive arrived workers returns ``y + delta``, clipped to ``[-M, M]``, for
+  ``delta = +-M 10^(-j/4)`` over four decades (:data:`SHIFT_FRACTIONS`) and every block position when there are at
+  most ``max_starts`` (default 128); beyond that, ``max_starts`` evenly spaced ones for every delta, then, per delta
+  and group, every position within one spacing of its worst (the error is a jagged function of the position: a block
+  over a regression point hurts far more than one between two, so the spread search can miss the worst by a few %);
+- ``"signflip"``, ``"random"`` (``+M``), ``"random_pm"`` (``+-M`` per entry), ``"constant"`` (``-M``, 0, ``+M``):
+  ``q`` random arrived workers, ``draws`` draws each;
+- ``"greedy"``: :class:`~torchgcc.attacks.GreedyAttack` (the sister paper's greedy push).
+
+The error of a group is the MSE of its ``K`` estimates over every output entry. For decoders that locate
+(``last_flagged``), :class:`WorstAttacks` also says whether the worst attacks were detected (all their workers
+flagged).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+
+from torchgcc.attacks import Attack, ConstantAttack, GreedyAttack, RandomAttack, ShiftAttack, SignFlipAttack
+
+__all__ = ["FAMILIES", "SHIFT_FRACTIONS", "WorstAttacks", "attack_errors", "worst_attacks"]
+
+#: The attack families :func:`worst_attacks` searches.
+FAMILIES = ("shift", "signflip", "random", "random_pm", "constant", "greedy")
+
+#: Shift magnitudes as fractions of the bound M: 1 down to 1e-4, four per decade.
+SHIFT_FRACTIONS = tuple(10 ** (-j / 4) for j in range(17))
+
+
+@dataclass
+class WorstAttacks:
+    """What :func:`worst_attacks` found, per group (``B`` groups).
+
+    Attributes:
+        errors: ``(B,)`` float64: the largest MSE over every attack tried.
+        attacks: per group, a description of that attack (e.g. ``"shift delta=-3.16 start=17"``).
+        detected: ``(B,)`` bool: whether the decoder flagged every worker of that attack (None: it does not flag).
+        family_errors: family -> ``(B,)`` float64, the largest MSE within the family.
+        family_detected: family -> ``(B,)`` bool, detection of the family's worst attack (decoders that flag).
+        shifts: ``(J,)`` float64 shift magnitudes tried.
+        shift_errors: ``(B, J)`` float64: per magnitude, the largest MSE over sign and the spread positions.
+        shift_detected: ``(B, J)`` bool: per magnitude, whether that worst shift was detected (None: no flags).
+    """
+
+    errors: torch.Tensor
+    attacks: list[str]
+    detected: Optional[torch.Tensor] = None
+    family_errors: dict[str, torch.Tensor] = field(default_factory=dict)
+    family_detected: dict[str, torch.Tensor] = field(default_factory=dict)
+    shifts: Optional[torch.Tensor] = None
+    shift_errors: Optional[torch.Tensor] = None
+    shift_detected: Optional[torch.Tensor] = None
+
+    def fold(
+        self, family: str, errors: torch.Tensor, detected: Optional[torch.Tensor], describe: Callable[[int, int], str]
+    ) -> None:
+        """Add a family's ``(C, B)`` errors (and detection) of ``C`` attacks; ``describe(c, group)`` names one."""
+        errors = errors.cpu()
+        best, index = errors.max(dim=0)
+        groups = torch.arange(len(best))
+        self.family_errors[family] = best
+        if detected is not None:
+            self.family_detected[family] = detected.cpu()[index, groups]
+            if self.detected is None:
+                self.detected = torch.zeros(len(best), dtype=torch.bool)
+        for group in groups.tolist():
+            if best[group] > self.errors[group]:
+                self.errors[group] = best[group]
+                self.attacks[group] = describe(int(index[group]), group)
+                if detected is not None:
+                    self.detected[group] = self.family_detected[family][group]
+
+
+@torch.no_grad()
+def attack_errors(
+    decoder: torch.nn.Module,
+    results: torch.Tensor,
+    mask: torch.Tensor,
+    reference: torch.Tensor,
+    attacks: list[Attack],
+    *,
+    max_elements: int = 2**22,
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """``(C, B)`` MSE of every group under each of ``C`` attacks, and ``(C, B)`` detection (None if the decoder
+    does not flag): all of the attack's corrupted workers flagged by the decoder.
+
+    ``results`` ``(B, N, *out)``, ``mask`` ``(B, N)`` bool (True = arrived), ``reference`` ``(B, K, *out)``; the
+    attacked results of several attacks are decoded in one call, ``max_elements`` result entries at most.
+    """
+    b = results.shape[0]
+    truth = reference.reshape(b, reference.shape[1], -1).to(torch.float64)
+    per_call = max(1, max_elements // max(1, results.numel()))
+    errors = torch.empty(len(attacks), b, dtype=torch.float64)
+    detected = None
+    for first in range(0, len(attacks), per_call):
+        chunk = attacks[first : first + per_call]
+        attacked = torch.cat([attack(results, mask) for attack in chunk])  # (c B, N, *out)
+        corrupted = torch.cat([attack.last_corrupted for attack in chunk])
+        decoded = decoder(attacked, mask.repeat(len(chunk), 1)).reshape(len(chunk), b, truth.shape[1], -1)
+        errors[first : first + len(chunk)] = (decoded.to(torch.float64) - truth).pow(2).mean(dim=(2, 3)).cpu()
+        flagged = getattr(decoder, "last_flagged", None)
+        if flagged is not None:
+            if detected is None:
+                detected = torch.zeros(len(attacks), b, dtype=torch.bool)
+            caught = (flagged.to(corrupted.device) | ~corrupted).all(dim=1).view(len(chunk), b)
+            detected[first : first + len(chunk)] = caught.cpu()
+    return errors, detected
+
+
+@torch.no_grad()
+def worst_attacks(
+    decoder: torch.nn.Module,
+    results: torch.Tensor,
+    mask: torch.Tensor,
+    reference: torch.Tensor,
+    *,
+    q: int,
+    bound: float,
+    families: tuple[str, ...] = FAMILIES,
+    shift_fractions: tuple[float, ...] = SHIFT_FRACTIONS,
+    max_starts: int = 128,
+    draws: int = 8,
+    seed: int = 0,
+    max_elements: int = 2**22,
+) -> WorstAttacks:
+    """Search the attacks of :data:`FAMILIES` for the worst per group (see the module docstring).
+
+    Args:
+        decoder: the decoder under attack (``code.decoder``).
+        results: ``(B, N, *out)`` the honest results (straggler slots are never read).
+        mask: ``(B, N)`` bool, True = arrived.
+        reference: ``(B, K, *out)`` the exact outputs.
+        q: adversaries per group, from 1 to the fewest arrived results.
+        bound: ``M``, the bound on what an adversary returns.
+        families: a non-empty subset of :data:`FAMILIES`.
+        shift_fractions: shift magnitudes as fractions of ``bound``.
+        max_starts: block positions tried per shift before the refinement around the worst.
+        draws: random draws per random family.
+        seed: seed of the random families.
+        max_elements: memory bound of one decoder call.
+    """
+    unknown = set(families) - set(FAMILIES)
+    if unknown or not families:
+        raise ValueError(f"families must be a non-empty subset of {FAMILIES}, got {families!r}")
+    arrived = mask.count_nonzero(dim=1)
+    if isinstance(q, bool) or not isinstance(q, int) or not 1 <= q <= int(arrived.min()):
+        raise ValueError(f"q must be an integer in [1, fewest arrived = {int(arrived.min())}], got {q!r}")
+    b = results.shape[0]
+
+    def evaluate(attacks: list[Attack]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        return attack_errors(decoder, results, mask, reference, attacks, max_elements=max_elements)
+
+    found = WorstAttacks(errors=torch.full((b,), -float("inf"), dtype=torch.float64), attacks=[""] * b)
+    if "shift" in families:
+        _search_shifts(evaluate, found, mask, q, bound, shift_fractions, max_starts)
+    random_families: dict[str, Callable[[int], Attack]] = {
+        "signflip": lambda s: SignFlipAttack(q, seed=s),
+        "random": lambda s: RandomAttack(q, bound, seed=s),
+        "random_pm": lambda s: RandomAttack(q, bound, random_sign=True, seed=s),
+    }
+    for family, make in random_families.items():
+        if family in families:
+            errors, detected = evaluate([make(seed + i) for i in range(draws)])
+            found.fold(family, errors, detected, lambda c, g, family=family: f"{family} draw {c}")
+    if "constant" in families:
+        values = (-bound, 0.0, bound)
+        errors, detected = evaluate([ConstantAttack(q, v, seed=seed + i) for v in values for i in range(draws)])
+        found.fold("constant", errors, detected, lambda c, g: f"constant {values[c // draws]:g} draw {c % draws}")
+    if "greedy" in families:
+        found.fold("greedy", *evaluate([GreedyAttack(q, bound)]), lambda c, g: "greedy")
+    return found
+
+
+def _search_shifts(evaluate, found: WorstAttacks, mask, q: int, bound: float, fractions, max_starts: int) -> None:
+    """The shift family: every magnitude and sign at up to ``max_starts`` spread positions, then, for every magnitude
+    and sign, every position within one spacing of its worst spread position (per group)."""
+    b = mask.shape[0]
+    room = mask.count_nonzero(dim=1).cpu() - q  # valid starts 0 .. room, per group
+    grid = torch.linspace(0, 1, min(max_starts, int(room.min()) + 1), dtype=torch.float64)
+    spread = torch.stack([(point * room).round().long() for point in grid])  # (G, B)
+    deltas = [sign * bound * f for f in fractions for sign in (1.0, -1.0)]  # D = 2 J
+    errors, detected = evaluate([ShiftAttack(q, d, start=start, bound=bound) for d in deltas for start in spread])
+    errors = errors.view(len(deltas), len(grid), b)
+    centre = spread.gather(0, errors.argmax(dim=1))  # (D, B): each delta's worst spread position
+    width = int(room.max()) // max(len(grid) - 1, 1) + 1
+    offsets = [o for o in range(-width, width + 1) if o]
+    starts = torch.stack([torch.minimum((centre + o).clamp(min=0), room) for o in offsets], dim=1)  # (D, O, B)
+    refined, refined_detected = evaluate(
+        [ShiftAttack(q, d, start=starts[i, o], bound=bound) for i, d in enumerate(deltas) for o in range(len(offsets))]
+    )
+    every = torch.cat([errors, refined.view(len(deltas), len(offsets), b)], dim=1)  # (D, G + O, B)
+    positions = torch.cat([spread.expand(len(deltas), -1, -1), starts], dim=1)
+
+    def describe(c: int, group: int) -> str:
+        d, p = divmod(c, every.shape[1])
+        return f"shift delta={deltas[d]:+.3g} start={int(positions[d, p, group])}"
+
+    every_detected = None
+    if detected is not None:
+        every_detected = torch.cat(
+            [detected.view(len(deltas), len(grid), b), refined_detected.view(len(deltas), len(offsets), b)], dim=1
+        )
+    found.fold(
+        "shift", every.reshape(-1, b), None if every_detected is None else every_detected.reshape(-1, b), describe
+    )
+    by_size = every.view(len(fractions), -1, b)  # (J, 2 (G + O), B): over sign and position
+    worst = by_size.argmax(dim=1, keepdim=True)
+    found.shifts = torch.tensor([bound * f for f in fractions], dtype=torch.float64)
+    found.shift_errors = by_size.gather(1, worst).squeeze(1).T
+    if every_detected is not None:
+        found.shift_detected = every_detected.view(by_size.shape).gather(1, worst).squeeze(1).T
