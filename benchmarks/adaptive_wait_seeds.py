@@ -27,8 +27,9 @@ import torch
 from tqdm import tqdm
 
 import torchgcc
+from torchgcc.app.wait_count_verdict import compare_with_fixed
 from torchgcc.coded_module import group_samples
-from torchgcc.control.wait_count import WaitCountController, compare_with_fixed
+from torchgcc.control.wait_count import WaitCountController
 from torchgcc.distributed.tasks import mlp_task
 from torchgcc.stragglers import LatencyStragglers, TailChange
 
@@ -52,12 +53,12 @@ def run_seed(seed: int, args: argparse.Namespace, overheads: torch.Tensor) -> di
         n,
         deadline=args.deadline,
         budget=args.budget,
-        stragglers=range(max(args.fixed) + 1),
+        candidates=range(max(args.fixed) + 1),
         discount=args.discount,
         eta=2.0,
         warmup=args.warmup,
         max_step=args.max_step,
-        change_alpha=args.change_alpha,
+        change_level=args.change_level,
         seed=seed,
     )
     schemes = [*args.fixed, "adaptive"]
@@ -84,7 +85,7 @@ def run_seed(seed: int, args: argparse.Namespace, overheads: torch.Tensor) -> di
             agreements[scheme].append(float((decoded == reference).double().mean()))
         arrivals = delays + step_overhead[-1]  # the adaptive scheme's step
         watched = arrivals.masked_fill(arrivals > args.deadline, float("inf"))
-        policy.observe(watched, stragglers=adaptive_s, watched_until=args.deadline)
+        policy.observe(watched, num_stragglers=adaptive_s, watched_until=args.deadline)
     rows = {
         str(s): {"p99": float(torch.tensor(latencies[s]).quantile(0.99)), "agreement": sum(agreements[s]) / args.steps}
         for s in schemes
@@ -118,7 +119,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--max-step", type=int, default=4)
     parser.add_argument("--discount", type=float, default=0.95)
-    parser.add_argument("--change-alpha", type=float, default=0.01)
+    parser.add_argument("--change-level", type=float, default=0.01)
     parser.add_argument("--fixed", default="6,7,8,9,10,12,16", help="comma-separated fixed S rows")
     parser.add_argument(
         "--overhead-from",

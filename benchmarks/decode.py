@@ -33,7 +33,7 @@ import torch
 from scipy.interpolate import CubicSpline, make_smoothing_spline
 
 import torchgcc
-from torchgcc.experiments.options import fresh_output_dir
+from torchgcc.app.options import fresh_output_dir
 from torchgcc.stragglers import FixedStragglers
 from torchgcc.timing import Timer, make_timer
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 import torchgcc
+from torchgcc.app.options import fresh_output_dir
 from torchgcc.codes.gcc import spacing_lambda
-from torchgcc.experiments.options import fresh_output_dir
 from torchgcc.stragglers import FixedStragglers
 
 

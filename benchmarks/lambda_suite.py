@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 
 import torchgcc
+from torchgcc.app.data import load_dataset
+from torchgcc.app.evaluate import model_outputs
+from torchgcc.app.model_cache import load_or_train
 from torchgcc.coded_module import group_samples
-from torchgcc.experiments.data import load_dataset
-from torchgcc.experiments.evaluate import model_outputs
-from torchgcc.experiments.training import load_or_train
 from torchgcc.noise import LowPrecisionWorkers
 from torchgcc.stragglers import FixedStragglers
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from lightning_gcc import DigitsData, run
 from lightning_gcc.cli import CONFIG_DIR
-from torchgcc.experiments.options import fresh_output_dir
+from torchgcc.app.options import fresh_output_dir
 
 
 def main() -> None:
@@ -121,7 +121,7 @@ def _source_version() -> str:
 
 def plot_study(summary: dict, path: Path) -> None:
     """Argmax agreement (RelAcc) and decoded accuracy against S, one line per model and code, with 95% CIs."""
-    from torchgcc.experiments.plots import plt
+    from torchgcc.app.plots import plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), constrained_layout=True)
     for color, (name, records) in zip(("C7", "C3", "C0"), summary["records"].items()):

@@ -1,4 +1,4 @@
-"""MNIST with the LeNet5 of torchgcc.experiments.models.
+"""MNIST with the LeNet5 of torchgcc.app.models.
 
 Train (configs/mnist.yaml; add `--data.synthetic true` to run offline on random images of the same shape)::
 

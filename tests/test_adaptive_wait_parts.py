@@ -8,9 +8,10 @@ import argparse
 import pytest
 import torch
 
-from torchgcc.control.wait_count import WaitCountController, compare_with_fixed
-from torchgcc.distributed.bench_latency import model_latency, schemes_of, wait_stragglers_of
-from torchgcc.distributed.schemes import make_scheme
+from torchgcc.app.commands.bench_latency import model_latency, schemes_of, wait_stragglers_of
+from torchgcc.app.wait_count_verdict import compare_with_fixed
+from torchgcc.control.wait_count import WaitCountController
+from torchgcc.distributed.schemes import make_execution_scheme
 from torchgcc.stragglers import LATENCY_MODELS, ShiftedExponential, TailChange
 
 
@@ -27,11 +28,13 @@ def test_tail_change_draws_the_first_model_then_the_second():
 
 def test_adaptive_scheme_needs_a_policy_and_starts_at_its_fallback():
     with pytest.raises(ValueError, match="policy=WaitCountController"):
-        make_scheme("gcc:adaptive", num_inputs=4, num_workers=8)
+        make_execution_scheme("gcc:adaptive", num_inputs=4, num_workers=8)
     with pytest.raises(ValueError, match="code name"):
-        make_scheme("uncoded:adaptive", num_inputs=4, num_workers=8, policy=WaitCountController(8, deadline=1.0))
-    policy = WaitCountController(8, deadline=1.0, stragglers=range(5))
-    scheme = make_scheme("gcc:adaptive", num_inputs=4, num_workers=8, policy=policy)
+        make_execution_scheme(
+            "uncoded:adaptive", num_inputs=4, num_workers=8, policy=WaitCountController(8, deadline=1.0)
+        )
+    policy = WaitCountController(8, deadline=1.0, candidates=range(5))
+    scheme = make_execution_scheme("gcc:adaptive", num_inputs=4, num_workers=8, policy=policy)
     assert scheme.name == "gcc:adaptive" and scheme.policy is policy and scheme.num_stragglers == 4
 
 

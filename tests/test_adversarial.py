@@ -8,7 +8,7 @@ from scipy.interpolate import make_smoothing_spline
 import torchgcc
 from torchgcc.attacks import ConcentratedAttack, ConstantAttack, GreedyAttack, RandomAttack, SignFlipAttack
 from torchgcc.codes.robust import RobustGCC, adversarial_lambda
-from torchgcc.functional.robust import huber_weights, weighted_smoothing_spline
+from torchgcc.functional.weighted_spline import huber_weights, weighted_smoothing_spline
 from torchgcc.stragglers import FixedStragglers
 
 
@@ -130,9 +130,9 @@ def test_adversarial_lambda_and_coded_module_attack():
 
 def test_attacked_scheme_corrupts_a_fixed_rank_before_decoding():
     from torchgcc.attacks import AttackedScheme
-    from torchgcc.distributed.schemes import make_scheme
+    from torchgcc.distributed.schemes import make_execution_scheme
 
-    scheme = make_scheme("gcc", num_inputs=4, num_workers=12)
+    scheme = make_execution_scheme("gcc", num_inputs=4, num_workers=12)
     attacked = AttackedScheme(scheme, ConstantAttack(value=1e3, workers=[5]))
     x = torch.randn(8, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     coded = attacked.encode(x)  # (N, B, 3): identity computation
@@ -145,8 +145,8 @@ def test_attacked_scheme_corrupts_a_fixed_rank_before_decoding():
 
 
 def test_worst_case_and_slopes_of_the_adversarial_experiment():
-    from torchgcc.experiments.adversarial import fit_slopes, worst_case
-    from torchgcc.experiments.reproduce import EXPERIMENTS
+    from torchgcc.app.experiments import EXPERIMENTS
+    from torchgcc.app.experiments.adversarial_study import fit_slopes, worst_case
 
     assert {"adversarial", "noisy", "manifold"} <= set(EXPERIMENTS)
     records = [

@@ -1,6 +1,6 @@
-"""``torchgcc demo`` and ``torchgcc reproduce ...`` end to end through ``torchgcc.cli.main`` (``--quick`` sizes), and
-what the command line promises: a fast ``--help`` that imports no torch, ``--version``, one-line user errors, a core
-that imports no optional dependency."""
+"""``torchgcc demo`` and ``torchgcc reproduce ...`` end to end through ``torchgcc.app.cli.main`` (``--quick`` sizes),
+and what the command line promises: a fast ``--help`` that imports no torch, ``--version``, one-line user errors, a
+core that imports no optional dependency."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import sys
 import pytest
 import torch
 
-from torchgcc import cli
-from torchgcc.experiments import training
-from torchgcc.experiments.results import read_results
+from torchgcc.app import cli, model_cache
+from torchgcc.app.results import read_results
 
 SCHEMA = ("scheme", "N", "K", "mse", "mse_ci")
 
@@ -67,7 +66,7 @@ def test_demo_quick_writes_results_and_reuses_the_cached_model(tmp_path, monkeyp
     def fail(*args, **kwargs):
         raise AssertionError("the second run must load the cached model")
 
-    monkeypatch.setattr(training, "train_classifier", fail)
+    monkeypatch.setattr(model_cache, "train_classifier", fail)
     again = run("demo", "--quick", "--out", str(tmp_path / "again"))
     assert again["config"]["model_from_cache"] and again["config"]["model_cache"] == config["model_cache"]
     assert again["records"] == results["records"]  # same seed, same model, same masks
@@ -75,8 +74,8 @@ def test_demo_quick_writes_results_and_reuses_the_cached_model(tmp_path, monkeyp
 
 @pytest.mark.parametrize("model", ["lenet5", "vit"])
 def test_reproduce_stragglers_quick(tmp_path, monkeypatch, model):
-    fast = training.TrainConfig(epochs=1)  # the full training is not what is under test here
-    monkeypatch.setattr(training, "default_train_config", lambda name: fast)
+    fast = model_cache.TrainConfig(epochs=1)  # the full training is not what is under test here
+    monkeypatch.setattr(model_cache, "default_train_config", lambda name: fast)
     results = run(
         "reproduce",
         "stragglers",
@@ -95,7 +94,7 @@ def test_reproduce_stragglers_quick(tmp_path, monkeypatch, model):
     assert (tmp_path / "stragglers.png").stat().st_size > 0
     check_records(results, schemes={"gcc", "natural", "bacc"}, classification=True)
     config = results["config"]
-    assert config["model"] == model and config["seed"] == 1 and config["stragglers"] == [0, 5]
+    assert config["model"] == model and config["seed"] == 1 and config["straggler_counts"] == [0, 5]
     assert sorted({r["S"] for r in results["records"]}) == [0, 5]
     assert config["gcc"] == {"lambda_dec": 1e-6} and config["gcc_lambda_dec"] == 1e-6
 
@@ -171,7 +170,7 @@ def test_version(capsys):
 
 def test_help_imports_neither_torch_nor_optional_dependencies():
     done = python(
-        "import sys; from torchgcc import cli\n"
+        "import sys; from torchgcc.app import cli\n"
         "try: cli.main(['--help'])\nexcept SystemExit: pass\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'numpy', 'rich', 'tqdm'}))"
     )
@@ -186,8 +185,11 @@ def test_core_works_and_imports_nothing_optional_when_no_extra_is_installed():
     done = python(
         f"import sys\nfor name in {sorted(EXTRAS)}: sys.modules[name] = None\n"
         "import torch, torchgcc\n"
-        "import torchgcc.codes, torchgcc.functional, torchgcc.stragglers, torchgcc.coded_module\n"
+        "for name in torchgcc.__all__: getattr(torchgcc, name)\n"  # every public name and subpackage
+        "import torchgcc.codes, torchgcc.functional, torchgcc.stragglers, torchgcc.coded_module, torchgcc.rl\n"
         "import torchgcc.points, torchgcc.metrics, torchgcc.registry, torchgcc.timing\n"
+        "import torchgcc.gradient_coding.distributed_training, torchgcc.distributed.job\n"
+        "import torchgcc.distributed.launcher\n"
         "from torchgcc.metrics import CodedMetrics, argmax_agreement, mse\n"
         "code = torchgcc.make_code('bacc', num_inputs=4, num_workers=12)\n"
         "y = torchgcc.CodedModule(torch.nn.Linear(3, 2), torchgcc.GCC(4, 12))(torch.randn(8, 3))\n"
@@ -203,7 +205,7 @@ def test_core_works_and_imports_nothing_optional_when_no_extra_is_installed():
 def test_a_missing_extra_is_named_in_one_line():
     done = python(
         "import sys; sys.modules['matplotlib'] = None\n"
-        "from torchgcc import cli; sys.exit(cli.main(['demo', '--quick']))"
+        "from torchgcc.app import cli; sys.exit(cli.main(['demo', '--quick']))"
     )
     assert done.returncode == 1
     assert done.stderr == (

@@ -7,8 +7,8 @@ import torch
 from code_contract import CodeContract, K, N
 
 import torchgcc
+from torchgcc.codes.catalog import CODES
 from torchgcc.codes.maps import Decoder, Encoder
-from torchgcc.codes.registry import CODES
 
 #: Required arguments of registered codes that have no default.
 REQUIRED = {"lcc": {"degree": 1}}

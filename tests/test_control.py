@@ -144,7 +144,7 @@ def test_hold_bounded_step_and_warmup():
     controller.use_fallback(False)
 
 
-@pytest.mark.parametrize("safeguards", [{}, {"risk_cap": 0.2, "change_alpha": 0.05}], ids=["plain", "safeguards"])
+@pytest.mark.parametrize("safeguards", [{}, {"risk_cap": 0.2, "change_level": 0.05}], ids=["plain", "safeguards"])
 def test_state_dict_round_trip_resumes_identically(safeguards):
     make = lambda: StragglerAwareController(  # noqa: E731
         GRID,
@@ -186,7 +186,7 @@ def test_observe_validates_and_handles_cancelled_results():
 
 def test_wait_count_controller_meets_a_deadline_budget():
     n, deadline, budget = 24, 2.0, 0.02
-    policy = WaitCountController(n, deadline=deadline, budget=budget, stragglers=range(0, 17), seed=0)
+    policy = WaitCountController(n, deadline=deadline, budget=budget, candidates=range(0, 17), seed=0)
     generator = torch.Generator().manual_seed(0)
     chosen = []
     for _ in range(1000):
@@ -211,7 +211,7 @@ def test_wait_count_controller_accuracy_floor_and_errors():
     with pytest.raises(ValueError, match="needs accuracy"):
         WaitCountController(24, deadline=2.0, min_accuracy=0.8)
     with pytest.raises(ValueError, match=r"\[0, N - 1"):
-        WaitCountController(24, deadline=2.0, stragglers=[30])
+        WaitCountController(24, deadline=2.0, candidates=[30])
 
 
 def test_group_size_hook_drives_the_controller():
@@ -250,7 +250,7 @@ def test_wait_count_controller_drives_coded_module_through_its_mask():
     )
     latency = LatencyStragglers("shifted_exponential", seed=0, shift=1.0, scale=0.2)
     waiter = LatencyStragglers(latency.latency)
-    policy = WaitCountController(n, deadline=deadline, budget=0.05, stragglers=range(5), warmup=2)
+    policy = WaitCountController(n, deadline=deadline, budget=0.05, candidates=range(5), warmup=2)
     x = torch.randn(8, 3, dtype=torch.float64)
     for _ in range(20):
         s = policy.choose()
@@ -260,7 +260,7 @@ def test_wait_count_controller_drives_coded_module_through_its_mask():
         y = module(x, mask=mask.expand(2, n))
         assert y.shape == (8, 2) and int(module.last_mask[0].sum()) == n - s
         seen = delays[0].masked_fill(delays[0] > deadline, math.inf)
-        assert policy.observe(seen, stragglers=s, watched_until=deadline) == bool(step_latency[0] > deadline)
+        assert policy.observe(seen, num_stragglers=s, watched_until=deadline) == bool(step_latency[0] > deadline)
     assert policy.controller.steps == 20
 
 
@@ -320,7 +320,7 @@ def test_change_detection_forgets_the_posterior_and_allows_a_jump_to_a_safer_siz
         discount=0.98,
         fallback=32,
         risk_cap=0.05,
-        change_alpha=alpha,
+        change_level=alpha,
         seed=0,
     )
     controller, reference = make(0.01), make(None)
@@ -347,7 +347,7 @@ def test_change_detection_forgets_the_posterior_and_allows_a_jump_to_a_safer_siz
 def test_wait_count_controller_raises_s_at_once_when_the_tail_gets_heavier():
     n, deadline, budget = 24, 0.6, 0.005
     policy = WaitCountController(
-        n, deadline=deadline, budget=budget, stragglers=range(17), discount=0.9, eta=2.0, warmup=1, max_step=4, seed=0
+        n, deadline=deadline, budget=budget, candidates=range(17), discount=0.9, eta=2.0, warmup=1, max_step=4, seed=0
     )
     generator = torch.Generator().manual_seed(0)
     chosen = []
@@ -356,7 +356,7 @@ def test_wait_count_controller_raises_s_at_once_when_the_tail_gets_heavier():
         chosen.append(s)
         scale = 0.06 if step < 150 else 0.15
         latencies = 0.3 - scale * torch.log1p(-torch.rand(n, generator=generator, dtype=torch.float64))
-        policy.observe(latencies.masked_fill(latencies > deadline, math.inf), stragglers=s, watched_until=deadline)
+        policy.observe(latencies.masked_fill(latencies > deadline, math.inf), num_stragglers=s, watched_until=deadline)
     # closed form: a worker is late w.p. q = exp(-0.3 / scale); the smallest S whose miss probability meets the budget
     safe = {
         scale: min(s for s in range(17) if scipy.stats.binom.sf(s, n, math.exp(-0.3 / scale)) <= budget)

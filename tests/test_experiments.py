@@ -13,15 +13,15 @@ from torch import nn
 
 import torchgcc
 from torchgcc import metrics
-from torchgcc.experiments import training
-from torchgcc.experiments.data import load_dataset
-from torchgcc.experiments.evaluate import evaluate_coded, evaluate_sweep
-from torchgcc.experiments.models import build_model
-from torchgcc.experiments.options import parse_lambda
-from torchgcc.experiments.polynomial import QuadraticMap
-from torchgcc.experiments.rates import fit_slopes
-from torchgcc.experiments.report import markdown_table, pivot
-from torchgcc.experiments.results import read_results, write_results
+from torchgcc.app import model_cache
+from torchgcc.app.data import load_dataset
+from torchgcc.app.evaluate import evaluate_coded, evaluate_sweep
+from torchgcc.app.experiments.polynomial_study import QuadraticMap
+from torchgcc.app.experiments.rates_study import fit_slopes
+from torchgcc.app.models import build_model
+from torchgcc.app.options import parse_lambda
+from torchgcc.app.results import read_results, write_results
+from torchgcc.app.tables import markdown_table, pivot
 from torchgcc.stragglers import FixedStragglers
 
 
@@ -76,32 +76,32 @@ def test_mnist_reads_a_torchvision_folder_without_download(tmp_path):
 def test_cache_dir_precedence(monkeypatch, tmp_path):
     monkeypatch.delenv("TORCHGCC_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert training.cache_dir() == tmp_path / "xdg" / "torchgcc"
+    assert model_cache.cache_dir() == tmp_path / "xdg" / "torchgcc"
     monkeypatch.setenv("TORCHGCC_CACHE", str(tmp_path / "own"))
-    assert training.cache_dir() == tmp_path / "own"
+    assert model_cache.cache_dir() == tmp_path / "own"
     monkeypatch.delenv("TORCHGCC_CACHE")
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert training.cache_dir() == tmp_path / "home" / ".cache" / "torchgcc"
+    assert model_cache.cache_dir() == tmp_path / "home" / ".cache" / "torchgcc"
 
 
 def test_load_or_train_caches_weights_per_setting(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCHGCC_CACHE", str(tmp_path))
     split = load_dataset("digits")
-    config = training.TrainConfig(epochs=2)
-    first = training.load_or_train("lenet5", split, seed=1, config=config, progress=False)
+    config = model_cache.TrainConfig(epochs=2)
+    first = model_cache.load_or_train("lenet5", split, seed=1, config=config, progress=False)
     assert not first.from_cache and first.path.parent == tmp_path and first.test_accuracy > 0.2  # chance is 0.1
 
     def fail(*args, **kwargs):
         raise AssertionError("must load from the cache")
 
-    monkeypatch.setattr(training, "train_classifier", fail)
-    second = training.load_or_train("lenet5", split, seed=1, config=config, progress=False)
+    monkeypatch.setattr(model_cache, "train_classifier", fail)
+    second = model_cache.load_or_train("lenet5", split, seed=1, config=config, progress=False)
     assert second.from_cache and second.path == first.path
     for a, b in zip(first.model.state_dict().values(), second.model.state_dict().values()):
         assert torch.equal(a, b)
     with pytest.raises(AssertionError, match="cache"):  # another seed is another model: retrain
-        training.load_or_train("lenet5", split, seed=2, config=config, progress=False)
+        model_cache.load_or_train("lenet5", split, seed=2, config=config, progress=False)
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from torchgcc.gradient_coding import (
     IgnoreStragglersGCCode,
     UncodedCode,
     UndecodableError,
-    list_schemes,
-    make_scheme,
+    list_training_schemes,
+    make_training_scheme,
     weighted_gradient,
 )
 
@@ -169,9 +169,9 @@ def test_is_gc_keeps_a_largest_disjoint_set(layout):
 
 
 def test_schemes_registry():
-    assert set(list_schemes()) >= {"dgd", "is-sgd", "gc-fr", "gc-cr", "is-gc", "pgc-fr", "pgc-cr"}
+    assert set(list_training_schemes()) >= {"dgd", "is-sgd", "gc-fr", "gc-cr", "is-gc", "pgc-fr", "pgc-cr"}
     with pytest.raises(ValueError, match="unknown gradient-coding scheme"):
-        make_scheme("nope", num_workers=4, num_stragglers=1)
+        make_training_scheme("nope", num_workers=4, num_stragglers=1)
 
 
 def test_one_backward_pass_equals_the_weighted_sum_of_partition_gradients():

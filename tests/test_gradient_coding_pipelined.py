@@ -15,7 +15,7 @@ from torchgcc.gradient_coding import (
     PipelinedGradientCode,
     Simulation,
     UncodedCode,
-    make_scheme,
+    make_training_scheme,
     staleness,
     weighted_gradient,
 )
@@ -87,7 +87,7 @@ def test_pgc_cr_uniform_decoder_is_unbiased_over_random_straggler_sets(s):
 
 
 def test_pgc_cr_least_squares_option_recovers_the_sum_of_its_coefficients():
-    code = make_scheme("pgc-cr-ls", num_workers=12, num_stragglers=2)
+    code = make_training_scheme("pgc-cr-ls", num_workers=12, num_stragglers=2)
     a = code.decode(list(range(2, 12)))
     torch.testing.assert_close(a @ code.B, torch.ones(12, dtype=torch.float64), rtol=0, atol=1e-9)
 
@@ -105,7 +105,7 @@ def test_exact_codes_follow_the_uncoded_trajectory():
     final = {}
     for name in ("dgd", "gc-fr", "gc-cr"):
         model, data = _tiny_problem(n)
-        code = make_scheme(name, num_workers=n, num_stragglers=1)
+        code = make_training_scheme(name, num_workers=n, num_stragglers=1)
         simulation = Simulation(code, model, data, lr=0.5, delays=None)
         for step in range(6):
             simulation.step(step, list(range(n)) if name == "dgd" else [i for i in range(n) if i != step % n])

@@ -8,7 +8,13 @@ import pytest
 import torch
 from scipy import stats
 
-from torchgcc.gradient_coding import DelaySchedule, PartitionedData, Simulation, expected_step_time, make_scheme
+from torchgcc.gradient_coding import (
+    DelaySchedule,
+    PartitionedData,
+    Simulation,
+    expected_step_time,
+    make_training_scheme,
+)
 from torchgcc.gradient_coding.clock import first_arrivals, timeline
 from torchgcc.stragglers import Exponential, PersistentSlow, ShiftedExponential, make_latency_model
 
@@ -20,7 +26,7 @@ from torchgcc.stragglers import Exponential, PersistentSlow, ShiftedExponential,
 def test_mean_step_time_matches_the_order_statistic_closed_form(scheme, s, mean):
     """E[T] = c t_c + m (H_n - H_s) within 5% over 2000 simulated steps (n = 12, t_c = 0.3 s)."""
     n, t_c, steps = 12, 0.3, 2000
-    code = make_scheme(scheme, num_workers=n, num_stragglers=s)
+    code = make_training_scheme(scheme, num_workers=n, num_stragglers=s)
     _, times = timeline(code, DelaySchedule(Exponential(mean), n, seed=7), t_c, steps)
     loads = [code.compute_load(t) for t in range(steps)]
     expected = (
@@ -77,7 +83,7 @@ def test_simulation_waits_for_the_fastest_and_advances_the_clock():
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
     data = PartitionedData(torch.randn(60, 4), torch.randint(0, 3, (60,)), num_partitions=n, batch_size=5)
-    code = make_scheme("gc-fr", num_workers=n, num_stragglers=2)  # groups {0, 1, 2}, {3, 4, 5}
+    code = make_training_scheme("gc-fr", num_workers=n, num_stragglers=2)  # groups {0, 1, 2}, {3, 4, 5}
     delays = DelaySchedule(PersistentSlow(slow=(0, 3), delay=5.0, base=Exponential(0.1)), n, seed=1)
     simulation = Simulation(code, model, data, lr=0.1, delays=delays, compute_time=0.01)
     records = simulation.run(4)

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from torchgcc import cli
+from torchgcc.app import cli
 
 
 def _run(argv: list[str]) -> None:
@@ -68,8 +68,7 @@ def test_imagenet32_loader_reads_the_official_npz_layout(tmp_path):
     """Two tiny synthetic batches in the downsampled-ImageNet format: channel-major rows, labels 1..1000."""
     import numpy as np
 
-    from torchgcc.experiments import training_study  # noqa: F401  (registers "imagenet32")
-    from torchgcc.experiments.data import load_dataset
+    from torchgcc.app.data import load_dataset
 
     rng = np.random.default_rng(0)
     for name, count in (("train_data_batch_1.npz", 6), ("train_data_batch_2.npz", 4), ("val_data.npz", 3)):

@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from torchgcc import cli, timing
-from torchgcc.profiling import STAGES, ProfileSettings, profile_coded_inference
+from torchgcc import timing
+from torchgcc.app import cli
+from torchgcc.app.commands.profile import STAGES, ProfileSettings, profile_coded_inference
 
 TINY = dict(
     model="test_resnet",

@@ -9,9 +9,10 @@ from dataclasses import replace
 import pytest
 import torch
 
+from torchgcc.app.experiments import sagc_study
+from torchgcc.app.experiments.sagc_study import time_to_target
+from torchgcc.app.statistics import seed_mean_ci
 from torchgcc.control import GroupSizeHook, group_size_controller
-from torchgcc.experiments.row_report import seed_mean_ci
-from torchgcc.experiments.sagc import SAGC, run_sagc, time_to_target
 from torchgcc.rl.countdown_task import CountdownTask
 from torchgcc.rl.grpo import clipped_policy_loss, group_advantages
 from torchgcc.rl.loop import GRPOConfig, makespan, train_grpo
@@ -104,7 +105,7 @@ def test_seed_mean_ci_uses_student_t():
 def test_grpo_loop_learns_and_follows_the_hook():
     config = GRPOConfig(steps=50, prompts_per_step=8, rollout_slots=32, seed=0)
     controller = group_size_controller((4, 8), prompts_per_step=8, budget=0.3, kappa=8.0, warmup=0, hold=1)
-    records = train_grpo(config, GroupSizeHook(controller), progress=False)
+    records = train_grpo(config, GroupSizeHook(controller))
     assert [r["step"] for r in records] == list(range(50))
     assert {r["G"] for r in records} <= {4, 8} and controller.steps == 50
     assert all(b["clock"] > a["clock"] for a, b in zip(records, records[1:]))
@@ -115,16 +116,17 @@ def test_grpo_loop_learns_and_follows_the_hook():
 
 def test_run_sagc_summaries(tmp_path):
     tiny = replace(
-        SAGC,
+        sagc_study.DEFAULT,
         static_sizes=(4,),
         candidate_sizes=(4, 8),
         seeds=(0, 1),
-        grpo=replace(SAGC.grpo, steps=6, prompts_per_step=4),
+        grpo=replace(sagc_study.DEFAULT.grpo, steps=6, prompts_per_step=4),
         window=2,
         warmup=0,
         hold=1,
     )
-    records, config, histories = run_sagc(tiny, progress=False)
+    result = sagc_study.run(tiny, progress=False)
+    records, histories = result.records, result.extra["histories"]
     assert [r["scheme"] for r in records] == ["static G=4", "sagc"]
     static = records[0]
     assert static["mean_G"] == 4.0 and static["G_distribution"] == {4: 1.0}
@@ -135,7 +137,7 @@ def test_run_sagc_summaries(tmp_path):
 
 
 def test_rl_script_runs_and_writes_json(tmp_path, capsys):
-    from torchgcc.rl.__main__ import main
+    from torchgcc.app.commands.grpo import main
 
     out = tmp_path / "run.json"
     assert main(["--sagc", "4,8", "--steps", "3", "--out", str(out)]) == 0

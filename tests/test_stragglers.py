@@ -79,7 +79,7 @@ def test_bernoulli_rate_and_min_arrived():
     "model, mean",
     [
         (ShiftedExponential(shift=1.0, scale=0.5), 1.5),
-        (Pareto(scale=1.0, shape=3.0), 1.5),
+        (Pareto(scale=1.0, tail_index=3.0), 1.5),
         (Bimodal(fast=1.0, slow=5.0, p_slow=0.1, jitter=0.05), 1.4),
     ],
 )

@@ -2,6 +2,6 @@
 
 import sys
 
-from torchgcc.cli import main
+from torchgcc.app.cli import main
 
 sys.exit(main())

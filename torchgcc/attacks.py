@@ -311,7 +311,7 @@ def _check_bound(bound: float) -> float:
 class AttackedScheme:
     """A distributed scheme (:mod:`torchgcc.distributed.schemes`) whose arrived results pass through ``attack``
     before decoding: makes worker ranks adversarial in the executor, e.g.
-    ``AttackedScheme(make_scheme("gcc", ...), ConstantAttack(value=1e3, workers=[2]))``.
+    ``AttackedScheme(make_execution_scheme("gcc", ...), ConstantAttack(value=1e3, workers=[2]))``.
 
     Everything but :meth:`decode` is the wrapped scheme's.
     """

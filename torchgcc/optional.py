@@ -2,7 +2,7 @@
 
 The core (codes, functional, stragglers, ``CodedModule``, points, the metric functions) needs torch and numpy only.
 The experiments, the command line's main job and the recipes import their dependencies through :func:`require`
-(or let ``ModuleNotFoundError`` reach :func:`torchgcc.cli.main`, which turns it into the same message).
+(or let ``ModuleNotFoundError`` reach :func:`torchgcc.app.cli.main`, which turns it into the same message).
 
 >>> require("math").pi > 3
 True
@@ -30,7 +30,7 @@ EXTRAS: dict[str, str] = {
     "csaps": "test",
     "hypothesis": "test",
     "pytest": "test",
-    "scipy": "test",
+    "scipy": "experiments",
 }
 
 

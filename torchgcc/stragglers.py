@@ -208,18 +208,18 @@ class ShiftedExponential(LatencyModel):
 
 
 class Pareto(LatencyModel):
-    """Pareto latencies ``scale * U^(-1/shape)`` (heavy tail; infinite variance when shape <= 2)."""
+    """Pareto latencies ``scale * U^(-1/tail_index)`` (heavy tail; infinite variance when tail_index <= 2)."""
 
-    def __init__(self, scale: float = 1.0, shape: float = 3.0) -> None:
-        _check_positive(scale=scale, shape=shape)
-        self.scale, self.shape = scale, shape
+    def __init__(self, scale: float = 1.0, tail_index: float = 3.0) -> None:
+        _check_positive(scale=scale, tail_index=tail_index)
+        self.scale, self.tail_index = scale, tail_index
 
     def sample(self, shape, generator):
         u = torch.rand(shape, generator=generator, dtype=torch.float64, device=generator.device)
-        return self.scale * (1 - u) ** (-1 / self.shape)
+        return self.scale * (1 - u) ** (-1 / self.tail_index)
 
     def __repr__(self) -> str:
-        return f"Pareto(scale={self.scale}, shape={self.shape})"
+        return f"Pareto(scale={self.scale}, tail_index={self.tail_index})"
 
 
 class Bimodal(LatencyModel):

@@ -3,7 +3,7 @@
 A name is ``source:architecture``; a bare architecture means timm. Every backbone maps images
 ``(M, in_chans, image_size, image_size)`` to logits ``(M, num_classes)`` and starts from random weights
 (no downloads). timm and torchvision models ignore ``image_size`` unless it is passed on as a keyword argument
-(``img_size=32`` for a timm ViT); the torchgcc models (:mod:`torchgcc.experiments.models`) are built for it.
+(``img_size=32`` for a timm ViT); the torchgcc models (:mod:`torchgcc.app.models`) are built for it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _torchvision(arch: str, *, num_classes: int, in_chans: int, image_size: int,
 
 
 def _torchgcc(arch: str, *, num_classes: int, in_chans: int, image_size: int, **kwargs: Any) -> nn.Module:
-    from torchgcc.experiments.models import build_model
+    from torchgcc.app.models import build_model
 
     return build_model(arch, in_channels=in_chans, image_size=image_size, num_classes=num_classes, **kwargs)
 

@@ -19,7 +19,7 @@ from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
-from torchgcc.experiments.options import default_threads, fresh_output_dir
+from torchgcc.app.options import default_threads, fresh_output_dir
 
 from .coded_eval import CodedEvaluation
 from .module import CodedClassifier
@@ -127,7 +127,7 @@ def run(datamodule_class: type[LightningDataModule], config: str | None = None, 
     """Run the recipe CLI for ``datamodule_class`` with ``configs/<config>`` as default config file.
 
     ``args`` (a list of strings) replaces ``sys.argv[1:]``, for calls from Python and tests. Unless
-    ``OMP_NUM_THREADS`` is set, torch uses :func:`torchgcc.experiments.options.default_threads` CPU threads (half
+    ``OMP_NUM_THREADS`` is set, torch uses :func:`torchgcc.app.options.default_threads` CPU threads (half
     the CPUs, at most 4): torch's default of every core oversubscribes small shared machines.
     """
     if "OMP_NUM_THREADS" not in os.environ:

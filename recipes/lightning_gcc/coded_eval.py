@@ -4,9 +4,9 @@ For every test batch and every code, the batch is grouped into groups of K, enco
 model runs ONCE on them; every straggler count S then draws its masks (shared by all codes, so the comparison is
 paired) and decodes. A :class:`torchgcc.metrics.CodedMetrics` per (code, S) accumulates the MSE against the uncoded
 logits, the argmax agreement and the accuracy of the decoded logits with 95% half-widths over groups (the
-accumulator of :mod:`torchgcc.experiments.evaluate` too). At the end of the test epoch the records are logged as
+accumulator of :mod:`torchgcc.app.evaluate` too). At the end of the test epoch the records are logged as
 ``coded/<code>/S<S>/<metric>`` and rank zero writes ``results.json`` / ``results.csv`` (schema of ``torchgcc
-reproduce``) and ``coded_eval.png`` (:func:`torchgcc.experiments.plots.plot_straggler_sweep`).
+reproduce``) and ``coded_eval.png`` (:func:`torchgcc.app.plots.plot_straggler_sweep`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import torch.distributed as dist
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 import torchgcc
+from torchgcc.app.plots import plot_straggler_sweep
+from torchgcc.app.results import write_results
 from torchgcc.coded_module import group_samples, ungroup_samples
-from torchgcc.experiments.plots import plot_straggler_sweep
-from torchgcc.experiments.results import write_results
 from torchgcc.metrics import CodedMetrics
 from torchgcc.stragglers import FixedStragglers
 

@@ -217,7 +217,7 @@ class ImageNetData(ImageClassificationData):
 class DigitsData(ImageClassificationData):
     """scikit-learn's bundled handwritten digits (1797 images, 8x8 grey, 10 classes): works offline.
 
-    Reads :func:`torchgcc.experiments.data.load_dataset` ("digits": standardised, seeded 80/20 train/test
+    Reads :func:`torchgcc.app.data.load_dataset` ("digits": standardised, seeded 80/20 train/test
     split, the split of ``torchgcc reproduce``) and holds ``val_size`` training images out for validation.
     """
 
@@ -228,7 +228,7 @@ class DigitsData(ImageClassificationData):
         super().__init__(val_size=val_size, batch_size=batch_size, **kwargs)
 
     def build_splits(self) -> dict[str, Dataset]:
-        from torchgcc.experiments.data import load_dataset
+        from torchgcc.app.data import load_dataset
 
         split = load_dataset("digits", seed=self.hparams.seed)
         train = split.train_dataset()

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from torchgcc import CodedModule, make_code
-from torchgcc.control.wait_count import WaitCountController, compare_with_fixed
-from torchgcc.distributed.launch import launch
+from torchgcc.app.wait_count_verdict import compare_with_fixed
+from torchgcc.control.wait_count import WaitCountController
+from torchgcc.distributed.launcher import launch
 from torchgcc.distributed.tasks import mlp_task
 
 pytestmark = pytest.mark.distributed
@@ -66,7 +67,7 @@ def test_gcc_adaptive_waits_for_the_controllers_n_minus_s_and_feeds_it_watched_a
         N,
         deadline=DEADLINE,
         budget=0.01,
-        stragglers=range(N - K + 1),
+        candidates=range(N - K + 1),
         discount=0.95,
         eta=2.0,
         warmup=2,
@@ -80,7 +81,7 @@ def test_gcc_adaptive_waits_for_the_controllers_n_minus_s_and_feeds_it_watched_a
         assert step["watched_s"] >= DEADLINE  # late arrivals were recorded up to the deadline ...
         late = step["delays"] > DEADLINE
         assert torch.isfinite(step["arrival_s"][~late]).all()  # ... so every worker faster than it was seen
-        replay.observe(step["arrival_s"], stragglers=chosen, watched_until=step["watched_s"])
+        replay.observe(step["arrival_s"], num_stragglers=chosen, watched_until=step["watched_s"])
     chosen = [r["S"] for r in records]
     assert chosen[:2] == [N - K, N - K] and min(chosen) < N - K  # warm-up at the fallback, then it waits for more
     assert saved["wait_policies"]["gcc:adaptive"]["controller"]["steps"] == 7

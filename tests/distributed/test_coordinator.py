@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from torchgcc import CodedModule
-from torchgcc.distributed import Coordinator, Measured, Simulated, TooFewWorkersError, make_scheme
+from torchgcc.distributed import Coordinator, Measured, Simulated, TooFewWorkersError, make_execution_scheme
 from torchgcc.distributed.links import Result, worker_link
 from torchgcc.distributed.tasks import mlp_task
 from torchgcc.distributed.transport import KEY_PREFIX, Channel
@@ -111,7 +111,7 @@ def transport(request):
 def test_late_results_never_reach_a_later_step(master, transport):
     task = mlp_task(seed=1, batch_size=10)
     ranks = _start(master, task.model, transport, rank2={"late": [3]})
-    scheme = make_scheme("gcc", num_inputs=K, num_workers=N)
+    scheme = make_execution_scheme("gcc", num_inputs=K, num_workers=N)
     coordinator = Coordinator(
         _channel(master, 0), num_workers=N, heartbeat_timeout_s=5.0, step_timeout_s=10.0, transport=transport
     )
@@ -130,7 +130,7 @@ def test_late_results_never_reach_a_later_step(master, transport):
 def test_simulated_mask_is_used_as_drawn(master, transport):
     task = mlp_task(seed=2, batch_size=8)
     ranks = _start(master, task.model, transport)
-    scheme = make_scheme("bacc", num_inputs=K, num_workers=N)
+    scheme = make_execution_scheme("bacc", num_inputs=K, num_workers=N)
     coordinator = Coordinator(_channel(master, 0), num_workers=N, step_timeout_s=10.0, transport=transport)
     mode, reference = Simulated(FixedStragglers(1, seed=3)), FixedStragglers(1, seed=3)
     for step in range(3):
@@ -146,7 +146,7 @@ def test_simulated_mask_is_used_as_drawn(master, transport):
 def test_too_few_surviving_workers_is_a_clear_error(master):
     task = mlp_task(seed=3, batch_size=8)
     ranks = _start(master, task.model, "store", rank2={"silent_from": 1})
-    scheme = make_scheme("lcc", num_inputs=K, num_workers=N, degree=2)  # needs (K-1)*2+1 = 3 results
+    scheme = make_execution_scheme("lcc", num_inputs=K, num_workers=N, degree=2)  # needs (K-1)*2+1 = 3 results
     assert scheme.min_arrived == 3
     coordinator = Coordinator(
         _channel(master, 0), num_workers=N, heartbeat_timeout_s=0.3, step_timeout_s=20.0, transport="store"
@@ -164,7 +164,7 @@ def test_simulated_mode_with_a_hung_rank_decodes_every_group(master, transport):
     worker used to crash the coordinator ('group 3 has 1 arrived results'); they now decode from what arrived."""
     task = mlp_task(seed=4, batch_size=16)
     ranks = _start(master, task.model, transport, rank1={"hang_from": 1})
-    scheme = make_scheme("gcc", num_inputs=K, num_workers=N)
+    scheme = make_execution_scheme("gcc", num_inputs=K, num_workers=N)
     coordinator = Coordinator(_channel(master, 0), num_workers=N, step_timeout_s=10.0, transport=transport)
     mode, drawn = Simulated(FixedStragglers(2, seed=0)), FixedStragglers(2, seed=0)
     for step in range(4):
@@ -187,7 +187,7 @@ def test_store_transport_deletes_work_of_a_hung_rank(master):
     """Bug (c): work posted to a hung rank used to stay in the store forever (one payload per step)."""
     task = mlp_task(seed=5, batch_size=8)
     ranks = _start(master, task.model, "store", rank1={"hang_from": 0})
-    scheme = make_scheme("gcc", num_inputs=K, num_workers=N)
+    scheme = make_execution_scheme("gcc", num_inputs=K, num_workers=N)
     coordinator = Coordinator(_channel(master, 0), num_workers=N, step_timeout_s=10.0, transport="store")
     probe = _channel(master, 0)
     for step in range(6):
@@ -202,7 +202,7 @@ def test_a_paused_rank_is_readmitted_when_it_beats_again(master, transport, capf
     """Bug (e): a rank declared lost after a pause (SIGSTOP-like) used to stay lost for good."""
     task = mlp_task(seed=6, batch_size=8)
     ranks = _start(master, task.model, transport, rank2={"pause": (1, 1.5)})
-    scheme = make_scheme("gcc", num_inputs=K, num_workers=N)
+    scheme = make_execution_scheme("gcc", num_inputs=K, num_workers=N)
     coordinator = Coordinator(
         _channel(master, 0), num_workers=N, heartbeat_timeout_s=0.4, step_timeout_s=10.0, transport=transport
     )

@@ -14,9 +14,9 @@ import sys
 import pytest
 import torch
 
+from torchgcc.app.commands.gradient_coding_job import build_job
 from torchgcc.gradient_coding import Simulation
-from torchgcc.gradient_coding.runtime import build_job
-from torchgcc.gradient_coding.worker import flat_parameters
+from torchgcc.gradient_coding.gradients import flat_parameters
 
 pytestmark = pytest.mark.distributed
 
@@ -136,12 +136,12 @@ def test_adaptive_wait_count_chooses_s_per_step_from_the_arrivals_it_observed(tm
     assert [r["S"] for r in steps] == chosen and chosen[0] == 2 and chosen[-1] == 0  # warm-up at S = s, then all
     assert all(b <= a for a, b in zip(chosen, chosen[1:]))
     replay = WaitCountController(
-        4, deadline=0.3, budget=0.2, stragglers=range(3), discount=0.95, eta=2.0, warmup=1, max_step=4, seed=0
+        4, deadline=0.3, budget=0.2, candidates=range(3), discount=0.95, eta=2.0, warmup=1, max_step=4, seed=0
     )
     for record, finish in zip(steps, saved["finish_s"]):
         s = replay.choose()
         assert record["S"] == s and len(record["arrived"]) >= 4 - s
         assert torch.isfinite(finish).all() and (finish < 0.3).all()  # every worker heard, abandoned ones too
-        replay.observe(finish.masked_fill(finish > 0.3, float("inf")), stragglers=s, watched_until=0.3)
+        replay.observe(finish.masked_fill(finish > 0.3, float("inf")), num_stragglers=s, watched_until=0.3)
     assert saved["wait_policy"]["controller"]["steps"] == 16
     torch.testing.assert_close(saved["parameters"], _replay(args, saved, 4), rtol=0, atol=1e-6)

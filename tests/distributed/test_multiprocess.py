@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from torchgcc import CodedModule, make_code
-from torchgcc.distributed.launch import launch
+from torchgcc.distributed.launcher import launch
 from torchgcc.distributed.tasks import mlp_task
 from torchgcc.stragglers import FixedStragglers
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from torchgcc.distributed import FaultPlan, ReplicationScheme, UncodedScheme, layout_workers, make_scheme
-from torchgcc.distributed.job import add_job_arguments, parse_value
-from torchgcc.distributed.launch import launch
+from torchgcc.app.commands.distributed_job import add_job_arguments, parse_value, settings_from
+from torchgcc.distributed import FaultPlan, ReplicationScheme, UncodedScheme, layout_workers, make_execution_scheme
+from torchgcc.distributed.launcher import launch
 from torchgcc.distributed.transport import STORE_VALUE_LIMIT, Channel, check_chunk_bytes
 
 
@@ -92,8 +92,9 @@ def test_code_param_values_keep_their_type():
     args = add_job_arguments(argparse.ArgumentParser()).parse_args(
         ["--code", "lcc", "--code-param", "degree=1", "--code-param", "lambda-dec=0.5"]
     )
-    assert args.code_param == [("degree", 1), ("lambda_dec", 0.5)]
-    scheme = make_scheme("lcc", num_inputs=2, num_workers=4, degree=1)
+    assert args.code_params == [("degree", 1), ("lambda_dec", 0.5)]
+    assert settings_from(args).code_params == {"degree": 1, "lambda_dec": 0.5}
+    scheme = make_execution_scheme("lcc", num_inputs=2, num_workers=4, degree=1)
     assert scheme.min_arrived == 2  # (K - 1) * degree + 1
 
 

@@ -2,10 +2,10 @@
 
 from torchgcc.codes.bacc import BACC
 from torchgcc.codes.base import Code
+from torchgcc.codes.catalog import CODES, list_codes, make_code, register_code
 from torchgcc.codes.gcc import GCC
 from torchgcc.codes.lcc import LCC
 from torchgcc.codes.maps import Decoder, Encoder
-from torchgcc.codes.registry import CODES, list_codes, make_code, register_code
 from torchgcc.codes.robust import RobustGCC
 
 __all__ = [

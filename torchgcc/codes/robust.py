@@ -40,7 +40,7 @@ import torch
 
 from torchgcc.codes.gcc import GCC, SplineDecoder, _check_lambda
 from torchgcc.codes.maps import Decoder
-from torchgcc.functional.robust import huber_weights, weighted_smoothing_spline
+from torchgcc.functional.weighted_spline import huber_weights, weighted_smoothing_spline
 
 __all__ = [
     "ADVERSARIAL_C",

@@ -26,8 +26,8 @@ Two optional safeguards, both off by default:
   ``lambda``, which starts at 0 and grows only with events: while it is small the controller picks the largest
   size whatever its risk, and learns the budget by missing it. With a cap, each step's predicted risk stays under
   the cap and the dual variable corrects what the posterior gets wrong.
-- **Change detection** (``change_alpha``): a step whose number of exceedances ``x`` out of ``n`` units is
-  improbable under the current posterior, ``P(X >= x) < change_alpha`` with ``X ~ BetaBinomial(n, alpha, beta)``
+- **Change detection** (``change_level``): a step whose number of exceedances ``x`` out of ``n`` units is
+  improbable under the current posterior, ``P(X >= x) < change_level`` with ``X ~ BetaBinomial(n, alpha, beta)``
   computed before the update, makes the posterior forget its data (it keeps the prior and this step), and the next
   choice may move to any smaller size at once, past ``hold`` and ``max_step``. In both event models the predicted
   risk grows with the size, so a smaller size is the safer move when the tail has just become heavier.
@@ -70,7 +70,7 @@ class StragglerAwareController:
         prior: Beta prior pseudo-counts ``(alpha0, beta0)`` of the per-unit exceedance probability.
         risk_cap: if set, only sizes whose predicted event probability is at most this are chosen (chance
             constraint, in ``[0, 1)``).
-        change_alpha: if set, the significance level of the change test on each observed step (in ``(0, 1)``).
+        change_level: if set, the significance level of the change test on each observed step (in ``(0, 1)``).
         seed: seed of the generator that breaks ties between equally scored sizes.
     """
 
@@ -90,7 +90,7 @@ class StragglerAwareController:
         discount: float = 0.98,
         prior: tuple[float, float] = (1.0, 1.0),
         risk_cap: Optional[float] = None,
-        change_alpha: Optional[float] = None,
+        change_level: Optional[float] = None,
         seed: int = 0,
     ) -> None:
         values = sorted({int(size) for size in sizes})
@@ -105,8 +105,8 @@ class StragglerAwareController:
             raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
         if risk_cap is not None and not 0 <= risk_cap < 1:
             raise ValueError(f"risk_cap must be in [0, 1) or None, got {risk_cap!r}")
-        if change_alpha is not None and not 0 < change_alpha < 1:
-            raise ValueError(f"change_alpha must be in (0, 1) or None, got {change_alpha!r}")
+        if change_level is not None and not 0 < change_level < 1:
+            raise ValueError(f"change_level must be in (0, 1) or None, got {change_level!r}")
         fallback = values[0] if fallback is None else fallback
         if fallback not in values:
             raise ValueError(f"fallback={fallback!r} is not one of the sizes {values}")
@@ -116,7 +116,7 @@ class StragglerAwareController:
         self.dual = DualVariable(budget, eta=eta)
         self.risk = BetaTailRisk(prior, discount=discount)
         self.hold, self.max_step, self.warmup = hold, max_step, warmup
-        self.risk_cap, self.change_alpha = risk_cap, change_alpha
+        self.risk_cap, self.change_level = risk_cap, change_level
         self.changes = 0  # detected tail changes
         self.after_change = False  # the next choice may move to a smaller size without bounds
         self.fallback_index = values.index(fallback)
@@ -207,9 +207,9 @@ class StragglerAwareController:
         if censored and watched >= threshold:
             exceeded, total = exceeded + censored, total + censored
         event = exceeded >= int(self.event_model.at_least(torch.tensor(size)))
-        if self.change_alpha is not None and exceeded and self.steps >= self.warmup:
+        if self.change_level is not None and exceeded and self.steps >= self.warmup:
             surprise = float(self.risk.probability_at_least(torch.tensor(exceeded), torch.tensor(total)))
-            if surprise < self.change_alpha:
+            if surprise < self.change_level:
                 self.risk.forget()
                 self.changes += 1
                 self.after_change = True
@@ -243,7 +243,7 @@ class StragglerAwareController:
             "max_step": self.max_step,
             "warmup": self.warmup,
             "risk_cap": self.risk_cap,
-            "change_alpha": self.change_alpha,
+            "change_level": self.change_level,
             "changes": self.changes,
             "after_change": self.after_change,
             "fallback_index": self.fallback_index,
@@ -269,7 +269,7 @@ class StragglerAwareController:
             "max_step",
             "warmup",
             "risk_cap",
-            "change_alpha",
+            "change_level",
             "changes",
             "after_change",
             "fallback_index",

@@ -32,7 +32,7 @@ from torchgcc.control.controller import StragglerAwareController
 from torchgcc.control.event_models import WaitForFastest
 from torchgcc.control.thresholds import DeadlineThreshold
 
-__all__ = ["WaitCountController", "compare_with_fixed"]
+__all__ = ["WaitCountController"]
 
 
 class WaitCountController:
@@ -42,7 +42,7 @@ class WaitCountController:
         num_workers: N.
         deadline: seconds; a step slower than this is a straggler event.
         budget: allowed long-run fraction of steps over the deadline (e.g. 0.01 keeps the p99 near the deadline).
-        stragglers: candidate values of S (default ``0 .. N - 1``).
+        candidates: the values of S to choose from (default ``0 .. N - 1``).
         accuracy: ``{S: accuracy}`` measured offline (e.g. RelAcc of the code at each S), the utility to maximise;
             default: the wait count ``N - S`` (more results are better).
         min_accuracy: drop the candidates whose ``accuracy`` is below this floor (needs ``accuracy``).
@@ -50,7 +50,7 @@ class WaitCountController:
             fastest choice).
         chance_constraint: only choose S whose predicted probability of missing the deadline is at most
             ``budget`` (the controller's ``risk_cap``).
-        change_alpha: significance level of the controller's change test (``None``: no change detection).
+        change_level: significance level of the controller's change test (``None``: no change detection).
         eta, discount, warmup, max_step: the controller's dual step size, posterior forgetting factor (memory about
             ``1 / (1 - discount)`` steps), warm-up steps at ``fallback`` and largest move per step. The defaults
             are the distributed executor's and the gradient-coding runtime's: with change detection handling abrupt
@@ -64,21 +64,21 @@ class WaitCountController:
         *,
         deadline: float,
         budget: float = 0.01,
-        stragglers: Optional[Sequence[int]] = None,
+        candidates: Optional[Sequence[int]] = None,
         accuracy: Optional[Mapping[int, float]] = None,
         min_accuracy: Optional[float] = None,
         fallback: Optional[int] = None,
         chance_constraint: bool = True,
-        change_alpha: Optional[float] = 0.01,
+        change_level: Optional[float] = 0.01,
         eta: float = 2.0,
         discount: float = 0.95,
         warmup: int = 1,
         max_step: int = 4,
         **options: Any,
     ) -> None:
-        candidates = sorted(set(range(num_workers)) if stragglers is None else {int(s) for s in stragglers})
+        candidates = sorted(set(range(num_workers)) if candidates is None else {int(s) for s in candidates})
         if not candidates or candidates[0] < 0 or candidates[-1] >= num_workers:
-            raise ValueError(f"stragglers must lie in [0, N - 1 = {num_workers - 1}], got {candidates}")
+            raise ValueError(f"candidates (values of S) must lie in [0, N - 1 = {num_workers - 1}], got {candidates}")
         if min_accuracy is not None:
             if accuracy is None:
                 raise ValueError("min_accuracy needs accuracy={S: value} to know which S meet it")
@@ -103,7 +103,7 @@ class WaitCountController:
             utility=utility,
             fallback=num_workers - fallback,
             risk_cap=budget if chance_constraint else None,
-            change_alpha=change_alpha,
+            change_level=change_level,
             eta=eta,
             discount=discount,
             warmup=warmup,
@@ -112,7 +112,7 @@ class WaitCountController:
         )
 
     @property
-    def stragglers(self) -> int:
+    def num_stragglers(self) -> int:
         """The current S."""
         return self.num_workers - self.controller.size
 
@@ -128,17 +128,17 @@ class WaitCountController:
     def observe(
         self,
         latencies: torch.Tensor | Sequence[float],
-        stragglers: Optional[int] = None,
+        num_stragglers: Optional[int] = None,
         *,
         watched_until: Optional[float] = None,
     ) -> bool:
-        """Record the ``(N,)`` worker latencies of a step run with ``stragglers`` (default: the current S).
+        """Record the ``(N,)`` worker latencies of a step run with ``num_stragglers`` (default: the current S).
 
         Results not seen by ``watched_until`` seconds (default: the end of the step) are ``inf``; an executor that
         keeps recording late arrivals until the deadline passes ``watched_until=deadline``. Returns whether the step
         missed the deadline.
         """
-        size = None if stragglers is None else self.num_workers - int(stragglers)
+        size = None if num_stragglers is None else self.num_workers - int(num_stragglers)
         return self.controller.observe(latencies, size=size, watched_until=watched_until)
 
     def use_fallback(self, enabled: bool = True) -> None:
@@ -157,28 +157,4 @@ class WaitCountController:
         self.controller.load_state_dict(state["controller"])
 
     def __repr__(self) -> str:
-        return f"WaitCountController(N={self.num_workers}, S={self.stragglers}, {self.controller!r})"
-
-
-def compare_with_fixed(
-    fixed: Sequence[Mapping[str, Any]], adaptive: Mapping[str, Any], deadline: float
-) -> dict[str, Any]:
-    """The acceptance comparison of an adaptive wait count with fixed S rows (each ``{"S", "p99", "agreement"}``).
-
-    The reference is the most accurate fixed S whose p99 latency meets ``deadline`` (ties: the smaller S); the
-    adaptive row passes when its p99 is no worse and its agreement no lower than the reference's.
-    """
-    meeting = [r for r in fixed if r["p99"] <= deadline]
-    if not meeting:
-        return {"reference_S": None, "note": "no fixed S meets the deadline at p99"}
-    best = max(meeting, key=lambda r: (r["agreement"], -r["S"]))
-    return {
-        "reference_S": best["S"],
-        "reference_p99": best["p99"],
-        "reference_agreement": best["agreement"],
-        "adaptive_p99": adaptive["p99"],
-        "adaptive_agreement": adaptive["agreement"],
-        "adaptive_p99_no_worse": adaptive["p99"] <= best["p99"],
-        "adaptive_agreement_no_worse": adaptive["agreement"] >= best["agreement"],
-        "adaptive_meets_deadline": adaptive["p99"] <= deadline,
-    }
+        return f"WaitCountController(N={self.num_workers}, S={self.num_stragglers}, {self.controller!r})"

@@ -11,7 +11,14 @@ from torchgcc.distributed.coordinator import Coordinator, StepResult, TooFewWork
 from torchgcc.distributed.dataplane import DataPlane, Message, PairBrokenError, PairChannel, open_peer_pair
 from torchgcc.distributed.faults import FaultPlan
 from torchgcc.distributed.layout import LAYOUTS, layout_workers
-from torchgcc.distributed.schemes import SCHEMES, CodedScheme, ReplicationScheme, UncodedScheme, make_scheme
+from torchgcc.distributed.schemes import (
+    BASELINE_SCHEMES,
+    CodedScheme,
+    ReplicationScheme,
+    UncodedScheme,
+    list_execution_schemes,
+    make_execution_scheme,
+)
 from torchgcc.distributed.transport import Channel, connect
 from torchgcc.distributed.worker import serve
 
@@ -27,7 +34,7 @@ __all__ = [
     "PairBrokenError",
     "PairChannel",
     "ReplicationScheme",
-    "SCHEMES",
+    "BASELINE_SCHEMES",
     "LAYOUTS",
     "Simulated",
     "StepPlan",
@@ -35,7 +42,8 @@ __all__ = [
     "TooFewWorkersError",
     "UncodedScheme",
     "connect",
-    "make_scheme",
+    "list_execution_schemes",
+    "make_execution_scheme",
     "open_peer_pair",
     "layout_workers",
     "serve",

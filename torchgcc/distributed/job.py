@@ -1,18 +1,20 @@
-"""The job every rank runs under ``torchrun ... -m torchgcc.distributed``: options, the coordinator loop, reports.
+"""The coded-inference job every rank runs under torchrun: settings, the coordinator's loop, the summary.
 
-Rank 0 prints one JSON line per step and scheme, then a summary line; worker ranks serve until shutdown.
+Rank 0 coordinates: every step it draws a batch of the task, runs every scheme on it through the
+:class:`~torchgcc.distributed.coordinator.Coordinator` and hands one record per step and scheme to ``emit`` (then
+a summary record); ranks 1..P-1 serve the coded workers until shutdown. The command line that builds
+:class:`JobSettings` is the application's (``python -m torchgcc.distributed``, see
+:mod:`torchgcc.app.commands.distributed_job`).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import signal
-import sys
 import time
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -22,17 +24,23 @@ from torchgcc.distributed.arrival import Injected, Measured, Simulated
 from torchgcc.distributed.coordinator import Coordinator, TooFewWorkersError
 from torchgcc.distributed.faults import FaultPlan
 from torchgcc.distributed.heartbeat import peak_rss_mb
-from torchgcc.distributed.layout import LAYOUTS
-from torchgcc.distributed.links import TRANSPORTS
-from torchgcc.distributed.schemes import CodedScheme, make_scheme
-from torchgcc.distributed.tasks import TASKS, Task, make_task
-from torchgcc.distributed.transport import STORE_CHUNK_BYTES, STORE_VALUE_LIMIT, Channel, check_chunk_bytes, connect
+from torchgcc.distributed.schemes import CodedScheme, make_execution_scheme
+from torchgcc.distributed.tasks import Task, make_task
+from torchgcc.distributed.transport import STORE_CHUNK_BYTES, Channel, check_chunk_bytes, connect
 from torchgcc.distributed.worker import serve
 from torchgcc.metrics import argmax_agreement, mean_ci, mse
-from torchgcc.optional import require
-from torchgcc.stragglers import LATENCY_MODELS, PLACEMENTS, BernoulliStragglers, FixedStragglers, LatencyStragglers
+from torchgcc.stragglers import BernoulliStragglers, FixedStragglers, LatencyStragglers
 
-__all__ = ["add_job_arguments", "run_job", "summarize"]
+__all__ = [
+    "EXIT_TERMINATED",
+    "EXIT_TOO_FEW_WORKERS",
+    "EXIT_TRANSPORT",
+    "EXIT_USAGE",
+    "JobOutcome",
+    "JobSettings",
+    "run_job",
+    "summarize",
+]
 
 #: exit status when too few workers remain to decode (lost ranks, or a step timed out).
 EXIT_TOO_FEW_WORKERS = 3
@@ -43,6 +51,126 @@ EXIT_USAGE = 2
 #: exit status when the launcher terminated the coordinator (torchrun does so when another rank exits non-zero).
 EXIT_TERMINATED = 143
 
+Record = dict[str, Any]
+
+
+@dataclass
+class JobSettings:
+    """Everything a rank needs to take part in the job; every rank must be given the same settings.
+
+    Code: ``schemes`` (names run on the same batches and delays: ``"uncoded"``, ``"replication"`` or registered
+    code names, optionally ``"gcc:S=4"`` or ``"gcc:adaptive"``), ``code_params`` (keyword arguments of
+    ``make_code``), ``num_workers`` N, ``num_inputs`` K, ``num_stragglers`` S (decode once N - S results arrived),
+    ``layout`` of the N workers over the worker ranks.
+
+    Run: ``steps``, ``task`` (``"mlp"`` or a timm model name) with ``image_size``, ``num_classes`` and
+    ``checkpoint``; ``batch_size`` M samples per step; ``transport`` (``"pg"`` data plane or ``"store"``) with
+    ``store_chunk_mb``; ``seed``; ``device`` of the workers; torch ``threads`` per process; ``check`` also runs the
+    single-process :class:`~torchgcc.CodedModule` with the same mask; ``save``: keep every step's tensors in the
+    outcome.
+
+    Mask mode: ``mode`` (``"simulated"``: the straggler model's mask; ``"injected"``: workers sleep latency-model
+    delays; ``"measured"``: real completion order), ``straggler_model`` of the simulated mode (``"fixed"``,
+    ``"bernoulli"``, ``"latency"``) with ``straggler_placement`` and ``straggle_prob``; ``latency`` model name and
+    ``latency_params``; ``deadline`` seconds (<= 0: none); ``step_timeout`` and ``heartbeat_timeout`` seconds.
+
+    Adaptive wait count (schemes ``CODE:adaptive``): ``wait_deadline``, ``wait_budget``, ``wait_max_stragglers``
+    (default N - K), ``wait_warmup``, ``wait_max_step``, ``wait_discount`` (see
+    :class:`~torchgcc.control.wait_count.WaitCountController`).
+
+    Fault injection: ``kill_rank`` at ``kill_step`` with ``kill_exit_code``; ``hang_rank`` from ``hang_step``;
+    ``slow_workers`` delayed by ``slow_delay`` seconds at every step.
+    """
+
+    schemes: tuple[str, ...] = ("gcc",)
+    code_params: dict[str, Any] = field(default_factory=dict)
+    num_workers: int = 8
+    num_inputs: int = 4
+    num_stragglers: int = 2
+    layout: str = "round_robin"
+    steps: int = 10
+    task: str = "mlp"
+    image_size: int = 224
+    num_classes: int = 1000
+    checkpoint: Optional[str] = None
+    batch_size: int = 64
+    transport: str = "pg"
+    store_chunk_mb: float = STORE_CHUNK_BYTES / 2**20
+    seed: int = 0
+    device: str = "cpu"
+    threads: int = 1
+    check: bool = False
+    save: bool = False
+    mode: str = "simulated"
+    straggler_model: str = "fixed"
+    straggler_placement: str = "random"
+    straggle_prob: float = 0.1
+    latency: str = "shifted_exponential"
+    latency_params: dict[str, Any] = field(default_factory=dict)
+    deadline: float = 1.0
+    step_timeout: float = 30.0
+    heartbeat_timeout: float = 2.0
+    wait_deadline: Optional[float] = None
+    wait_budget: float = 0.01
+    wait_max_stragglers: Optional[int] = None
+    wait_warmup: int = 1
+    wait_max_step: int = 4
+    wait_discount: float = 0.95
+    kill_rank: Optional[int] = None
+    kill_step: int = 0
+    kill_exit_code: int = 0
+    hang_rank: Optional[int] = None
+    hang_step: int = 0
+    slow_workers: tuple[int, ...] = ()
+    slow_delay: float = 5.0
+
+    def __post_init__(self) -> None:
+        """Reject settings no run can use, each with one line naming the setting (and its option)."""
+        n, k, s = self.num_workers, self.num_inputs, self.num_stragglers
+        for name, value, low in (
+            ("num_workers (-N)", n, 1),
+            ("num_inputs (-K)", k, 1),
+            ("steps", self.steps, 1),
+            ("batch_size (-M)", self.batch_size, 1),
+            ("threads", self.threads, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if k > n:
+            raise ValueError(f"num_inputs (-K {k}) must not exceed num_workers (-N {n})")
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < n:
+            raise ValueError(f"num_stragglers (-S {s}) must be an integer in [0, N) = [0, {n}): N - S results decode")
+        if not self.schemes:
+            raise ValueError("schemes (--scheme) names no scheme")
+        choices = {
+            "mode": ("simulated", "injected", "measured"),
+            "straggler_model": ("fixed", "bernoulli", "latency"),
+            "device": ("cpu", "cuda"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if not 0 <= self.straggle_prob < 1:
+            raise ValueError(f"straggle_prob must be in [0, 1), got {self.straggle_prob!r}")
+        for name in ("step_timeout", "heartbeat_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
+
+    @property
+    def chunk_bytes(self) -> int:
+        return int(self.store_chunk_mb * 2**20)
+
+
+@dataclass
+class JobOutcome:
+    """What rank 0 returns: the exit status, every step record, the summary record and (with ``save``) the saved
+    steps (inputs, mask, delays, outputs per step and scheme) and the adaptive policies' states."""
+
+    status: int
+    records: list[Record]
+    summary: Record
+    saved: dict[str, Any] | None = None
+
 
 class Terminated(RuntimeError):
     """The coordinator received SIGTERM."""
@@ -52,260 +180,78 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated("terminated by the launcher (SIGTERM); torchrun does this when another rank exits non-zero")
 
 
-def parse_value(text: str) -> int | float | bool | str | None:
-    """``"1"`` -> 1, ``"1e-6"`` -> 1e-06, ``"true"`` -> True, ``"none"`` -> None, anything else stays a string."""
-    lowered = text.strip().lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered == "none":
-        return None
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _key_value(text: str) -> tuple[str, int | float | bool | str | None]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key.replace("-", "_"), parse_value(value)
-
-
-def add_job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The options of a distributed run (``python -m torchgcc.distributed`` under torchrun or the local launcher)."""
-    code = parser.add_argument_group("code")
-    code.add_argument(
-        "--scheme",
-        "--code",
-        dest="code",
-        default="gcc",
-        help="comma-separated schemes run on the same batches and delays: 'uncoded', 'replication' "
-        "or registered code names (gcc, natural, bacc, lcc)",
-    )
-    code.add_argument(
-        "--code-param",
-        type=_key_value,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="keyword argument of make_code, e.g. lambda_dec=1e-6 or degree=1 (ints, floats, "
-        "true/false, none, strings; repeatable)",
-    )
-    code.add_argument("--num-workers", "-N", type=int, default=8, help="N coded workers (spread over ranks 1..P-1)")
-    code.add_argument("--num-inputs", "-K", type=int, default=4, help="K inputs per group")
-    code.add_argument("--num-stragglers", "-S", type=int, default=2, help="S: decode once N - S results arrived")
-    code.add_argument(
-        "--layout",
-        choices=sorted(LAYOUTS),
-        default="round_robin",
-        help="worker layout: how the N workers are spread over the worker ranks",
-    )
-
-    run = parser.add_argument_group("run")
-    run.add_argument("--steps", type=int, default=10)
-    run.add_argument(
-        "--task",
-        default="mlp",
-        help=f"model: {sorted(TASKS)} (tiny built-in) or any timm model name, e.g. resnet18 (random "
-        "weights unless --checkpoint; seeded random images)",
-    )
-    run.add_argument("--image-size", type=int, default=224, help="image side of timm tasks")
-    run.add_argument("--num-classes", type=int, default=1000, help="classes of timm tasks")
-    run.add_argument("--checkpoint", help="state_dict file for the timm model")
-    run.add_argument(
-        "--batch-size",
-        "-M",
-        type=int,
-        default=64,
-        help="samples per step: B = ceil(M / K) groups, each worker gets B coded inputs",
-    )
-    run.add_argument(
-        "--transport",
-        choices=TRANSPORTS,
-        default="pg",
-        help="pg: payloads on a gloo pair per worker rank (the data plane); store: chunked values in "
-        "the rendezvous store (fallback)",
-    )
-    run.add_argument(
-        "--store-chunk-mb",
-        type=float,
-        default=STORE_CHUNK_BYTES / 2**20,
-        help=f"chunk size of the store transport (at most {STORE_VALUE_LIMIT / 2**20:.0f} MiB)",
-    )
-    run.add_argument("--seed", type=int, default=0, help="seeds the model, the data and the straggler models")
-    run.add_argument(
-        "--device",
-        choices=("cpu", "cuda"),
-        default="cpu",
-        help="where workers run the model (cuda: cuda:LOCAL_RANK, one GPU per rank)",
-    )
-    run.add_argument("--threads", type=int, default=1, help="torch threads per process")
-    run.add_argument(
-        "--check",
-        action="store_true",
-        help="also run the single-process CodedModule with the same mask and report the difference",
-    )
-    run.add_argument("--save", metavar="PATH", help="torch.save every step's inputs, mask, delays and outputs")
-
-    mode = parser.add_argument_group("mask mode")
-    mode.add_argument(
-        "--mode",
-        choices=("simulated", "injected", "measured"),
-        default="simulated",
-        help="simulated: the straggler model's mask; injected: workers sleep latency-model delays; "
-        "measured: real completion order",
-    )
-    mode.add_argument(
-        "--stragglers",
-        choices=("fixed", "bernoulli", "latency"),
-        default="fixed",
-        help="straggler model of the simulated mode",
-    )
-    mode.add_argument(
-        "--straggler-placement",
-        choices=PLACEMENTS,
-        default="random",
-        help="where FixedStragglers puts the S stragglers",
-    )
-    mode.add_argument("--straggle-prob", type=float, default=0.1, help="p of BernoulliStragglers")
-    mode.add_argument(
-        "--latency",
-        choices=sorted(LATENCY_MODELS),
-        default="shifted_exponential",
-        help="latency model of the injected mode (and of --stragglers latency)",
-    )
-    mode.add_argument(
-        "--latency-param",
-        type=_key_value,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="latency model parameter in seconds, e.g. shift=0.01 scale=0.05 (repeatable)",
-    )
-    mode.add_argument(
-        "--deadline",
-        type=float,
-        default=1.0,
-        help="seconds after which a step decodes from what arrived (if enough); <= 0: no deadline",
-    )
-    mode.add_argument(
-        "--step-timeout",
-        type=float,
-        default=30.0,
-        help="seconds a step may wait for the decoder's minimum number of results before failing",
-    )
-    mode.add_argument(
-        "--heartbeat-timeout",
-        type=float,
-        default=2.0,
-        help="seconds of silence after which a worker rank is declared lost",
-    )
-
-    wait = parser.add_argument_group("adaptive wait count (schemes named 'CODE:adaptive', e.g. gcc:adaptive)")
-    wait.add_argument(
-        "--wait-deadline",
-        type=float,
-        help="seconds: a step whose (N - S)-th result comes later is a straggler event; the "
-        "coordinator records late arrivals up to this time after decoding",
-    )
-    wait.add_argument(
-        "--wait-budget", type=float, default=0.01, help="allowed long-run fraction of steps over --wait-deadline"
-    )
-    wait.add_argument(
-        "--wait-max-stragglers",
-        type=int,
-        help="largest S the controller may choose (candidates 0..this; default N - K)",
-    )
-    wait.add_argument("--wait-warmup", type=int, default=1, help="steps at the largest S before adapting")
-    wait.add_argument(
-        "--wait-max-step",
-        type=int,
-        default=4,
-        help="largest change of S from one step to the next (a detected tail change may raise S further at once)",
-    )
-    wait.add_argument(
-        "--wait-discount",
-        type=float,
-        default=0.95,
-        help="forgetting factor of the controller's tail-risk posterior (memory ~1/(1 - this) steps)",
-    )
-
-    faults = parser.add_argument_group("fault injection")
-    faults.add_argument("--kill-rank", type=int, help="worker rank that exits abruptly (os._exit) ...")
-    faults.add_argument("--kill-step", type=int, default=0, help="... when it receives this step")
-    faults.add_argument(
-        "--kill-exit-code",
-        type=int,
-        default=0,
-        help="exit status of the killed rank (non-zero makes torchrun stop the whole job)",
-    )
-    faults.add_argument("--hang-rank", type=int, help="worker rank that blocks forever ...")
-    faults.add_argument("--hang-step", type=int, default=0, help="... from this step on")
-    faults.add_argument(
-        "--slow-worker",
-        type=int,
-        action="append",
-        default=[],
-        help="coded worker index delayed by --slow-delay at every step (repeatable)",
-    )
-    faults.add_argument("--slow-delay", type=float, default=5.0, help="seconds of the --slow-worker delay")
-    return parser
-
-
-def _fault_plan(args: argparse.Namespace) -> FaultPlan:
+def fault_plan(settings: JobSettings) -> FaultPlan:
+    """The settings' fault injection."""
     return FaultPlan(
-        kill_rank=args.kill_rank,
-        kill_step=args.kill_step,
-        kill_exit_code=args.kill_exit_code,
-        hang_rank=args.hang_rank,
-        hang_step=args.hang_step,
-        slow_workers=tuple(args.slow_worker),
-        slow_delay_s=args.slow_delay,
+        kill_rank=settings.kill_rank,
+        kill_step=settings.kill_step,
+        kill_exit_code=settings.kill_exit_code,
+        hang_rank=settings.hang_rank,
+        hang_step=settings.hang_step,
+        slow_workers=tuple(settings.slow_workers),
+        slow_delay_s=settings.slow_delay,
     )
 
 
-def _arrival_mode(args: argparse.Namespace, *, min_arrived: int) -> Simulated | Injected | Measured:
-    latency_params = dict(args.latency_param)
-    if args.mode == "measured":
-        return Measured(num_stragglers=args.num_stragglers)
-    latency = LatencyStragglers(args.latency, num_stragglers=args.num_stragglers, seed=args.seed, **latency_params)
-    if args.mode == "injected":
-        return Injected(latency, num_stragglers=args.num_stragglers)
-    stragglers = {
-        "fixed": lambda: FixedStragglers(args.num_stragglers, args.straggler_placement, seed=args.seed),
-        "bernoulli": lambda: BernoulliStragglers(args.straggle_prob, min_arrived=min_arrived, seed=args.seed),
+def arrival_mode(settings: JobSettings, *, min_arrived: int) -> Simulated | Injected | Measured:
+    """How every step's mask is decided (see :mod:`torchgcc.distributed.arrival`)."""
+    s = settings.num_stragglers
+    if settings.mode == "measured":
+        return Measured(num_stragglers=s)
+    latency = LatencyStragglers(settings.latency, num_stragglers=s, seed=settings.seed, **settings.latency_params)
+    if settings.mode == "injected":
+        return Injected(latency, num_stragglers=s)
+    models = {
+        "fixed": lambda: FixedStragglers(s, settings.straggler_placement, seed=settings.seed),
+        "bernoulli": lambda: BernoulliStragglers(settings.straggle_prob, min_arrived=min_arrived, seed=settings.seed),
         "latency": lambda: latency,
-    }[args.stragglers]()
-    return Simulated(stragglers)
+    }
+    return Simulated(models[settings.straggler_model]())
 
 
-def _wait_policy(args: argparse.Namespace, name: str):
+def wait_policy(settings: JobSettings, name: str):
     """A fresh :class:`WaitCountController` for the scheme ``name`` if it is ``CODE:adaptive``, else None."""
     if not name.endswith(":adaptive"):
         return None
-    if args.wait_deadline is None or args.wait_deadline <= 0:
+    if settings.wait_deadline is None or settings.wait_deadline <= 0:
         raise ValueError("an adaptive scheme needs --wait-deadline SECONDS (> 0), the latency it keeps steps under")
-    if args.mode == "simulated":
+    if settings.mode == "simulated":
         raise ValueError("an adaptive wait count needs arrivals to wait for: use --mode injected or measured")
     from torchgcc.control.wait_count import WaitCountController
 
-    largest = args.num_workers - args.num_inputs if args.wait_max_stragglers is None else args.wait_max_stragglers
+    largest = settings.wait_max_stragglers
+    if largest is None:
+        largest = settings.num_workers - settings.num_inputs
     return WaitCountController(
-        args.num_workers,
-        deadline=args.wait_deadline,
-        budget=args.wait_budget,
-        stragglers=range(largest + 1),
-        discount=args.wait_discount,
-        warmup=args.wait_warmup,
-        max_step=args.wait_max_step,
-        seed=args.seed,
+        settings.num_workers,
+        deadline=settings.wait_deadline,
+        budget=settings.wait_budget,
+        candidates=range(largest + 1),
+        discount=settings.wait_discount,
+        warmup=settings.wait_warmup,
+        max_step=settings.wait_max_step,
+        seed=settings.seed,
     )
 
 
-def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
+def build_schemes(settings: JobSettings) -> list:
+    """The execution schemes of ``settings.schemes`` (raises ``ValueError`` for a bad name or combination)."""
+    schemes = [
+        make_execution_scheme(
+            name,
+            num_inputs=settings.num_inputs,
+            num_workers=settings.num_workers,
+            policy=wait_policy(settings, name),
+            **settings.code_params,
+        )
+        for name in settings.schemes
+    ]
+    if settings.mode == "simulated" and any(not isinstance(s, CodedScheme) for s in schemes):
+        raise ValueError("uncoded and replication wait for arrivals, not a drawn mask: use --mode injected or measured")
+    return schemes
+
+
+def summarize(records: list[Record]) -> dict[str, dict[str, float]]:
     """Per scheme: steps, median and p99 step latency, MSE and argmax agreement (RelAcc) as mean and 95% CI
     half-width over steps (``1.96 * std / sqrt(steps)``), median MSE, the samples left without a result, and the
     mean S (NaN for the schemes without one)."""
@@ -316,6 +262,7 @@ def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
         errors = torch.tensor([r["mse"] for r in rows], dtype=torch.float64)
         mean_mse, mse_ci = mean_ci(errors)
         agreement, agreement_ci = mean_ci(torch.tensor([r["agreement"] for r in rows], dtype=torch.float64))
+        chosen = [math.nan if r.get("S") is None else r["S"] for r in rows]
         summary[name] = {
             "steps": len(rows),
             "median_latency_s": float(latency.quantile(0.5)),
@@ -326,199 +273,181 @@ def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
             "agreement": agreement,
             "agreement_ci": agreement_ci,
             "missing_samples": sum(len(r["missing"]) for r in rows),
-            "mean_S": float(
-                torch.tensor([math.nan if r.get("S") is None else r["S"] for r in rows], dtype=torch.float64).mean()
-            ),
+            "mean_S": float(torch.tensor(chosen, dtype=torch.float64).mean()),
         }
     return summary
 
 
-def _emit(record: dict) -> None:
-    print(json.dumps(record), flush=True)
+def run_job(
+    settings: JobSettings,
+    *,
+    emit: Callable[[Record], None] = lambda record: None,
+    on_step: Callable[[int], None] = lambda step: None,
+) -> JobOutcome | None:
+    """Take part in the job: rank 0 coordinates and returns the :class:`JobOutcome`, the others serve the coded
+    workers and return None once the coordinator shuts the job down.
 
-
-def run_job(args: argparse.Namespace) -> int:
-    """Run on every rank: rank 0 coordinates and returns the exit status, the others serve the coded workers."""
-    torch.set_num_threads(args.threads)
-    faults = _fault_plan(args)
-    if args.device == "cuda" and not torch.cuda.is_available():
+    Rank 0 hands every record to ``emit`` as it is made (``"start"``, one per step and scheme, ``"error"``, then
+    ``"summary"``) and calls ``on_step(step)`` after each step. Raises ``ValueError`` for bad settings on every
+    rank before any process group is joined.
+    """
+    torch.set_num_threads(settings.threads)
+    faults = fault_plan(settings)
+    if settings.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda, but CUDA is not available on this machine: use --device cpu")
-    if args.transport == "store":
-        check_chunk_bytes(int(args.store_chunk_mb * 2**20))
-    # built on every rank before joining, so a bad option stops every rank, not just the coordinator
+    if settings.transport == "store":
+        check_chunk_bytes(settings.chunk_bytes)
+    # built on every rank before joining, so that bad settings stop every rank, not just the coordinator
     task = make_task(
-        args.task,
-        seed=args.seed,
-        batch_size=args.batch_size,
-        image_size=args.image_size,
-        num_classes=args.num_classes,
-        checkpoint=args.checkpoint,
+        settings.task,
+        seed=settings.seed,
+        batch_size=settings.batch_size,
+        image_size=settings.image_size,
+        num_classes=settings.num_classes,
+        checkpoint=settings.checkpoint,
     )
-    names = [name.strip() for name in args.code.split(",")]
-    schemes = [
-        make_scheme(
-            name,
-            num_inputs=args.num_inputs,
-            num_workers=args.num_workers,
-            policy=_wait_policy(args, name),
-            **dict(args.code_param),
-        )
-        for name in names
-    ]
-    if args.mode == "simulated" and any(not isinstance(s, CodedScheme) for s in schemes):
-        raise ValueError("uncoded and replication wait for arrivals, not a drawn mask: use --mode injected or measured")
-    mode = _arrival_mode(args, min_arrived=max(scheme.min_arrived for scheme in schemes))
+    schemes = build_schemes(settings)
+    mode = arrival_mode(settings, min_arrived=max(scheme.min_arrived for scheme in schemes))
     channel = connect()
     if channel.rank != 0:
         device = "cpu"
-        if args.device == "cuda":
+        if settings.device == "cuda":
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"
         serve(
             task.model,
             channel,
             device=device,
             faults=faults,
-            transport=args.transport,
-            chunk_bytes=int(args.store_chunk_mb * 2**20),
+            transport=settings.transport,
+            chunk_bytes=settings.chunk_bytes,
         )
-        return 0
+        return None
 
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return _coordinate(args, channel, task, schemes, mode, faults)
+        return _coordinate(settings, channel, task, schemes, mode, faults, emit, on_step)
     finally:
         channel.request_shutdown()  # idempotent; also frees the workers when the coordinator fails early
 
 
 def _coordinate(
-    args: argparse.Namespace,
+    settings: JobSettings,
     channel: Channel,
     task: Task,
     schemes: list,
     mode: Simulated | Injected | Measured,
     faults: FaultPlan,
-) -> int:
-    """Rank 0's loop: every step, every scheme, one JSON line; then the summary. Returns the exit status."""
-    num_groups = math.ceil(args.batch_size / args.num_inputs)
-    deadline = args.deadline if args.deadline > 0 else None
-    records: list[dict] = []
+    emit: Callable[[Record], None],
+    on_step: Callable[[int], None],
+) -> JobOutcome:
+    """Rank 0's loop: every step, every scheme, one record; then the summary."""
+    num_groups = math.ceil(settings.batch_size / settings.num_inputs)
+    deadline = settings.deadline if settings.deadline > 0 else None
+    records: list[Record] = []
     saved: list[dict] = []
     status = 0
     started = time.monotonic()
     with Coordinator(
         channel,
-        num_workers=args.num_workers,
-        layout=args.layout,
-        transport=args.transport,
-        chunk_bytes=int(args.store_chunk_mb * 2**20),
+        num_workers=settings.num_workers,
+        layout=settings.layout,
+        transport=settings.transport,
+        chunk_bytes=settings.chunk_bytes,
         faults=faults,
-        heartbeat_timeout_s=args.heartbeat_timeout,
-        step_timeout_s=args.step_timeout,
+        heartbeat_timeout_s=settings.heartbeat_timeout,
+        step_timeout_s=settings.step_timeout,
     ) as coordinator:
-        _emit(
+        emit(
             {
                 "event": "start",
                 "world_size": channel.world_size,
                 "layout": coordinator.assignment,
-                "transport": args.transport,
+                "transport": settings.transport,
             }
         )
         try:
-            tqdm = require("tqdm").tqdm
-            for step in tqdm(range(args.steps), desc="steps", disable=not sys.stderr.isatty()):
+            for step in range(settings.steps):
                 x = task.batch(step)
                 with torch.no_grad():
                     reference = task.model(x)
-                plan = mode.plan(num_groups, args.num_workers)
+                plan = mode.plan(num_groups, settings.num_workers)
                 for scheme in schemes:
-                    policy = getattr(scheme, "policy", None)
-                    if policy is not None:
-                        scheme.num_stragglers = policy.choose()
-                    result = coordinator.step(
-                        scheme,
-                        x,
-                        plan,
-                        step=step,
-                        deadline_s=deadline,
-                        watch_s=None if policy is None else args.wait_deadline,
-                    )
-                    if policy is not None:
-                        policy.observe(
-                            result.arrival_s, stragglers=scheme.num_stragglers, watched_until=result.watched_s
-                        )
-                    have = torch.ones(len(x), dtype=torch.bool)
-                    have[result.missing] = False  # samples without a result (replication at the deadline)
-                    record = {
-                        "step": step,
-                        "scheme": scheme.name,
-                        "latency_s": result.latency_s,
-                        "compute_s": result.compute_s,
-                        "payload_mb_per_rank": result.payload_bytes / 1e6,
-                        "arrived": result.arrived,
-                        "missing": result.missing,
-                        "mse": float(mse(result.output[have], reference[have])) if have.any() else math.nan,
-                        "agreement": float(argmax_agreement(result.output[have], reference[have]))
-                        if have.any()
-                        else math.nan,
-                        "lost_workers": result.lost_workers,
-                        "S": getattr(scheme, "num_stragglers", None) if isinstance(scheme, CodedScheme) else None,
-                    }
-                    if args.check and isinstance(scheme, CodedScheme):
-                        with torch.no_grad():
-                            single = CodedModule(task.model, scheme.code)(x, mask=result.mask)
-                        record["max_abs_diff_single_process"] = float((single - result.output).abs().max())
+                    record, kept = _run_scheme(settings, coordinator, scheme, task, x, reference, plan, step, deadline)
                     records.append(record)
-                    _emit(record)
-                    if args.save:
-                        saved.append(
-                            {
-                                "step": step,
-                                "scheme": scheme.name,
-                                "x": x,
-                                "mask": result.mask,
-                                "delays": result.delays,
-                                "output": result.output,
-                                "arrival_s": result.arrival_s,
-                                "watched_s": result.watched_s,
-                            }
-                        )
+                    emit(record)
+                    if settings.save:
+                        saved.append(kept)
+                on_step(step)
         except (TooFewWorkersError, Terminated, dist.DistError) as error:
-            print(f"[torchgcc] error: {error}", file=sys.stderr, flush=True)
-            _emit({"event": "error", "error": f"{type(error).__name__}: {error}"})
+            emit({"event": "error", "error": f"{type(error).__name__}: {error}"})
             status = {TooFewWorkersError: EXIT_TOO_FEW_WORKERS, Terminated: EXIT_TERMINATED}.get(
                 type(error), EXIT_TRANSPORT
             )
     lost = coordinator.lost_workers  # after close(), which also catches ranks that died near the end
     policies = {s.name: s.policy for s in schemes if getattr(s, "policy", None) is not None}
-    if args.save:
-        torch.save(
-            {
-                "args": vars(args),
-                "steps": saved,
-                "wait_policies": {name: p.state_dict() for name, p in policies.items()},
-            },
-            args.save,
-        )
-    _emit(
-        {
-            "event": "summary",
-            "status": status,
-            "steps": args.steps,
-            "wall_s": time.monotonic() - started,
-            "lost_workers": lost,
-            "max_rss_mb": _max_rss_mb(channel),
-            "schemes": summarize(records),
-            "wait_policies": {
-                name: {
-                    "stragglers_distribution": p.stragglers_distribution(),
-                    "event_rate": p.controller.event_rate,
-                    "changes": p.controller.changes,
-                }
-                for name, p in policies.items()
-            },
-        }
-    )
-    return status
+    summary = {
+        "event": "summary",
+        "status": status,
+        "steps": settings.steps,
+        "wall_s": time.monotonic() - started,
+        "lost_workers": lost,
+        "max_rss_mb": _max_rss_mb(channel),
+        "schemes": summarize(records),
+        "wait_policies": {
+            name: {
+                "stragglers_distribution": p.stragglers_distribution(),
+                "event_rate": p.controller.event_rate,
+                "changes": p.controller.changes,
+            }
+            for name, p in policies.items()
+        },
+    }
+    emit(summary)
+    kept = None
+    if settings.save:
+        kept = {"steps": saved, "wait_policies": {name: p.state_dict() for name, p in policies.items()}}
+    return JobOutcome(status=status, records=records, summary=summary, saved=kept)
+
+
+def _run_scheme(settings, coordinator, scheme, task, x, reference, plan, step, deadline) -> tuple[Record, dict]:
+    """One step of one scheme: its record, and the tensors ``save`` keeps."""
+    policy = getattr(scheme, "policy", None)
+    if policy is not None:
+        scheme.num_stragglers = policy.choose()
+    watch = None if policy is None else settings.wait_deadline
+    result = coordinator.step(scheme, x, plan, step=step, deadline_s=deadline, watch_s=watch)
+    if policy is not None:
+        policy.observe(result.arrival_s, num_stragglers=scheme.num_stragglers, watched_until=result.watched_s)
+    have = torch.ones(len(x), dtype=torch.bool)
+    have[result.missing] = False  # samples without a result (replication at the deadline)
+    record = {
+        "step": step,
+        "scheme": scheme.name,
+        "latency_s": result.latency_s,
+        "compute_s": result.compute_s,
+        "payload_mb_per_rank": result.payload_bytes / 1e6,
+        "arrived": result.arrived,
+        "missing": result.missing,
+        "mse": float(mse(result.output[have], reference[have])) if have.any() else math.nan,
+        "agreement": float(argmax_agreement(result.output[have], reference[have])) if have.any() else math.nan,
+        "lost_workers": result.lost_workers,
+        "S": getattr(scheme, "num_stragglers", None) if isinstance(scheme, CodedScheme) else None,
+    }
+    if settings.check and isinstance(scheme, CodedScheme):
+        with torch.no_grad():
+            single = CodedModule(task.model, scheme.code)(x, mask=result.mask)
+        record["max_abs_diff_single_process"] = float((single - result.output).abs().max())
+    kept = {
+        "step": step,
+        "scheme": scheme.name,
+        "x": x,
+        "mask": result.mask,
+        "delays": result.delays,
+        "output": result.output,
+        "arrival_s": result.arrival_s,
+        "watched_s": result.watched_s,
+    }
+    return record, kept
 
 
 def _max_rss_mb(channel: Channel) -> dict[int, float]:
@@ -529,16 +458,3 @@ def _max_rss_mb(channel: Channel) -> dict[int, float]:
         if channel.store.check([key]):
             peaks[rank] = float(channel.store.get(key))
     return peaks
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="torchrun --standalone --nproc-per-node P -m torchgcc.distributed",
-        description="Coded inference across torchrun ranks: rank 0 coordinates, ranks 1..P-1 host the N workers.",
-    )
-    args = add_job_arguments(parser).parse_args(argv)
-    try:
-        return run_job(args)
-    except (ValueError, TypeError) as error:  # a bad option: one line, no traceback
-        print(f"torchgcc.distributed: error: {error}", file=sys.stderr)
-        return EXIT_USAGE

@@ -17,7 +17,14 @@ from torch import nn
 from torchgcc.coded_module import group_samples, ungroup_samples
 from torchgcc.codes import list_codes, make_code
 
-__all__ = ["SCHEMES", "CodedScheme", "ReplicationScheme", "UncodedScheme", "make_scheme"]
+__all__ = [
+    "BASELINE_SCHEMES",
+    "CodedScheme",
+    "ReplicationScheme",
+    "UncodedScheme",
+    "list_execution_schemes",
+    "make_execution_scheme",
+]
 
 
 class CodedScheme:
@@ -155,11 +162,16 @@ class ReplicationScheme:
         return first.flatten(1)
 
 
-#: schemes that are not codes (every registered code is a scheme too).
-SCHEMES = ("uncoded", "replication")
+#: The execution schemes that are not codes (every registered code is an execution scheme too).
+BASELINE_SCHEMES = ("uncoded", "replication")
 
 
-def make_scheme(
+def list_execution_schemes() -> list[str]:
+    """Every name :func:`make_execution_scheme` accepts (without a ``:S=...`` or ``:adaptive`` suffix)."""
+    return [*BASELINE_SCHEMES, *list_codes()]
+
+
+def make_execution_scheme(
     name: str, *, num_inputs: int, num_workers: int, policy=None, **code_kwargs
 ) -> CodedScheme | UncodedScheme | ReplicationScheme:
     """``"uncoded"``, ``"replication"`` or any name in ``torchgcc.list_codes()`` (built with ``make_code``, which
@@ -171,14 +183,14 @@ def make_scheme(
     name, _, option = name.partition(":")
     num_stragglers = None
     if option == "adaptive":
-        if policy is None or name in SCHEMES:
+        if policy is None or name in BASELINE_SCHEMES:
             raise ValueError(
                 f"scheme {name}:adaptive needs a code name and policy=WaitCountController(...) "
                 "(torchgcc.distributed: --wait-deadline)"
             )
     elif option:
         key, _, value = option.partition("=")
-        if key != "S" or not value.isdigit() or name in SCHEMES:
+        if key != "S" or not value.isdigit() or name in BASELINE_SCHEMES:
             raise ValueError(f"bad scheme {name}:{option!r}: a code may carry its S as e.g. 'gcc:S=4'")
         num_stragglers = int(value)
         if num_stragglers >= num_workers:
@@ -188,8 +200,8 @@ def make_scheme(
     if name == "replication":
         return ReplicationScheme(num_inputs=num_inputs, num_workers=num_workers)
     if name not in list_codes():
-        raise ValueError(f"unknown scheme {name!r}; choose from {[*SCHEMES, *list_codes()]}")
+        raise ValueError(f"unknown scheme {name!r}; choose from {list_execution_schemes()}")
     code = make_code(name, num_inputs=num_inputs, num_workers=num_workers, **code_kwargs)
     if option == "adaptive":
-        return CodedScheme(code, name=f"{name}:adaptive", num_stragglers=policy.stragglers, policy=policy)
+        return CodedScheme(code, name=f"{name}:adaptive", num_stragglers=policy.num_stragglers, policy=policy)
     return CodedScheme(code, name=f"{name}:S={num_stragglers}" if option else name, num_stragglers=num_stragglers)

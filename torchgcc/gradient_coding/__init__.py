@@ -3,14 +3,15 @@ torch.distributed runtime.
 
 - :mod:`~torchgcc.gradient_coding.codes`: FR, CR (Tandon et al. 2017) and the baselines DGD, IS-SGD, IS-GC.
 - :mod:`~torchgcc.gradient_coding.pipelined`: pipelined gradient coding (PGC-FR, PGC-CR; Su & Li 2026).
-- :mod:`~torchgcc.gradient_coding.worker`: the worker's coded gradient (one backward pass) and the update.
+- :mod:`~torchgcc.gradient_coding.gradients`: the worker's coded gradient (one backward pass) and the update.
 - :mod:`~torchgcc.gradient_coding.simulator`: one process, real gradients, virtual clock.
 - :mod:`~torchgcc.gradient_coding.adaptive_wait`: the simulator waiting for ``n - S`` workers, S chosen per step.
-- :mod:`~torchgcc.gradient_coding.runtime`: a coordinator and worker ranks under torchrun.
-- :mod:`~torchgcc.gradient_coding.schemes`: the schemes by name (``"dgd"``, ``"gc-fr"``, ``"pgc-cr"``...).
+- :mod:`~torchgcc.gradient_coding.distributed_training`: a coordinator and worker ranks under torchrun
+  (``python -m torchgcc.gradient_coding.runtime``).
+- :mod:`~torchgcc.gradient_coding.training_schemes`: the schemes by name (``"dgd"``, ``"gc-fr"``, ``"pgc-cr"``...).
 """
 
-from torchgcc.gradient_coding.adaptive_wait import run_adaptive_wait
+from torchgcc.gradient_coding.adaptive_wait import train_with_adaptive_wait
 from torchgcc.gradient_coding.clock import DelaySchedule, expected_step_time, first_arrivals
 from torchgcc.gradient_coding.codes import (
     CyclicRepetitionCode,
@@ -22,14 +23,14 @@ from torchgcc.gradient_coding.codes import (
     UndecodableError,
     recovery_error,
 )
+from torchgcc.gradient_coding.gradients import GradientWorker, apply_update, combine, weighted_gradient
 from torchgcc.gradient_coding.partitions import PartitionedData
 from torchgcc.gradient_coding.pipelined import PipelinedGradientCode, staleness
-from torchgcc.gradient_coding.schemes import SCHEMES, list_schemes, make_scheme
 from torchgcc.gradient_coding.simulator import Simulation, StepRecord, measure_compute_time
-from torchgcc.gradient_coding.worker import GradientWorker, apply_update, combine, weighted_gradient
+from torchgcc.gradient_coding.training_schemes import TRAINING_SCHEMES, list_training_schemes, make_training_scheme
 
 __all__ = [
-    "run_adaptive_wait",
+    "train_with_adaptive_wait",
     "CyclicRepetitionCode",
     "DelaySchedule",
     "FractionalRepetitionCode",
@@ -39,7 +40,7 @@ __all__ = [
     "IgnoreStragglersGCCode",
     "PartitionedData",
     "PipelinedGradientCode",
-    "SCHEMES",
+    "TRAINING_SCHEMES",
     "Simulation",
     "StepRecord",
     "UncodedCode",
@@ -48,8 +49,8 @@ __all__ = [
     "combine",
     "expected_step_time",
     "first_arrivals",
-    "list_schemes",
-    "make_scheme",
+    "list_training_schemes",
+    "make_training_scheme",
     "measure_compute_time",
     "recovery_error",
     "staleness",

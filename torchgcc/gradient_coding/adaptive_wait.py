@@ -18,15 +18,14 @@ import math
 from typing import Callable, Optional
 
 import torch
-from tqdm.auto import tqdm
 
 from torchgcc.gradient_coding.clock import first_arrivals, worker_times
 from torchgcc.gradient_coding.simulator import Simulation, StepRecord
 
-__all__ = ["run_adaptive_wait"]
+__all__ = ["train_with_adaptive_wait"]
 
 
-def run_adaptive_wait(
+def train_with_adaptive_wait(
     simulation: Simulation,
     policy,
     steps: int,
@@ -34,7 +33,6 @@ def run_adaptive_wait(
     deadline: float,
     evaluate: Optional[Callable[[torch.nn.Module], dict]] = None,
     eval_every: int = 1,
-    progress: bool = False,
 ) -> tuple[list[StepRecord], list[int]]:
     """Train ``steps`` steps of ``simulation`` (which needs delays), S from ``policy`` at every step.
 
@@ -44,18 +42,18 @@ def run_adaptive_wait(
     """
     code = simulation.code
     if simulation.delays is None:
-        raise ValueError("run_adaptive_wait needs a Simulation with delays= (the clock decides who arrives)")
+        raise ValueError("train_with_adaptive_wait needs a Simulation with delays= (the clock decides who arrives)")
     if policy.num_workers != code.num_workers:
         raise ValueError(f"the policy is for {policy.num_workers} workers, the code has {code.num_workers}")
     records, chosen = [], []
-    for step in tqdm(range(steps), desc="adaptive wait", disable=not progress, leave=False):
+    for step in range(steps):
         s = policy.choose()
         times = worker_times(
             [code.compute_load(step)] * code.num_workers, simulation.delays.delays(step), simulation.compute_time
         )
         arrived, step_time = first_arrivals(times, code.num_workers - s)
         record = simulation.step(step, arrived, step_time=step_time)
-        policy.observe(times.masked_fill(times > deadline, math.inf), stragglers=s, watched_until=deadline)
+        policy.observe(times.masked_fill(times > deadline, math.inf), num_stragglers=s, watched_until=deadline)
         if evaluate is not None and ((step + 1) % eval_every == 0 or step == steps - 1):
             record.metrics = evaluate(simulation.model)
         records.append(record)

@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from torch import nn
-from tqdm.auto import tqdm
 
 from torchgcc.gradient_coding.clock import DelaySchedule, step_arrivals
 from torchgcc.gradient_coding.codes import GradientCode
+from torchgcc.gradient_coding.gradients import GradientWorker, LossFn, apply_update, combine, weighted_gradient
 from torchgcc.gradient_coding.partitions import PartitionedData
-from torchgcc.gradient_coding.worker import GradientWorker, LossFn, apply_update, combine, weighted_gradient
 
 __all__ = ["Simulation", "StepRecord", "measure_compute_time"]
 
@@ -150,13 +149,11 @@ class Simulation:
         eval_every: int = 1,
         arrivals: Optional[Sequence[Sequence[int]]] = None,
         stop: Optional[Callable[[dict], bool]] = None,
-        progress: bool = False,
-        desc: str = "simulating",
     ) -> list[StepRecord]:
         """Run steps ``0..steps-1`` (replaying ``arrivals[t]`` when given); evaluate every ``eval_every`` steps and
         after the last; stop early once ``stop(metrics)`` is true."""
         records = []
-        for step in tqdm(range(steps), desc=desc, disable=not progress, leave=False):
+        for step in range(steps):
             record = self.step(step, None if arrivals is None else arrivals[step])
             if evaluate is not None and ((step + 1) % eval_every == 0 or step == steps - 1):
                 record.metrics = evaluate(self.model)

@@ -9,7 +9,8 @@ and on-policy whatever G the hook picks.
 Time. Generation is real (timed with ``time.perf_counter``), but a single CPU process cannot show the straggling
 of a rollout fleet, so every rollout also gets a simulated heavy-tailed delay proportional to its length:
 
-    duration_i = t_gen * n_i / max_j n_j + token_seconds * n_i * X_i,   X_i ~ Pareto(scale=1, shape=delay_shape)
+    duration_i = t_gen * n_i / max_j n_j + token_seconds * n_i * X_i,
+    X_i ~ Pareto(scale=1, tail_index=delay_tail_index)
 
 with ``n_i`` the answer's token count (up to and including EOS) and ``t_gen`` the measured time of the batched
 generation. The rollouts run on a fleet of ``rollout_slots`` generation slots (an inference engine's batch): each
@@ -24,10 +25,9 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Optional
 
 import torch
-from tqdm.auto import tqdm
 
 from torchgcc.control.group_size import GroupSizeHook
 from torchgcc.rl.countdown_task import CountdownTask
@@ -61,14 +61,15 @@ class GRPOConfig:
     inner_epochs: int = 2
     token_seconds: float = 0.05
     rollout_slots: int = 64
-    delay_shape: float = 1.5
+    delay_tail_index: float = 1.5
     seed: int = 0
 
 
 def train_grpo(
-    config: GRPOConfig, hook: GroupSizeHook, *, progress: bool = True, desc: str = "GRPO"
+    config: GRPOConfig, hook: GroupSizeHook, *, on_step: Optional[Callable[[dict[str, Any]], None]] = None
 ) -> list[dict[str, Any]]:
-    """Run ``config.steps`` GRPO steps with group sizes from ``hook``; returns one record per step.
+    """Run ``config.steps`` GRPO steps with group sizes from ``hook``; returns one record per step, each also
+    handed to ``on_step`` as it is made (for progress).
 
     Record keys: ``step``, ``G``, ``reward`` (mean over the step's rollouts), ``answer_tokens`` (mean),
     ``event`` (straggler event), ``rollout_seconds`` (the barrier: the makespan on the slots),
@@ -83,9 +84,9 @@ def train_grpo(
     prompt_rng = torch.Generator().manual_seed(config.seed)
     sample_rng = torch.Generator().manual_seed(config.seed + 1)
     delay_rng = torch.Generator().manual_seed(config.seed + 2)
-    delays = Pareto(scale=1.0, shape=config.delay_shape)
+    delays = Pareto(scale=1.0, tail_index=config.delay_tail_index)
     records, clock = [], 0.0
-    for step in tqdm(range(config.steps), desc=desc, disable=not progress, leave=False):
+    for step in range(config.steps):
         group = hook.on_step_begin()
         prompts = task.sample_prompts(config.prompts_per_step, prompt_rng).repeat_interleave(group, 0)
         start = time.perf_counter()
@@ -126,4 +127,6 @@ def train_grpo(
                 "clock": clock,
             }
         )
+        if on_step is not None:
+            on_step(records[-1])
     return records

@@ -9,22 +9,36 @@ the classifiers, RelAcc. ``ratio`` in results.json is each manifold order's MSE 
 
 from __future__ import annotations
 
+import argparse
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
 
 import torchgcc
-from torchgcc.experiments.evaluate import evaluate_coded, model_outputs
+from torchgcc.app.evaluate import evaluate_coded, model_outputs
+from torchgcc.app.results import ExperimentResult
+from torchgcc.app.tables import publish
 from torchgcc.manifold import ORDERS, manifold_order
 from torchgcc.stragglers import FixedStragglers
 
-__all__ = ["ManifoldExperiment", "cubic_polynomial", "run_manifold", "swiss_roll"]
+__all__ = [
+    "DEFAULT",
+    "QUICK",
+    "Config",
+    "add_arguments",
+    "configure",
+    "cubic_polynomial",
+    "report",
+    "run",
+    "swiss_roll",
+]
 
 
 @dataclass(frozen=True)
-class ManifoldExperiment:
+class Config:
     workloads: tuple[str, ...] = ("lenet5", "vit", "swissroll")
     num_inputs: int = 8
     num_workers: int = 32
@@ -61,32 +75,33 @@ def cubic_polynomial(w: torch.Tensor):
     return f
 
 
-def run_manifold(experiment: ManifoldExperiment, *, progress: bool = True) -> tuple[list[dict[str, Any]], dict]:
-    from torchgcc.experiments.data import load_dataset
-    from torchgcc.experiments.training import load_or_train
+def run(config: Config, *, progress: bool = True) -> ExperimentResult:
+    """Every workload and S, every order, the same code and masks."""
+    from torchgcc.app.data import load_dataset
+    from torchgcc.app.model_cache import load_or_train
 
-    k, n = experiment.num_inputs, experiment.num_workers
+    k, n = config.num_inputs, config.num_workers
     records: list[dict[str, Any]] = []
-    config: dict[str, Any] = {**asdict(experiment), "torch": torch.__version__, "torchgcc": torchgcc.__version__}
-    for workload in experiment.workloads:
+    written: dict[str, Any] = {**asdict(config), "torch": torch.__version__, "torchgcc": torchgcc.__version__}
+    for workload in config.workloads:
         if workload == "swissroll":
-            g = torch.Generator().manual_seed(experiment.seed)
-            x = swiss_roll(experiment.swissroll_samples, seed=experiment.seed)
+            g = torch.Generator().manual_seed(config.seed)
+            x = swiss_roll(config.swissroll_samples, seed=config.seed)
             model = cubic_polynomial(torch.randn(x.shape[1], 3, generator=g, dtype=torch.float64))
             classification = False
         else:
-            split = load_dataset("digits", seed=experiment.seed)
-            trained = load_or_train(workload, split, seed=experiment.seed, progress=progress)
+            split = load_dataset("digits", seed=config.seed)
+            trained = load_or_train(workload, split, seed=config.seed, progress=progress)
             model, x, classification = trained.model, split.test_x, True
-            config[f"{workload}_test_accuracy"] = trained.test_accuracy
+            written[f"{workload}_test_accuracy"] = trained.test_accuracy
         reference = model_outputs(model, x)
         groups = math.ceil(len(x) / k)
         code = torchgcc.make_code("gcc", num_inputs=k, num_workers=n)
         orders = {"standard": torch.arange(len(x))}
         orders.update({order: manifold_order(x.reshape(len(x), -1), order=order) for order in ORDERS})
-        for s in experiment.stragglers:
-            masks = FixedStragglers(s, seed=1000 * experiment.seed + s).sample(groups * experiment.repeats, n)
-            masks = masks.view(experiment.repeats, groups, n)
+        for s in config.stragglers:
+            masks = FixedStragglers(s, seed=1000 * config.seed + s).sample(groups * config.repeats, n)
+            masks = masks.view(config.repeats, groups, n)
             base = None
             for name, perm in orders.items():
                 stats = evaluate_coded(
@@ -100,49 +115,48 @@ def run_manifold(experiment: ManifoldExperiment, *, progress: bool = True) -> tu
                         "N": n,
                         "K": k,
                         "S": s,
-                        "repeats": experiment.repeats,
+                        "repeats": config.repeats,
                         **stats,
                         "ratio": stats["mse"] / base,
                     }
                 )
-    return records, config
+    return ExperimentResult(records, written)
 
 
-QUICK = ManifoldExperiment(stragglers=(0, 8), repeats=2, swissroll_samples=256)
+#: The published run: three workloads, S in {0, 4, 8}, 10 repeats.
+DEFAULT = Config()
+#: ``--quick``: S in {0, 8}, 2 repeats, 256 Swiss-roll samples.
+QUICK = Config(stragglers=(0, 8), repeats=2, swissroll_samples=256)
 
 
-def run(args) -> int:
-    """``torchgcc reproduce manifold``."""
-    from dataclasses import replace
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """No options beyond the run options."""
 
-    from rich.console import Console
 
-    from torchgcc.experiments.options import apply_threads, output_dir
-    from torchgcc.experiments.report import publish
+def configure(args: argparse.Namespace) -> Config:
+    return replace(QUICK if args.quick else DEFAULT, seed=args.seed)
 
-    apply_threads(args)
-    console = Console()
-    experiment = replace(QUICK if args.quick else ManifoldExperiment(), seed=args.seed)
-    records, config = run_manifold(experiment, progress=args.progress)
-    out = output_dir(args)
+
+def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:
+    """The table and each order's MSE ratio to the standard order; results and table in ``out``."""
+    config = result.config
     title = (
-        f"Manifold-aware grouping (our reconstruction) vs standard GCC, K={experiment.num_inputs}, "
-        f"N={experiment.num_workers}, random stragglers, same masks"
+        f"Manifold-aware grouping (our reconstruction) vs standard GCC, K={config['num_inputs']}, "
+        f"N={config['num_workers']}, random stragglers, same masks"
     )
-    publish(
+    paths = publish(
         out,
         config=config,
-        records=records,
+        records=result.records,
         setting="S",
         title=title,
         console=console,
         series=lambda r: f"{r['workload']} {r['scheme']}",
     )
-    for r in records:
+    for r in result.records:
         if r["scheme"] != "standard":
             console.print(
                 f"{r['workload']} S={r['S']} {r['scheme']}: MSE ratio to standard {r['ratio']:.3f}"
                 + (f", RelAcc {100 * r['agreement']:.1f}%" if "agreement" in r else "")
             )
-    console.print(f"wrote {out}/results.json, results.csv, table.md")
-    return 0
+    return list(paths.values())

@@ -19,26 +19,23 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+import torch
+from tqdm.auto import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from rich.console import Console  # noqa: E402
+import torchgcc
+from torchgcc.app.plots import plt, save_figure
+from torchgcc.app.results import ExperimentResult
+from torchgcc.app.statistics import seed_mean_ci
+from torchgcc.app.tables import publish_rows, value_ci
+from torchgcc.control.group_size import GroupSizeHook, group_size_controller
+from torchgcc.rl.loop import GRPOConfig, train_grpo
 
-import torchgcc  # noqa: E402
-from torchgcc.control.group_size import GroupSizeHook, group_size_controller  # noqa: E402
-from torchgcc.experiments.options import apply_threads, output_dir  # noqa: E402
-from torchgcc.experiments.plots import _save as save_figure  # noqa: E402
-from torchgcc.experiments.row_report import publish_rows, seed_mean_ci, value_ci  # noqa: E402
-from torchgcc.rl.loop import GRPOConfig, train_grpo  # noqa: E402
-
-__all__ = ["QUICK", "SAGC", "SAGCExperiment", "run", "run_sagc", "time_to_target"]
+__all__ = ["DEFAULT", "QUICK", "Config", "add_arguments", "configure", "report", "run", "time_to_target"]
 
 
 @dataclass(frozen=True)
-class SAGCExperiment:
+class Config:
     """Settings of the comparison; ``grpo`` holds the GRPO run settings except the seed and the group size.
 
     ``fallback`` is SAGC's static group size during warm-up (and its fallback): the G a user would otherwise pick.
@@ -60,9 +57,18 @@ class SAGCExperiment:
 
 
 #: The full run: 240 steps of 16 prompts, 3 seeds.
-SAGC = SAGCExperiment()
+DEFAULT = Config()
 #: ``--quick``: 100 steps, 2 seeds, a lower reward target.
-QUICK = replace(SAGC, seeds=(0, 1), grpo=replace(SAGC.grpo, steps=100), reward_target=0.8)
+QUICK = replace(DEFAULT, seeds=(0, 1), grpo=replace(DEFAULT.grpo, steps=100), reward_target=0.8)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """No options beyond the run options (``--seed`` shifts every seed of the run)."""
+
+
+def configure(args: argparse.Namespace) -> Config:
+    base = QUICK if args.quick else DEFAULT
+    return replace(base, seeds=tuple(args.seed + seed for seed in base.seeds))
 
 
 def time_to_target(steps: list[dict[str, Any]], target: float, window: int) -> float:
@@ -73,52 +79,52 @@ def time_to_target(steps: list[dict[str, Any]], target: float, window: int) -> f
     return steps[int(reached[0]) + window - 1]["clock"] if len(reached) else math.nan
 
 
-def _controller(experiment: SAGCExperiment, sizes: tuple[int, ...], seed: int):
-    """A static scheme is a controller with one size; SAGC starts from (and falls back to) ``experiment.fallback``."""
-    fallback = experiment.fallback if len(sizes) > 1 else sizes[0]
+def _controller(config: Config, sizes: tuple[int, ...], seed: int):
+    """A static scheme is a controller with one size; SAGC starts from (and falls back to) ``config.fallback``."""
+    fallback = config.fallback if len(sizes) > 1 else sizes[0]
     return group_size_controller(
         sizes,
-        prompts_per_step=experiment.grpo.prompts_per_step,
-        budget=experiment.budget,
-        kappa=experiment.kappa,
-        eta=experiment.eta,
-        hold=experiment.hold,
-        max_step=experiment.max_step,
-        warmup=experiment.warmup,
+        prompts_per_step=config.grpo.prompts_per_step,
+        budget=config.budget,
+        kappa=config.kappa,
+        eta=config.eta,
+        hold=config.hold,
+        max_step=config.max_step,
+        warmup=config.warmup,
         fallback=fallback,
         seed=seed,
     )
 
 
-def run_sagc(experiment: SAGCExperiment, *, progress: bool = True) -> tuple[list[dict], dict, dict]:
-    """Train every scheme on every seed. Returns the summary records, the config and the per-step histories."""
-    schemes = {f"static G={size}": (size,) for size in experiment.static_sizes}
-    schemes["sagc"] = experiment.candidate_sizes
+def run(config: Config, *, progress: bool = True) -> ExperimentResult:
+    """Train every scheme on every seed: one summary record per scheme, the per-step histories in ``extra``."""
+    schemes = {f"static G={size}": (size,) for size in config.static_sizes}
+    schemes["sagc"] = config.candidate_sizes
     histories: dict[str, list[list[dict[str, Any]]]] = {}
     records = []
     for scheme, sizes in schemes.items():
         runs = []
-        for seed in experiment.seeds:
-            hook = GroupSizeHook(_controller(experiment, sizes, seed))
-            runs.append(
-                train_grpo(replace(experiment.grpo, seed=seed), hook, progress=progress, desc=f"{scheme} seed {seed}")
-            )
+        for seed in config.seeds:
+            hook = GroupSizeHook(_controller(config, sizes, seed))
+            steps = config.grpo.steps
+            with tqdm(total=steps, desc=f"{scheme} seed {seed}", disable=not progress, leave=False) as bar:
+                runs.append(train_grpo(replace(config.grpo, seed=seed), hook, on_step=lambda record: bar.update()))
         histories[scheme] = runs
-        records.append(_summary(scheme, runs, experiment))
-    config = {
-        **asdict(experiment),
+        records.append(_summary(scheme, runs, config))
+    written = {
+        **asdict(config),
         "torch": torch.__version__,
         "torchgcc": torchgcc.__version__,
         "clock": "simulated rollout delays + measured generation and update times (on a shared CPU)",
     }
-    return records, config, histories
+    return ExperimentResult(records, written, {"histories": histories})
 
 
-def _summary(scheme: str, runs: list[list[dict[str, Any]]], experiment: SAGCExperiment) -> dict[str, Any]:
+def _summary(scheme: str, runs: list[list[dict[str, Any]]], config: Config) -> dict[str, Any]:
     per_seed = {
         "event_rate": [float(np.mean([step["event"] for step in run])) for run in runs],
-        "time_to_target": [time_to_target(run, experiment.reward_target, experiment.window) for run in runs],
-        "final_reward": [float(np.mean([step["reward"] for step in run[-experiment.window :]])) for run in runs],
+        "time_to_target": [time_to_target(run, config.reward_target, config.window) for run in runs],
+        "final_reward": [float(np.mean([step["reward"] for step in run[-config.window :]])) for run in runs],
         "total_clock": [run[-1]["clock"] for run in runs],
         "answer_tokens": [float(np.mean([step["answer_tokens"] for step in run])) for run in runs],
         "mean_G": [float(np.mean([step["G"] for step in run])) for run in runs],
@@ -140,7 +146,9 @@ def plot_sagc(
     records: list[dict[str, Any]],
     path: Path,
     *,
-    experiment: SAGCExperiment,
+    window: int,
+    reward_target: float,
+    budget: float,
     title: str,
 ) -> Path:
     """Three panels: trailing mean reward vs wall-clock (seed 0 of every scheme), event rate per scheme with CIs,
@@ -149,8 +157,8 @@ def plot_sagc(
     for index, (scheme, runs) in enumerate(histories.items()):
         for seed_index, run in enumerate(runs):
             rewards = np.array([step["reward"] for step in run])
-            trailing = np.convolve(rewards, np.ones(experiment.window) / experiment.window, mode="valid")
-            clock = [step["clock"] for step in run][experiment.window - 1 :]
+            trailing = np.convolve(rewards, np.ones(window) / window, mode="valid")
+            clock = [step["clock"] for step in run][window - 1 :]
             curve.plot(
                 clock,
                 trailing,
@@ -159,16 +167,14 @@ def plot_sagc(
                 lw=1.2,
                 label=scheme if seed_index == 0 else None,
             )
-    curve.axhline(experiment.reward_target, ls="--", color="grey", lw=1, label="reward target")
-    curve.set(
-        xlabel="wall-clock (s, simulated delays included)", ylabel=f"reward, trailing {experiment.window}-step mean"
-    )
+    curve.axhline(reward_target, ls="--", color="grey", lw=1, label="reward target")
+    curve.set(xlabel="wall-clock (s, simulated delays included)", ylabel=f"reward, trailing {window}-step mean")
     curve.legend(fontsize=7)
     names = [record["scheme"] for record in records]
     rates = [record["event_rate"] for record in records]
     errors = [0 if math.isnan(record["event_rate_ci"]) else record["event_rate_ci"] for record in records]
     events.bar(names, rates, yerr=errors, color=[f"C{i}" for i in range(len(names))], capsize=3)
-    events.axhline(experiment.budget, ls="--", color="k", lw=1, label=f"budget {experiment.budget}")
+    events.axhline(budget, ls="--", color="k", lw=1, label=f"budget {budget}")
     events.set(ylabel="straggler-event rate", title="events per step")
     events.legend(fontsize=7)
     distribution = records[-1]["G_distribution"]
@@ -178,42 +184,39 @@ def plot_sagc(
     return save_figure(fig, path)
 
 
-def _columns(experiment: SAGCExperiment) -> list:
+def _columns(*, reward_target: float, window: int) -> list:
     return [
         ("scheme", lambda record: record["scheme"]),
         ("event rate", value_ci("event_rate", 3)),
-        (f"wall-clock to reward {experiment.reward_target:g} (s)", value_ci("time_to_target", 0)),
+        (f"wall-clock to reward {reward_target:g} (s)", value_ci("time_to_target", 0)),
         ("seeds reaching it", lambda record: str(record["seeds_reaching_target"])),
-        (f"final reward (last {experiment.window} steps)", value_ci("final_reward", 3)),
+        (f"final reward (last {window} steps)", value_ci("final_reward", 3)),
         ("total wall-clock (s)", value_ci("total_clock", 0)),
         ("mean G", value_ci("mean_G", 1)),
         ("answer tokens", value_ci("answer_tokens", 2)),
     ]
 
 
-def run(args: argparse.Namespace) -> int:
-    """``torchgcc reproduce sagc``."""
-    apply_threads(args)
-    console = Console()
-    base = QUICK if args.quick else SAGC
-    experiment = replace(base, seeds=tuple(args.seed + seed for seed in base.seeds))
-    records, config, histories = run_sagc(experiment, progress=args.progress)
-    out = output_dir(args)
+def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:
+    """The table and SAGC's chosen G; results, table and ``sagc.png`` in ``out``."""
+    config = result.config
     title = (
-        f"Synchronous GRPO, countdown task, {experiment.grpo.prompts_per_step} prompts/step, "
-        f"{experiment.grpo.steps} steps, {len(experiment.seeds)} seeds; straggler = rollout > "
-        f"{experiment.kappa:g} x step median; SAGC budget {experiment.budget}"
+        f"Synchronous GRPO, countdown task, {config['grpo']['prompts_per_step']} prompts/step, "
+        f"{config['grpo']['steps']} steps, {len(config['seeds'])} seeds; straggler = rollout > "
+        f"{config['kappa']:g} x step median; SAGC budget {config['budget']}"
     )
+    columns = _columns(reward_target=config["reward_target"], window=config["window"])
     paths = publish_rows(
-        out,
-        config=config,
-        records=records,
-        columns=_columns(experiment),
-        title=title,
-        console=console,
-        histories=histories,
+        out, config=config, records=result.records, columns=columns, title=title, console=console, **result.extra
     )
-    plot_sagc(histories, records, out / "sagc.png", experiment=experiment, title=title)
-    console.print(f"SAGC's chosen G: {records[-1]['G_distribution']}")
-    console.print(f"wrote {paths['json']}, results.csv, table.md, sagc.png")
-    return 0
+    plot = plot_sagc(
+        result.extra["histories"],
+        result.records,
+        out / "sagc.png",
+        window=config["window"],
+        reward_target=config["reward_target"],
+        budget=config["budget"],
+        title=title,
+    )
+    console.print(f"SAGC's chosen G: {result.records[-1]['G_distribution']}")
+    return [*paths.values(), plot]

@@ -1,6 +1,6 @@
 """The ``torchgcc`` command line.
 
-Each subcommand lives in its own module, which exposes ``register(subparsers)``: it adds its parser and sets
+Each subcommand lives in its own module, which exposes ``register(subparsers, argv)``: it adds its parser and sets
 ``func`` (a callable taking the parsed ``argparse.Namespace`` and returning an exit code or None). Only the module
 of the subcommand being run is imported (the others are listed from :data:`SUBCOMMANDS`), so ``torchgcc --help``
 imports neither torch nor any optional dependency.
@@ -23,15 +23,15 @@ __all__ = ["SUBCOMMANDS", "UsageError", "build_parser", "main"]
 #: ``name -> (module that registers it, one-line help)``, in the order ``--help`` lists them.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
-        "torchgcc.experiments.demo",
+        "torchgcc.app.commands.demo",
         "coded inference of a digits classifier with GCC vs BACC as workers straggle (offline, seconds)",
     ),
-    "reproduce": ("torchgcc.experiments.reproduce", "reproduce the GCC papers' experiments (Figs. 2, 3, 4)"),
+    "reproduce": ("torchgcc.app.commands.reproduce", "reproduce the papers' and the seeds' experiments"),
     "bench-latency": (
-        "torchgcc.distributed.bench_latency",
+        "torchgcc.app.commands.bench_latency",
         "tail latency of uncoded vs coded execution on local processes with injected latency",
     ),
-    "profile": ("torchgcc.profiling", "time encode, decode and the model forward of coded inference"),
+    "profile": ("torchgcc.app.commands.profile", "time encode, decode and the model forward of coded inference"),
 }
 
 
@@ -67,7 +67,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     chosen = _chosen(argv)
     for name, (module, help_text) in SUBCOMMANDS.items():
         if name == chosen:
-            importlib.import_module(module).register(subparsers)
+            importlib.import_module(module).register(subparsers, argv)
         else:
             subparsers.add_parser(name, help=help_text)
     return parser

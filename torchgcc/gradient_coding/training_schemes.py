@@ -1,4 +1,4 @@
-"""The training schemes by name: ``make_scheme("pgc-fr", num_workers=12, num_stragglers=2)``.
+"""The training schemes by name: ``make_training_scheme("pgc-fr", num_workers=12, num_stragglers=2)``.
 
 =========  =============================================================================
 name       code
@@ -29,29 +29,31 @@ from torchgcc.gradient_coding.codes import (
 from torchgcc.gradient_coding.pipelined import PipelinedGradientCode
 from torchgcc.registry import Registry
 
-__all__ = ["SCHEMES", "list_schemes", "make_scheme"]
+__all__ = ["TRAINING_SCHEMES", "list_training_schemes", "make_training_scheme"]
 
 SchemeFactory = Callable[..., GradientCode]
 
 #: ``name -> factory(num_workers, num_stragglers, seed) -> GradientCode``.
-SCHEMES: Registry[SchemeFactory] = Registry("gradient-coding scheme")
-SCHEMES.register("dgd", lambda n, s, seed: UncodedCode(n))
-SCHEMES.register("is-sgd", lambda n, s, seed: IgnoreStragglersCode(n, s))
-SCHEMES.register("gc-fr", lambda n, s, seed: FractionalRepetitionCode(n, s))
-SCHEMES.register("gc-cr", lambda n, s, seed: CyclicRepetitionCode(n, s, seed=seed))
-SCHEMES.register("is-gc", lambda n, s, seed: IgnoreStragglersGCCode(n, s, partitions_per_worker=2, layout="cr"))
-SCHEMES.register("pgc-fr", lambda n, s, seed: PipelinedGradientCode(FractionalRepetitionCode(n, s)))
-SCHEMES.register("pgc-cr", lambda n, s, seed: PipelinedGradientCode(CyclicRepetitionCode(n, s, seed=seed)))
-SCHEMES.register(
+TRAINING_SCHEMES: Registry[SchemeFactory] = Registry("gradient-coding scheme")
+TRAINING_SCHEMES.register("dgd", lambda n, s, seed: UncodedCode(n))
+TRAINING_SCHEMES.register("is-sgd", lambda n, s, seed: IgnoreStragglersCode(n, s))
+TRAINING_SCHEMES.register("gc-fr", lambda n, s, seed: FractionalRepetitionCode(n, s))
+TRAINING_SCHEMES.register("gc-cr", lambda n, s, seed: CyclicRepetitionCode(n, s, seed=seed))
+TRAINING_SCHEMES.register(
+    "is-gc", lambda n, s, seed: IgnoreStragglersGCCode(n, s, partitions_per_worker=2, layout="cr")
+)
+TRAINING_SCHEMES.register("pgc-fr", lambda n, s, seed: PipelinedGradientCode(FractionalRepetitionCode(n, s)))
+TRAINING_SCHEMES.register("pgc-cr", lambda n, s, seed: PipelinedGradientCode(CyclicRepetitionCode(n, s, seed=seed)))
+TRAINING_SCHEMES.register(
     "pgc-cr-ls", lambda n, s, seed: PipelinedGradientCode(CyclicRepetitionCode(n, s, seed=seed), decoder="lstsq")
 )
 
 
-def list_schemes() -> list[str]:
-    """Names accepted by :func:`make_scheme`."""
-    return SCHEMES.names()
+def list_training_schemes() -> list[str]:
+    """Names accepted by :func:`make_training_scheme`."""
+    return TRAINING_SCHEMES.names()
 
 
-def make_scheme(name: str, *, num_workers: int, num_stragglers: int, seed: int = 0) -> GradientCode:
+def make_training_scheme(name: str, *, num_workers: int, num_stragglers: int, seed: int = 0) -> GradientCode:
     """The code of scheme ``name`` for ``n`` workers tolerating ``s`` stragglers (``seed``: CR's random matrix)."""
-    return SCHEMES[name](num_workers, num_stragglers, seed)
+    return TRAINING_SCHEMES[name](num_workers, num_stragglers, seed)

@@ -12,15 +12,17 @@ import time
 from pathlib import Path
 from typing import Any, Union
 
-from torchgcc.cli import UsageError
+from torchgcc.app.cli import UsageError
 
 __all__ = [
     "RESULTS_ROOT",
-    "add_common_arguments",
+    "add_gcc_arguments",
+    "add_run_arguments",
     "apply_threads",
     "default_threads",
     "fresh_output_dir",
     "gcc_options",
+    "int_list",
     "output_dir",
     "parse_lambda",
 ]
@@ -67,6 +69,14 @@ def parse_lambda(text: str) -> Union[float, str]:
     return value
 
 
+def int_list(text: str) -> tuple[int, ...]:
+    """``"0,4,8"`` -> ``(0, 4, 8)`` (argparse ``type=``)."""
+    try:
+        return tuple(int(item) for item in text.split(",") if item.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
 def _non_negative(text: str) -> float:
     value = parse_lambda(text)
     if isinstance(value, str):
@@ -74,31 +84,35 @@ def _non_negative(text: str) -> float:
     return value
 
 
-def add_common_arguments(parser: argparse.ArgumentParser, *, name: str) -> None:
+def add_run_arguments(parser: argparse.ArgumentParser, *, name: str) -> None:
     """``--quick``, ``--seed``, ``--out`` (default: :func:`fresh_output_dir` of ``name``, see :func:`output_dir`),
-    ``--threads``, ``--no-progress`` and the GCC smoothing parameters ``--lambda-enc`` / ``--lambda-dec`` (library
-    defaults unless given)."""
-    parser.add_argument("--quick", action="store_true", help="small sizes, finishes in under 2 minutes on 2 CPU cores")
+    ``--threads`` and ``--no-progress``: the options every experiment and the demo take."""
+    parser.add_argument("--quick", action="store_true", help="small sizes, a few minutes at most on 2 CPU cores")
     parser.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed of every random draw: data split, weights, inputs, stragglers (default 0)",
+        "--seed", type=int, default=0, help="seed of every random draw: data split, weights, inputs, stragglers"
     )
     parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help=f"output folder (default: a fresh ./torchgcc-results/{name}/<date>-<time>)",
+        "--out", type=Path, default=None, help=f"output folder (default: ./torchgcc-results/{name}/<date>-<time>)"
     )
     parser.set_defaults(out_name=name)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=default_threads(),
+        help="torch CPU threads (default: half the CPUs, at most 4; %(default)s here)",
+    )
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
+
+
+def add_gcc_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--lambda-dec`` and ``--lambda-enc``, the GCC smoothing (library defaults unless given), for the commands
+    whose GCC rows they change."""
     parser.add_argument(
         "--lambda-dec",
         type=parse_lambda,
         default=None,
         metavar="adaptive|gcv|spacing|FLOAT",
-        help="GCC decoder smoothing: a number >= 0, 'adaptive' (GCV above a light floor), 'gcv' "
-        "(generalized cross-validation per group) or 'spacing'; "
+        help="GCC decoder smoothing: a number >= 0 or a named rule ('adaptive', 'gcv', 'spacing'); "
         "default: the library default",
     )
     parser.add_argument(
@@ -108,13 +122,6 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, name: str) -> None:
         metavar="FLOAT",
         help="GCC encoder smoothing, a number >= 0; default: the library default",
     )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=default_threads(),
-        help="torch CPU threads (default: half the CPUs, at most 4; %(default)s here)",
-    )
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
 
 
 def apply_threads(args: argparse.Namespace) -> None:

@@ -1,4 +1,5 @@
-"""Image classifiers used by the experiments: a LeNet5-style CNN and a small timm VisionTransformer.
+"""Image classifiers used by the experiments: a LeNet5-style CNN, a small timm VisionTransformer, a small MLP and
+torchvision's ResNet-18.
 
 Both are built from the input geometry so that the same name works for 8x8 digits, 28x28 MNIST and 32x32 CIFAR:
 
@@ -105,3 +106,22 @@ def small_vit(*, in_channels: int, image_size: int, num_classes: int) -> nn.Modu
         num_heads=4,
         mlp_ratio=2.0,
     )
+
+
+@register_model("mlp")
+def _mlp(*, in_channels: int, image_size: int, num_classes: int) -> nn.Module:
+    """Flatten, 64 tanh units, logits."""
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(in_channels * image_size**2, 64), nn.Tanh(), nn.Linear(64, num_classes)
+    )
+
+
+@register_model("resnet18")
+def _resnet18(*, in_channels: int, image_size: int, num_classes: int) -> nn.Module:
+    """torchvision ResNet-18 (random weights, ImageNet stem as in the PGC artifact), ``in_channels`` inputs."""
+    import torchvision
+
+    model = torchvision.models.resnet18(num_classes=num_classes)
+    if in_channels != 3:
+        model.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
+    return model

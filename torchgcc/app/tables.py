@@ -1,8 +1,10 @@
 """Human-readable tables of result records: a rich table for the terminal and a Markdown table for the docs.
 
-The Markdown table pivots the records: one row per value of the swept setting (``S``, ``N``...), one column per
-series (scheme, or scheme and straggling probability) and metric. The terminal table lists one row per setting and
-series. Each cell reads ``value ± 95% CI half-width``.
+Two shapes. :func:`publish` pivots coded-inference records (MSE, agreement, accuracy): in Markdown one row per value
+of the swept setting (``S``, ``N``...), one column per series (scheme, or scheme and straggling probability) and
+metric; in the terminal one row per setting and series. :func:`publish_rows` prints records with
+experiment-specific metrics as they are, one row each, with the chosen columns. Each cell reads
+``value ± 95% CI half-width``.
 """
 
 from __future__ import annotations
@@ -11,13 +13,26 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from torchgcc.experiments.plots import SCHEME_LABELS
-from torchgcc.experiments.results import write_results
+from torchgcc.app.plots import SCHEME_LABELS
+from torchgcc.app.results import write_results
 from torchgcc.optional import require
 
-__all__ = ["lambda_label", "markdown_table", "pivot", "publish", "rich_table", "scheme_series"]
+__all__ = [
+    "Column",
+    "lambda_label",
+    "markdown_table",
+    "pivot",
+    "publish",
+    "publish_rows",
+    "rich_table",
+    "scheme_series",
+    "value_ci",
+]
 
 Record = Mapping[str, Any]
+
+#: A column of :func:`publish_rows`: ``(header, formatter of a record)``.
+Column = tuple[str, Callable[[Mapping[str, Any]], str]]
 
 #: Column heading of each metric (agreement = argmax agreement with the uncoded model, RelAcc in the GCC papers).
 METRIC_LABELS: dict[str, str] = {"mse": "MSE", "agreement": "agreement %", "accuracy": "accuracy %"}
@@ -124,4 +139,43 @@ def publish(
     (console or require("rich.console").Console()).print(
         rich_table(records, setting=setting, title=title, series=series)
     )
+    return paths
+
+
+def value_ci(key: str, digits: int) -> Callable[[Mapping[str, Any]], str]:
+    """Formatter of ``record[key] ± record[key + "_ci"]`` with ``digits`` decimals (``-`` when missing)."""
+
+    def cell(record: Mapping[str, Any]) -> str:
+        value, ci = record.get(key), record.get(f"{key}_ci")
+        if value is None or math.isnan(value):
+            return "-"
+        return f"{value:.{digits}f}" + ("" if ci is None or math.isnan(ci) else f" ± {ci:.{digits}f}")
+
+    return cell
+
+
+def publish_rows(
+    out_dir: str | Path,
+    *,
+    config: Mapping[str, Any],
+    records: Sequence[Mapping[str, Any]],
+    columns: Sequence[Column],
+    title: str,
+    console: Any = None,
+    **extra: Any,
+) -> dict[str, Path]:
+    """Write ``results.json``/``results.csv`` (all keys) and ``table.md`` (``columns``) to ``out_dir``; print it."""
+    paths = write_results(out_dir, config=config, records=records, required=("scheme",), **extra)
+    header = [name for name, _ in columns]
+    rows = [[cell(record) for _, cell in columns] for record in records]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    paths["table"] = Path(out_dir) / "table.md"
+    paths["table"].write_text(f"{title}\n\n" + "\n".join(lines) + "\n")
+    table = require("rich.table").Table(title=title, caption="value ± 95% CI half-width where shown")
+    for name in header:
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    (console or require("rich.console").Console()).print(table)
     return paths

@@ -18,9 +18,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from torchgcc.experiments.data import DataSplit
-from torchgcc.experiments.evaluate import model_outputs
-from torchgcc.experiments.models import build_model
+from torchgcc.app.data import DataSplit
+from torchgcc.app.evaluate import model_outputs
+from torchgcc.app.models import build_model
 from torchgcc.metrics import accuracy
 
 __all__ = ["TrainConfig", "TrainedModel", "cache_dir", "default_train_config", "load_or_train", "train_classifier"]

@@ -28,32 +28,29 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-import matplotlib
+import numpy as np
+import torch
+from tqdm.auto import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from rich.console import Console  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
+import torchgcc
+from torchgcc.app.data import load_dataset
+from torchgcc.app.evaluate import evaluate_coded, model_outputs
+from torchgcc.app.model_cache import load_or_train
+from torchgcc.app.options import add_gcc_arguments, gcc_options
+from torchgcc.app.plots import plt, save_figure
+from torchgcc.app.results import ExperimentResult
+from torchgcc.app.tables import publish_rows, value_ci
+from torchgcc.app.wait_count_verdict import compare_with_fixed
+from torchgcc.coded_module import group_samples
+from torchgcc.control.wait_count import WaitCountController
+from torchgcc.metrics import mean_ci
+from torchgcc.stragglers import FixedStragglers, LatencyStragglers
 
-import torchgcc  # noqa: E402
-from torchgcc.coded_module import group_samples  # noqa: E402
-from torchgcc.control.wait_count import WaitCountController, compare_with_fixed  # noqa: E402
-from torchgcc.experiments.data import load_dataset  # noqa: E402
-from torchgcc.experiments.evaluate import evaluate_coded, model_outputs  # noqa: E402
-from torchgcc.experiments.options import apply_threads, output_dir  # noqa: E402
-from torchgcc.experiments.plots import _save as save_figure  # noqa: E402
-from torchgcc.experiments.row_report import publish_rows, value_ci  # noqa: E402
-from torchgcc.experiments.training import load_or_train  # noqa: E402
-from torchgcc.metrics import mean_ci  # noqa: E402
-from torchgcc.stragglers import FixedStragglers, LatencyStragglers  # noqa: E402
-
-__all__ = ["ADAPTIVE_WAIT", "QUICK", "AdaptiveWaitExperiment", "run", "run_adaptive_wait"]
+__all__ = ["DEFAULT", "QUICK", "Config", "add_arguments", "configure", "report", "run"]
 
 
 @dataclass(frozen=True)
-class AdaptiveWaitExperiment:
+class Config:
     """Settings. ``latency_before`` / ``latency_after``: ``(name, params)`` of the latency model of each half."""
 
     model: str = "lenet5"
@@ -78,20 +75,26 @@ class AdaptiveWaitExperiment:
 
 
 #: The full study: 3000 steps (the tail changes at step 1500).
-ADAPTIVE_WAIT = AdaptiveWaitExperiment()
+DEFAULT = Config()
 #: ``--quick``: 400 steps, a smaller calibration.
-QUICK = replace(ADAPTIVE_WAIT, steps=400, calibration_samples=200, calibration_repeats=2)
+QUICK = replace(DEFAULT, steps=400, calibration_samples=200, calibration_repeats=2)
 
 
-def calibrate_agreement(model, code, inputs: torch.Tensor, experiment: AdaptiveWaitExperiment) -> dict[int, float]:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_gcc_arguments(parser)
+
+
+def configure(args: argparse.Namespace) -> Config:
+    return replace(QUICK if args.quick else DEFAULT, seed=args.seed, gcc=gcc_options(args))
+
+
+def calibrate_agreement(model, code, inputs: torch.Tensor, config: Config) -> dict[int, float]:
     """RelAcc of ``code`` at every candidate S on ``inputs`` under random masks (the controller's utility)."""
-    groups = math.ceil(len(inputs) / experiment.num_inputs)
+    groups = math.ceil(len(inputs) / config.num_inputs)
     profile = {}
-    for s in experiment.stragglers:
-        masks = FixedStragglers(s, seed=10_000 + s).sample(
-            groups * experiment.calibration_repeats, experiment.num_workers
-        )
-        stats = evaluate_coded(model, code, inputs, masks.view(experiment.calibration_repeats, groups, -1))
+    for s in config.stragglers:
+        masks = FixedStragglers(s, seed=10_000 + s).sample(groups * config.calibration_repeats, config.num_workers)
+        stats = evaluate_coded(model, code, inputs, masks.view(config.calibration_repeats, groups, -1))
         profile[s] = stats["agreement"]
     return profile
 
@@ -119,14 +122,14 @@ class _Tally:
         }
 
 
-def run_adaptive_wait(experiment: AdaptiveWaitExperiment, *, progress: bool = True):
-    """Run the study. Returns the records (fixed S rows, then the adaptive row), the config and a verdict dict."""
-    n, k = experiment.num_workers, experiment.num_inputs
-    split = load_dataset(experiment.data, seed=experiment.seed)
-    trained = load_or_train(experiment.model, split, seed=experiment.seed, progress=progress)
+def run(config: Config, *, progress: bool = True) -> ExperimentResult:
+    """Run the study: the fixed S rows, then the adaptive row; the verdict in ``extra``."""
+    n, k = config.num_workers, config.num_inputs
+    split = load_dataset(config.data, seed=config.seed)
+    trained = load_or_train(config.model, split, seed=config.seed, progress=progress)
     model = trained.model
-    code = torchgcc.make_code("gcc", num_inputs=k, num_workers=n, **dict(experiment.gcc))
-    profile = calibrate_agreement(model, code, split.train_x[: experiment.calibration_samples], experiment)
+    code = torchgcc.make_code("gcc", num_inputs=k, num_workers=n, **dict(config.gcc))
+    profile = calibrate_agreement(model, code, split.train_x[: config.calibration_samples], config)
 
     inputs, labels = split.test_x, split.test_y
     reference = model_outputs(model, inputs).argmax(-1)
@@ -138,28 +141,28 @@ def run_adaptive_wait(experiment: AdaptiveWaitExperiment, *, progress: bool = Tr
     labels = torch.cat([labels, labels[-1:].expand(padded - len(labels))]).view(num_groups, k)
 
     phases = [
-        LatencyStragglers(name, seed=experiment.seed + index, **params)
-        for index, (name, params) in enumerate((experiment.latency_before, experiment.latency_after))
+        LatencyStragglers(name, seed=config.seed + index, **params)
+        for index, (name, params) in enumerate((config.latency_before, config.latency_after))
     ]
-    waiters = {s: LatencyStragglers(phases[0].latency, num_stragglers=s) for s in experiment.stragglers}
+    waiters = {s: LatencyStragglers(phases[0].latency, num_stragglers=s) for s in config.stragglers}
     policy = WaitCountController(
         n,
-        deadline=experiment.deadline,
-        budget=experiment.budget,
-        stragglers=experiment.stragglers,
+        deadline=config.deadline,
+        budget=config.budget,
+        candidates=config.stragglers,
         accuracy=profile,
-        eta=experiment.eta,
-        discount=experiment.discount,
-        warmup=experiment.warmup,
-        max_step=experiment.max_step,
-        seed=experiment.seed,
+        eta=config.eta,
+        discount=config.discount,
+        warmup=config.warmup,
+        max_step=config.max_step,
+        seed=config.seed,
     )
-    tallies = {s: _Tally() for s in experiment.stragglers}
+    tallies = {s: _Tally() for s in config.stragglers}
     tallies["adaptive"] = _Tally()
-    half = experiment.steps // 2
-    for step in tqdm(range(experiment.steps), desc="adaptive wait", disable=not progress, leave=False):
+    half = config.steps // 2
+    for step in tqdm(range(config.steps), desc="adaptive wait", disable=not progress, leave=False):
         latencies = phases[step >= half].sample_delays(1, n)[0]  # (N,) seconds
-        groups = (torch.arange(experiment.groups_per_step) + step * experiment.groups_per_step) % num_groups
+        groups = (torch.arange(config.groups_per_step) + step * config.groups_per_step) % num_groups
         chosen = policy.choose()
         for scheme, tally in tallies.items():
             s = chosen if scheme == "adaptive" else scheme
@@ -169,8 +172,8 @@ def run_adaptive_wait(experiment: AdaptiveWaitExperiment, *, progress: bool = Tr
             tally.agreement.append(float((decoded == reference[groups]).float().mean()))
             tally.accuracy.append(float((decoded == labels[groups]).float().mean()))
             tally.stragglers.append(s)
-        seen = torch.where(latencies <= experiment.deadline, latencies, torch.full_like(latencies, math.inf))
-        policy.observe(seen, stragglers=chosen, watched_until=experiment.deadline)
+        seen = torch.where(latencies <= config.deadline, latencies, torch.full_like(latencies, math.inf))
+        policy.observe(seen, num_stragglers=chosen, watched_until=config.deadline)
 
     records = []
     for scheme, tally in tallies.items():
@@ -180,22 +183,22 @@ def run_adaptive_wait(experiment: AdaptiveWaitExperiment, *, progress: bool = Tr
             "K": k,
             "S": None if scheme == "adaptive" else scheme,
             "profile_agreement": profile.get(scheme),
-            **tally.summary(experiment.deadline, slice(None)),
+            **tally.summary(config.deadline, slice(None)),
         }
         for name, rows in (("before", slice(0, half)), ("after", slice(half, None))):
             record.update(
                 {
                     f"{key}_{name}": value
-                    for key, value in tally.summary(experiment.deadline, rows).items()
+                    for key, value in tally.summary(config.deadline, rows).items()
                     if key in ("p99", "miss_rate", "agreement", "mean_S")
                 }
             )
         records.append(record)
-    verdict = compare_with_fixed(records[:-1], records[-1], experiment.deadline)
+    verdict = compare_with_fixed(records[:-1], records[-1], config.deadline)
     verdict["adaptive_S_by_step"] = tallies["adaptive"].stragglers
     verdict["detected_changes"] = policy.controller.changes
-    config = {
-        **asdict(experiment),
+    written = {
+        **asdict(config),
         "gcc_lambda_enc": code.lambda_enc,
         "gcc_lambda_dec": code.lambda_dec,
         "test_samples": len(split.test_y),
@@ -204,7 +207,7 @@ def run_adaptive_wait(experiment: AdaptiveWaitExperiment, *, progress: bool = Tr
         "torch": torch.__version__,
         "torchgcc": torchgcc.__version__,
     }
-    return records, config, verdict
+    return ExperimentResult(records, written, {"verdict": verdict})
 
 
 def plot_adaptive_wait(
@@ -243,17 +246,14 @@ def _number(key: str, digits: int):
     return lambda record: "-" if record.get(key) is None else f"{record[key]:.{digits}f}"
 
 
-def run(args: argparse.Namespace) -> int:
-    """``torchgcc reproduce adaptive-wait``."""
-    apply_threads(args)
-    console = Console()
-    experiment = replace(QUICK if args.quick else ADAPTIVE_WAIT, seed=args.seed)
-    records, config, verdict = run_adaptive_wait(experiment, progress=args.progress)
-    before, after = experiment.latency_before, experiment.latency_after
+def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:
+    """The table and the verdict; results, table and ``adaptive_wait.png`` in ``out``."""
+    config, verdict = result.config, result.extra["verdict"]
+    before, after = config["latency_before"], config["latency_after"]
     title = (
-        f"Adaptive wait count: GCC, {experiment.model} on {experiment.data}, N={experiment.num_workers}, "
-        f"K={experiment.num_inputs}, {experiment.steps} steps, deadline {experiment.deadline:g} s, budget "
-        f"{experiment.budget}\nlatency {before[0]}{dict(before[1])} -> {after[0]}{dict(after[1])} at mid-run"
+        f"Adaptive wait count: GCC, {config['model']} on {config['data']}, N={config['num_workers']}, "
+        f"K={config['num_inputs']}, {config['steps']} steps, deadline {config['deadline']:g} s, budget "
+        f"{config['budget']}\nlatency {before[0]}{dict(before[1])} -> {after[0]}{dict(after[1])} at mid-run"
     )
     columns = [
         ("scheme", lambda record: record["scheme"]),
@@ -266,14 +266,16 @@ def run(args: argparse.Namespace) -> int:
         ("RelAcc 1st / 2nd half", lambda r: f"{r['agreement_before']:.4f} / {r['agreement_after']:.4f}"),
         ("accuracy vs labels", _number("accuracy", 4)),
     ]
-    out = output_dir(args)
     paths = publish_rows(
-        out, config=config, records=records, columns=columns, title=title, console=console, verdict=verdict
+        out, config=config, records=result.records, columns=columns, title=title, console=console, **result.extra
     )
-    plot_adaptive_wait(
-        records, verdict["adaptive_S_by_step"], out / "adaptive_wait.png", deadline=experiment.deadline, title=title
+    plot = plot_adaptive_wait(
+        result.records,
+        verdict["adaptive_S_by_step"],
+        out / "adaptive_wait.png",
+        deadline=config["deadline"],
+        title=title,
     )
     shown = {key: value for key, value in verdict.items() if key != "adaptive_S_by_step"}
     console.print(f"verdict: {shown}")
-    console.print(f"wrote {paths['json']}, results.csv, table.md, adaptive_wait.png")
-    return 0
+    return [*paths.values(), plot]

@@ -1,7 +1,7 @@
 """``torchgcc bench-latency``: step latency against accuracy of uncoded, replication and coded execution.
 
 For every setting (N, K) and straggler probability p, one job of P local processes (spawned by
-:func:`torchgcc.distributed.launch.launch`) runs every scheme on the same batches and the **same per-step worker
+:func:`torchgcc.distributed.launcher.launch`) runs every scheme on the same batches and the **same per-step worker
 delays**, one after the other, on the same ranks. Worker delays are bimodal: ``fast`` seconds, or ``slow`` with
 probability p (times a uniform jitter). The schemes, all at the same N:
 
@@ -33,6 +33,7 @@ import signal
 import tempfile
 from datetime import datetime
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
@@ -41,7 +42,7 @@ __all__ = ["register", "run"]
 CODES = ("gcc", "natural", "bacc")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction, argv: Sequence[str] = ()) -> None:
     """Add the ``bench-latency`` subcommand."""
     parser = subparsers.add_parser(
         "bench-latency",
@@ -151,7 +152,7 @@ def _parse_settings(text: str) -> list[tuple[int, int]]:
 def _run_setting(args, num_workers: int, num_inputs: int, p: float, steps: int, progress) -> dict:
     """One job: every scheme on the same delays; returns the setting's records and summary."""
     from torchgcc.distributed.job import summarize
-    from torchgcc.distributed.launch import launch
+    from torchgcc.distributed.launcher import launch
 
     fixed_s = wait_stragglers_of(args, num_workers, num_inputs) if args.adaptive_wait else None
     schemes = schemes_of(num_workers, num_inputs, fixed_s)
@@ -254,7 +255,7 @@ def _adaptive_report(
 ) -> dict:
     """Steps over the deadline and p99 after the tail change per scheme (added to ``summary``), the adaptive S,
     and the comparison with the most accurate fixed S meeting the deadline."""
-    from torchgcc.control.wait_count import compare_with_fixed
+    from torchgcc.app.wait_count_verdict import compare_with_fixed
 
     change_at = dict(_key_values(args.latency_param)).get("change_at", steps // 2)
     for name, row in summary.items():
@@ -285,7 +286,7 @@ def _adaptive_report(
 
 
 def _key_values(items: list[str]) -> list[tuple[str, object]]:
-    from torchgcc.distributed.job import parse_value
+    from torchgcc.app.commands.distributed_job import parse_value
 
     return [(key, parse_value(value)) for key, _, value in (item.partition("=") for item in items)]
 

@@ -19,7 +19,9 @@ flagged, all of them.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import argparse
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -27,21 +29,36 @@ import torch
 from tqdm.auto import tqdm
 
 import torchgcc
+from torchgcc.app.evaluate import model_outputs
+from torchgcc.app.plots import plt, save_figure
+from torchgcc.app.results import ExperimentResult
+from torchgcc.app.statistics import loglog_slope
+from torchgcc.app.tables import publish
 from torchgcc.attacks import ATTACKS, Attack, RandomAttack
 from torchgcc.coded_module import group_samples
 from torchgcc.codes.robust import RobustGCC
-from torchgcc.experiments.evaluate import model_outputs
 from torchgcc.metrics import mean_ci
 from torchgcc.stragglers import FixedStragglers
 
-__all__ = ["AdversarialExperiment", "run_adversarial", "worst_case", "fit_slopes", "evaluate_attacked"]
+__all__ = [
+    "DEFAULT",
+    "QUICK",
+    "Config",
+    "add_arguments",
+    "configure",
+    "evaluate_attacked",
+    "fit_slopes",
+    "report",
+    "run",
+    "worst_case",
+]
 
 #: Decoders compared, in table order.
 SCHEMES = ("natural", "gcc", "plain", "huber", "trim", "bacc")
 
 
 @dataclass(frozen=True)
-class AdversarialExperiment:
+class Config:
     """Settings of ``torchgcc reproduce adversarial``."""
 
     exponents: tuple[float, ...] = (0.3, 0.5, 0.7)
@@ -123,15 +140,11 @@ def fit_slopes(records: list[dict[str, Any]]) -> dict[str, float]:
     """Log-log slope of the worst-case MSE against N, per ``"<workload> a=<a> <scheme>"``."""
     series: dict[str, list[tuple[float, float]]] = {}
     for record in records:
-        if record["mse"] > 0:
-            series.setdefault(f"{record['workload']} a={record['a']:g} {record['scheme']}", []).append(
-                (record["N"], record["mse"])
-            )
-    return {
-        key: float(np.polyfit(np.log([n for n, _ in pts]), np.log([m for _, m in pts]), 1)[0])
-        for key, pts in series.items()
-        if len(pts) >= 2
-    }
+        series.setdefault(f"{record['workload']} a={record['a']:g} {record['scheme']}", []).append(
+            (record["N"], record["mse"])
+        )
+    slopes = {key: loglog_slope(*zip(*points)) for key, points in series.items()}
+    return {key: slope for key, slope in slopes.items() if not np.isnan(slope)}
 
 
 def _sweep(
@@ -178,12 +191,13 @@ def _sweep(
     return records
 
 
-def run_adversarial(experiment: AdversarialExperiment, *, progress: bool = True) -> tuple[list, list, dict]:
-    """Both workloads. Returns the worst-case records, the records of every attack, and the config."""
-    from torchgcc.experiments.data import load_dataset
-    from torchgcc.experiments.training import load_or_train
+def run(config: Config, *, progress: bool = True) -> ExperimentResult:
+    """Both workloads: the worst-case records, with the slopes, the acceptance checks and the records of every
+    attack in ``extra``."""
+    from torchgcc.app.data import load_dataset
+    from torchgcc.app.model_cache import load_or_train
 
-    k = experiment.xsinx_inputs
+    k = config.xsinx_inputs
     alpha = torchgcc.points.resolve_points("chebyshev1", k, name="alpha")
     x = (10 * alpha).unsqueeze(-1)  # (K, 1): one group of K scalar inputs
     f = lambda t: t * torch.sin(t)  # noqa: E731
@@ -193,27 +207,27 @@ def run_adversarial(experiment: AdversarialExperiment, *, progress: bool = True)
         x,
         f(x),
         k=k,
-        workers=experiment.xsinx_workers,
-        exponents=experiment.exponents,
-        attacks=experiment.attacks,
+        workers=config.xsinx_workers,
+        exponents=config.exponents,
+        attacks=config.attacks,
         bound=100.0,
         stragglers=0,
         repeats=1,
         classification=False,
-        seed=experiment.seed,
+        seed=config.seed,
         progress=progress,
     )
 
-    split = load_dataset("digits", seed=experiment.seed)
-    model = load_or_train("lenet5", split, seed=experiment.seed, progress=progress).model
+    split = load_dataset("digits", seed=config.seed)
+    model = load_or_train("lenet5", split, seed=config.seed, progress=progress).model
     logits = model_outputs(model, split.test_x)
     bound = 10 * logits.pow(2).mean().sqrt().item()
     common = dict(
-        k=experiment.lenet_inputs,
-        attacks=experiment.attacks,
+        k=config.lenet_inputs,
+        attacks=config.attacks,
         bound=bound,
         classification=True,
-        seed=experiment.seed,
+        seed=config.seed,
         progress=progress,
     )
     records += _sweep(
@@ -221,13 +235,13 @@ def run_adversarial(experiment: AdversarialExperiment, *, progress: bool = True)
         model,
         split.test_x,
         logits,
-        workers=experiment.lenet_workers,
-        exponents=experiment.exponents,
-        stragglers=experiment.lenet_stragglers,
+        workers=config.lenet_workers,
+        exponents=config.exponents,
+        stragglers=config.lenet_stragglers,
         repeats=1,
         **common,
     )
-    n, q, s = experiment.lenet_case
+    n, q, s = config.lenet_case
     records += _sweep(
         "lenet5_case",
         model,
@@ -236,22 +250,26 @@ def run_adversarial(experiment: AdversarialExperiment, *, progress: bool = True)
         workers=(n,),
         exponents=(float(np.log(q) / np.log(n)),),
         stragglers=s,
-        repeats=experiment.lenet_repeats,
+        repeats=config.lenet_repeats,
         **common,
     )
-    config = {
-        **asdict(experiment),
+    written = {
+        **asdict(config),
         "xsinx_bound": 100.0,
         "lenet_bound": bound,
         "lenet_test_samples": len(logits),
         "torch": torch.__version__,
         "torchgcc": torchgcc.__version__,
     }
-    return worst_case(records), records, config
+    worst = worst_case(records)
+    extra = {"slopes": fit_slopes(worst), "acceptance": acceptance(records), "records_by_attack": records}
+    return ExperimentResult(worst, written, extra)
 
 
+#: The published run.
+DEFAULT = Config()
 #: ``--quick``: fewer N, two exponents, three attacks.
-QUICK = AdversarialExperiment(
+QUICK = Config(
     exponents=(0.5, 0.7),
     xsinx_workers=(100, 200, 400),
     lenet_workers=(32, 64),
@@ -283,13 +301,43 @@ def acceptance(records: list[dict[str, Any]], attacks: tuple[str, ...] = ("conce
     return out
 
 
-def plot_adversarial(records: list[dict[str, Any]], path, *, title: str):
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """No options beyond the run options: the decoders compared are the experiment's subject."""
+
+
+def configure(args: argparse.Namespace) -> Config:
+    return replace(QUICK if args.quick else DEFAULT, seed=args.seed)
+
+
+def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:
+    """The worst-case table and the acceptance checks; results, table and ``adversarial.png`` in ``out``."""
+    title = "Adversarial workers: worst case over attacks, q = N^a (x sin x: M = 100; LeNet5: M = 10x logit RMS)"
+    paths = publish(
+        out,
+        config=result.config,
+        records=result.records,
+        setting="N",
+        title=title,
+        series=lambda r: f"{r['workload']} a={r['a']:.2g} {r['scheme']}",
+        console=console,
+        **result.extra,
+    )
+    plot = plot_adversarial(result.records, out / "adversarial.png", title=title)
+    checks = result.extra["acceptance"]
+    for key, value in checks["xsinx"].items():
+        console.print(
+            f"x sin x {key}: slope {value['slope']:.2f} (bound {value['bound']:.2f}), natural/robust at "
+            f"N={value['largest_N']}: {value['natural_over_robust_at_largest_N']:.1f}x"
+        )
+    for key, value in checks["lenet5_case"].items():
+        console.print(
+            f"LeNet5 N=32 q=2 S=4 {key}: " + ", ".join(f"{k} {v:.3g}" for k, v in value.items() if v is not None)
+        )
+    return [*paths.values(), plot]
+
+
+def plot_adversarial(records: list[dict[str, Any]], path: Path, *, title: str) -> Path:
     """Worst-case MSE against N (log-log), one panel per (workload, a), one line per decoder."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = sorted({(r["workload"], r["a"]) for r in records if r["workload"] != "lenet5_case"})
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2), squeeze=False)
     for ax, (workload, a) in zip(axes[0], panels):
@@ -304,50 +352,4 @@ def plot_adversarial(records: list[dict[str, Any]], path, *, title: str):
     axes[0][0].set_ylabel("worst-case MSE")
     axes[0][-1].legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def run(args) -> int:
-    """``torchgcc reproduce adversarial``."""
-    from dataclasses import replace
-
-    from rich.console import Console
-
-    from torchgcc.experiments.options import apply_threads, output_dir
-    from torchgcc.experiments.report import publish
-
-    apply_threads(args)
-    console = Console()
-    experiment = replace(QUICK if args.quick else AdversarialExperiment(), seed=args.seed)
-    worst, every, config = run_adversarial(experiment, progress=args.progress)
-    out = output_dir(args)
-    checks = acceptance(every)
-    title = "Adversarial workers: worst case over attacks, q = N^a (x sin x: M = 100; LeNet5: M = 10x logit RMS)"
-    series = lambda r: f"{r['workload']} a={r['a']:.2g} {r['scheme']}"  # noqa: E731
-    publish(
-        out,
-        config=config,
-        records=worst,
-        setting="N",
-        title=title,
-        series=series,
-        console=console,
-        slopes=fit_slopes(worst),
-        acceptance=checks,
-        records_by_attack=every,
-    )
-    plot_adversarial(worst, out / "adversarial.png", title=title)
-    for key, value in checks["xsinx"].items():
-        console.print(
-            f"x sin x {key}: slope {value['slope']:.2f} (bound {value['bound']:.2f}), natural/robust at "
-            f"N={value['largest_N']}: {value['natural_over_robust_at_largest_N']:.1f}x"
-        )
-    for key, value in checks["lenet5_case"].items():
-        console.print(
-            f"LeNet5 N=32 q=2 S=4 {key}: " + ", ".join(f"{k} {v:.3g}" for k, v in value.items() if v is not None)
-        )
-    console.print(f"wrote {out}/results.json, results.csv, table.md, adversarial.png")
-    return 0
+    return save_figure(fig, path)

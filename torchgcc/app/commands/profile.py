@@ -23,7 +23,7 @@ import json
 import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -199,7 +199,7 @@ def print_report(report: dict[str, Any]) -> None:
 
 def _check_arguments(args: argparse.Namespace) -> None:
     """Turn the user errors the run would hit late (after model creation) into one-line usage errors."""
-    from torchgcc.cli import UsageError
+    from torchgcc.app.cli import UsageError
     from torchgcc.codes import list_codes
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -221,7 +221,7 @@ def _check_arguments(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from torchgcc.experiments.options import apply_threads, gcc_options, output_dir
+    from torchgcc.app.options import apply_threads, gcc_options, output_dir
 
     apply_threads(args)
     _check_arguments(args)
@@ -253,9 +253,9 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``profile`` subcommand (with the shared ``--quick --seed --out --lambda-dec --lambda-enc --threads``)."""
-    from torchgcc.experiments.options import add_common_arguments
+def register(subparsers: argparse._SubParsersAction, argv: Sequence[str] = ()) -> None:
+    """Add the ``profile`` subcommand (with the run options and ``--lambda-dec`` / ``--lambda-enc``)."""
+    from torchgcc.app.options import add_gcc_arguments, add_run_arguments
 
     defaults = ProfileSettings()
     parser = subparsers.add_parser(
@@ -281,5 +281,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--repeats", type=int, default=None, help=f"timed runs per stage ({defaults.repeats}; --quick: 2)"
     )
     parser.add_argument("--trace", default=None, help="export a torch.profiler Chrome trace to this file")
-    add_common_arguments(parser, name="profile")
+    add_run_arguments(parser, name="profile")
+    add_gcc_arguments(parser)
     parser.set_defaults(func=_run)

@@ -23,10 +23,22 @@ from __future__ import annotations
 import csv
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["REQUIRED_KEYS", "read_results", "write_results"]
+__all__ = ["REQUIRED_KEYS", "ExperimentResult", "read_results", "write_results"]
+
+
+@dataclass
+class ExperimentResult:
+    """What an experiment's ``run`` returns: one record per (setting, scheme), the ``config`` written beside them
+    (settings, seeds, versions) and ``extra`` top-level entries of ``results.json`` (slopes, verdicts, ...)."""
+
+    records: list[dict[str, Any]]
+    config: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+
 
 #: Keys every record must carry.
 REQUIRED_KEYS: tuple[str, ...] = ("scheme", "N", "K", "mse", "mse_ci")

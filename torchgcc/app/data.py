@@ -2,7 +2,8 @@
 
 ``digits`` (scikit-learn's bundled 8x8 handwritten digits) works offline and is the default everywhere.
 ``mnist``, ``cifar10`` and ``cifar100`` read torchvision datasets from ``data_dir`` (downloading them when
-``download=True``); they are for users with the data or a network, never for tests.
+``download=True``), ``imagenet32`` its official numpy batches from ``data_dir``; they are for users with the data or
+a network, never for tests.
 
 >>> split = load_dataset("digits", seed=0)
 >>> split.train_x.shape, split.test_x.shape
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
@@ -135,3 +137,28 @@ def _torchvision_loader(name: str, dataset_class: str, num_classes: int) -> Data
 
 for _name, _cls, _classes in (("mnist", "MNIST", 10), ("cifar10", "CIFAR10", 10), ("cifar100", "CIFAR100", 100)):
     register_dataset(_name)(_torchvision_loader(_name, _cls, _classes))
+
+
+@register_dataset("imagenet32")
+def load_imagenet32(*, data_dir: str | Path | None = None, download: bool = False, seed: int = 0) -> DataSplit:
+    """Downsampled ImageNet 32x32 (Chrabaszcz et al. 2017; the PGC simulations' data) from its official numpy
+    batches in ``data_dir``: ``train_data_batch_*.npz`` and ``val_data.npz``, each with ``data`` ``(M, 3072)`` uint8
+    (channel-major) and ``labels`` 1..1000. It cannot be downloaded here (it needs an image-net.org account).
+    The full training set takes about 16 GB as float32."""
+    if data_dir is None or download:
+        raise ValueError(
+            "imagenet32 needs --data-dir with train_data_batch_*.npz and val_data.npz "
+            "(downloaded from image-net.org; --download is not supported)"
+        )
+    folder = Path(data_dir)
+    train_files = sorted(folder.glob("train_data_batch_*.npz"))
+    if not train_files or not (folder / "val_data.npz").exists():
+        raise ValueError(f"{folder} lacks train_data_batch_*.npz or val_data.npz (downsampled ImageNet 32x32)")
+
+    def read(files: list[Path]) -> tuple[torch.Tensor, torch.Tensor]:
+        parts = [np.load(f) for f in files]
+        x = torch.from_numpy(np.concatenate([p["data"] for p in parts])).reshape(-1, 3, 32, 32).float() / 255.0
+        y = torch.from_numpy(np.concatenate([p["labels"] for p in parts]).astype(np.int64)) - 1
+        return x, y
+
+    return _standardise("imagenet32", *read(train_files), *read([folder / "val_data.npz"]), num_classes=1000)

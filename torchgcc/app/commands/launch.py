@@ -1,0 +1,62 @@
+"""``python -m torchgcc.distributed.launch --nproc P [--timeout S] -- JOB OPTIONS``: the local launcher's command line.
+
+Runs :func:`torchgcc.distributed.launcher.launch` and prints rank 0's JSON lines on stdout as they appear, every
+rank's process id on stderr at the start, and every rank's stderr and exit status at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from torchgcc.app.commands.distributed_job import JOB_PROG, add_job_arguments, settings_from
+from torchgcc.distributed import launcher
+from torchgcc.distributed.job import EXIT_USAGE
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m torchgcc.distributed.launch --nproc P [--timeout S] -- JOB OPTIONS``: rank 0's lines on stdout."""
+    parser = argparse.ArgumentParser(
+        prog="python -m torchgcc.distributed.launch",
+        allow_abbrev=False,
+        description=launcher.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--nproc", type=int, default=5)
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds before every process is killed")
+    parser.add_argument("job", nargs=argparse.REMAINDER, help="options of python -m torchgcc.distributed")
+    args = parser.parse_args(argv)
+    job = args.job[1:] if args.job[:1] == ["--"] else args.job
+    if args.nproc < 2:
+        parser.error(f"--nproc must be at least 2 (a coordinator and a worker rank), got {args.nproc}")
+    try:  # the job's own options, checked here once before any process starts
+        settings_from(add_job_arguments(argparse.ArgumentParser(prog=JOB_PROG, allow_abbrev=False)).parse_args(job))
+    except ValueError as error:
+        print(f"{JOB_PROG}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+    def started(pids: list[int]) -> None:
+        for rank, pid in enumerate(pids):
+            print(f"rank {rank} pid {pid}", file=sys.stderr, flush=True)
+
+    try:
+        run = launcher.launch(
+            job,
+            nproc=args.nproc,
+            timeout_s=args.timeout,
+            on_start=started,
+            on_record=lambda record: print(json.dumps(record), flush=True),
+        )
+    except TimeoutError as error:
+        print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 124
+    except KeyboardInterrupt:
+        print("interrupted: every process of the job was stopped", file=sys.stderr)
+        return 130
+    print(run.stderr, file=sys.stderr)
+    print(f"exit codes by rank: {run.returncodes}", file=sys.stderr)
+    return run.returncodes[0]

@@ -1,0 +1,654 @@
+"""``torchgcc reproduce training``: DGD, IS-SGD, GC, IS-GC and pipelined GC trained under simulated stragglers.
+
+The setting of the PGC paper's simulation (Su & Li, arXiv 2607.20739, §6.2, as described by the authors' artifact):
+n = 12 workers, s in {1, 2, 3}, an exponential delay of mean m in {1 s, 2 s} added to every worker at every step,
+plain SGD. Every scheme starts from the same initial weights and sees the same mini-batch per (partition, step)
+and the same delay per (worker, step); 3 seeds. The models are real (LeNet5 on scikit-learn's digits and a small
+MLP by default; ResNet-18 on CIFAR-10 when the data are present), the clock is virtual
+(:mod:`torchgcc.gradient_coding.simulator`).
+
+Each (model, seed, scheme, s) is trained once. Its trajectory does not depend on m or on the per-partition compute
+time t_c: every worker of a step carries the same load, so the arrived set is the order of the delays, which
+``Exponential(m)`` draws as ``m`` times the same unit draws. The time axes are then computed for every m and for two
+values of t_c (checked: the arrived sets are recomputed on each clock and must equal the trained ones):
+
+- ``measured``: t_c of the trained model on one partition's mini-batch, measured here once;
+- ``resnet18``: t_c of the paper's model, ResNet-18 on one partition of 32x32 images (batch 256 / n), measured here
+  once; the regime of the paper, where computing s + 1 partitions costs GC real time.
+
+One record per (model, s, scheme, m, clock), averaged over seeds (value and 95% normal CI half-width):
+
+==================  =====================================================================================
+``step_time``       mean virtual seconds per step
+``steps_to_target`` steps until the evaluated full training loss first falls to ``target_loss``
+``time_to_target``  virtual seconds until then (seeds that never reach it are left out; see ``reached``)
+``reached``         how many seeds reached the target
+``final_loss``      training loss after the last step;  ``test_accuracy``: test accuracy after it
+``load``            partitions each worker computes per step after the first (warm-up) step
+``staleness``       fraction of the partition gradients in the decoded sums with staleness 0..s (all steps)
+``mean_staleness``  their mean staleness;  ``max_staleness``: the largest seen
+==================  =====================================================================================
+
+DGD does not depend on s: its single run is repeated in every s's rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from torchgcc.app.cli import UsageError
+from torchgcc.app.data import DataSplit, list_datasets, load_dataset
+from torchgcc.app.models import build_model
+from torchgcc.app.plots import plt, save_figure
+from torchgcc.app.results import ExperimentResult, write_results
+from torchgcc.control.wait_count import WaitCountController
+from torchgcc.gradient_coding import (
+    DelaySchedule,
+    PartitionedData,
+    Simulation,
+    list_training_schemes,
+    make_training_scheme,
+    measure_compute_time,
+    train_with_adaptive_wait,
+)
+from torchgcc.gradient_coding.clock import timeline
+from torchgcc.metrics import mean_ci
+from torchgcc.optional import require
+from torchgcc.stragglers import Exponential
+
+__all__ = ["DEFAULT", "LABELS", "QUICK", "Config", "TrainingRun", "add_arguments", "configure", "report", "run"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings of the study (defaults: the full run)."""
+
+    models: tuple[str, ...] = ("lenet5", "mlp")
+    data: str = "digits"
+    data_dir: Optional[str] = None
+    download: bool = False
+    schemes: tuple[str, ...] = ("dgd", "is-sgd", "is-sgd:adaptive", "gc-fr", "gc-cr", "is-gc", "pgc-fr", "pgc-cr")
+    num_workers: int = 12
+    stragglers: tuple[int, ...] = (1, 2, 3)
+    mean_delays: tuple[float, ...] = (1.0, 2.0)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    steps: int = 200
+    batch_size: int = 16  # per partition; a step's batch is num_workers * batch_size
+    lr: Optional[float] = None  # None: DEFAULT_LR of the model
+    eval_every: int = 5
+    target_loss: float = 0.3
+    #: t_c clocks besides the measured one: model names whose per-partition time is measured on 32x32 images.
+    reference_models: tuple[str, ...] = ("resnet18",)
+    reference_batch: int = 21  # 256 / 12, the paper's per-partition batch
+    #: ``SCHEME:adaptive`` runs: S in 0..s chosen per step; a step is a straggler event when its (n - S)-th
+    #: fastest worker's delay exceeds ``wait_deadline`` mean delays; the share of such steps is held at ``wait_budget``.
+    wait_deadline: float = 3.0
+    wait_budget: float = 0.1
+
+
+#: The full run: LeNet5 and the MLP on digits, 3 seeds, 200 steps.
+DEFAULT = Config()
+#: ``--quick``: the MLP, one seed, 120 steps.
+QUICK = Config(models=("mlp",), seeds=(0,), steps=120)
+
+#: Plain-SGD learning rates per model (tuned on DGD so that digits trains in a few hundred steps; 0.01 is the PGC
+#: artifact's for ResNet-18).
+DEFAULT_LR = {"lenet5": 0.2, "mlp": 0.3, "resnet18": 0.01}
+
+
+def learning_rate(study: Config, model: str) -> float:
+    """The study's ``lr``, else the model's :data:`DEFAULT_LR` (0.01 for others)."""
+    return study.lr if study.lr is not None else DEFAULT_LR.get(model, 0.01)
+
+
+@dataclass
+class TrainingRun:
+    """One trained trajectory: its scheme, settings, per-step clock facts and the evaluated losses."""
+
+    model: str
+    scheme: str
+    s: int
+    seed: int
+    loads: list[int]
+    arrived: list[list[int]]
+    staleness: list[list[int]]
+    eval_steps: list[int]  # number of steps done at each evaluation
+    train_loss: list[float]
+    test_accuracy: float
+    times: dict[str, list[float]] = field(default_factory=dict)  # clock label -> cumulative time after each step
+    wait_stragglers: Optional[list[int]] = None  # SCHEME:adaptive runs: the S chosen at every step
+    wait_policy: Optional[dict] = None  # ... and the controller's final state_dict()
+
+
+def _evaluator(split: DataSplit) -> Callable[[nn.Module], dict]:
+    @torch.no_grad()
+    def evaluate(model: nn.Module) -> dict:
+        model.eval()
+        loss = sum(
+            F.cross_entropy(model(split.train_x[i : i + 1024]), split.train_y[i : i + 1024], reduction="sum").item()
+            for i in range(0, len(split.train_y), 1024)
+        )
+        model.train()
+        return {"train_loss": loss / len(split.train_y)}
+
+    return evaluate
+
+
+@torch.no_grad()
+def _test_accuracy(model: nn.Module, split: DataSplit) -> float:
+    model.eval()
+    correct = sum(
+        (model(split.test_x[i : i + 1024]).argmax(-1) == split.test_y[i : i + 1024]).sum().item()
+        for i in range(0, len(split.test_y), 1024)
+    )
+    return correct / len(split.test_y)
+
+
+def reference_compute_time(name: str, *, in_channels: int, num_classes: int, batch: int, seed: int = 0) -> float:
+    """Median seconds of one forward and backward pass of model ``name`` on ``batch`` random 32x32 images."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, in_channels, 32, 32, generator=generator)
+    y = torch.randint(0, num_classes, (batch,), generator=generator)
+    model = build_model(name, in_channels=in_channels, image_size=32, num_classes=num_classes)
+    data = PartitionedData(x, y, num_partitions=1, batch_size=batch)
+    return measure_compute_time(model, data, repeats=5)
+
+
+def _runs_for(study: Config) -> list[tuple[str, int]]:
+    """(scheme, s) pairs; DGD does not depend on s and runs once (s = 0)."""
+    pairs = []
+    for scheme in study.schemes:
+        pairs += [(scheme, 0)] if scheme == "dgd" else [(scheme, s) for s in study.stragglers]
+    return pairs
+
+
+def run(config: Config, *, progress: bool = True) -> ExperimentResult:
+    """Train every (model, seed, scheme, s): the summary records, with the seed-averaged curves and a summary of
+    every run in ``extra``."""
+    study = config
+    split = load_dataset(study.data, data_dir=study.data_dir, download=study.download, seed=study.seeds[0])
+    n = study.num_workers
+    compute_times: dict[str, dict[str, float]] = {}
+    reference = {
+        name: reference_compute_time(
+            name, in_channels=split.in_channels, num_classes=split.num_classes, batch=study.reference_batch
+        )
+        for name in study.reference_models
+    }
+    pairs = _runs_for(study)
+    total = len(study.models) * len(study.seeds) * len(pairs)
+    bar = tqdm(total=total, desc="training runs", disable=not progress)
+    runs: list[TrainingRun] = []
+    evaluate = _evaluator(split)
+    for model_name in study.models:
+        for seed in study.seeds:
+            torch.manual_seed(seed)
+            initial = build_model(
+                model_name, in_channels=split.in_channels, image_size=split.image_size, num_classes=split.num_classes
+            )
+            data = PartitionedData(
+                split.train_x, split.train_y, num_partitions=n, batch_size=study.batch_size, seed=seed
+            )
+            if model_name not in compute_times:
+                compute_times[model_name] = {
+                    "measured": measure_compute_time(copy.deepcopy(initial), data),
+                    **reference,
+                }
+            for scheme, s in pairs:
+                bar.set_postfix(model=model_name, seed=seed, scheme=scheme, s=s)
+                base, _, adaptive = scheme.partition(":")
+                code = make_training_scheme(base, num_workers=n, num_stragglers=s, seed=seed)
+                model = copy.deepcopy(initial)
+                unit_delays = DelaySchedule(Exponential(1.0), n, seed=seed)
+                simulation = Simulation(
+                    code,
+                    model,
+                    data,
+                    lr=learning_rate(study, model_name),
+                    delays=unit_delays,
+                    compute_time=0.0 if adaptive else compute_times[model_name]["measured"],
+                )
+                chosen = policy = None
+                if adaptive:  # the deadline is on the unit delays, so the choices are the same on every clock
+                    policy = WaitCountController(
+                        n,
+                        deadline=study.wait_deadline,
+                        budget=study.wait_budget,
+                        candidates=range(s + 1),
+                        discount=0.9,
+                        warmup=10,
+                        max_step=1,
+                        seed=seed,
+                    )
+                    records, chosen = train_with_adaptive_wait(
+                        simulation,
+                        policy,
+                        study.steps,
+                        deadline=study.wait_deadline,
+                        evaluate=evaluate,
+                        eval_every=study.eval_every,
+                    )
+                else:
+                    records = simulation.run(study.steps, evaluate=evaluate, eval_every=study.eval_every)
+                evaluated = [r for r in records if r.metrics]
+                run = TrainingRun(
+                    model=model_name,
+                    scheme=scheme,
+                    s=s,
+                    seed=seed,
+                    loads=[r.load for r in records],
+                    arrived=[r.arrived for r in records],
+                    staleness=[r.staleness for r in records],
+                    eval_steps=[r.step + 1 for r in evaluated],
+                    train_loss=[r.metrics["train_loss"] for r in evaluated],
+                    test_accuracy=_test_accuracy(model, split),
+                    wait_stragglers=chosen,
+                    wait_policy=None if policy is None else policy.state_dict(),
+                )
+                for mean in study.mean_delays:
+                    for clock, t_c in compute_times[model_name].items():
+                        arrived, step_times = timeline(
+                            code, DelaySchedule(Exponential(mean), n, seed=seed), t_c, study.steps, stragglers=chosen
+                        )
+                        if arrived != run.arrived:
+                            raise RuntimeError(f"{scheme} s={s}: the arrived sets changed with m={mean}, t_c={t_c}")
+                        run.times[f"m={mean:g},{clock}"] = torch.tensor(step_times).cumsum(0).tolist()
+                runs.append(run)
+                bar.update()
+    bar.close()
+    written = {
+        **asdict(study),
+        "experiment": "training",
+        "compute_times": compute_times,
+        "learning_rates": {name: learning_rate(study, name) for name in study.models},
+        "data_shape": list(split.train_x.shape[1:]),
+        "train_samples": len(split.train_y),
+        "test_samples": len(split.test_y),
+    }
+    extra = {"curves": curves(runs), "runs": [_run_summary(r) for r in runs]}
+    return ExperimentResult(summarise(runs, written), written, extra)
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(item) for item in _names(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(item) for item in _names(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``reproduce training`` (defaults: the full run, or ``--quick``'s smaller one)."""
+    full = DEFAULT
+    parser.add_argument(
+        "--models",
+        type=_names,
+        default=None,
+        help=f"comma-separated models (default {','.join(full.models)}; also resnet18, vit)",
+    )
+    parser.add_argument("--data", choices=list_datasets(), default=None, help="dataset (default digits, offline)")
+    parser.add_argument("--data-dir", default=None, help="torchvision dataset folder for mnist/cifar10/cifar100")
+    parser.add_argument("--download", action="store_true", default=None, help="let torchvision download the data")
+    parser.add_argument(
+        "--schemes",
+        type=_names,
+        default=None,
+        help=f"comma-separated schemes among {','.join(list_training_schemes())}, each optionally with "
+        f"':adaptive' (S in 0..s chosen per step) (default {','.join(full.schemes)})",
+    )
+    parser.add_argument(
+        "--wait-deadline",
+        type=float,
+        default=None,
+        help=f"adaptive schemes: a step is late when its (n - S)-th delay exceeds this many mean "
+        f"delays (default {full.wait_deadline:g})",
+    )
+    parser.add_argument(
+        "--wait-budget",
+        type=float,
+        default=None,
+        help=f"adaptive schemes: allowed share of late steps (default {full.wait_budget:g})",
+    )
+    parser.add_argument("--stragglers", type=_ints, default=None, help="values of s (default 1,2,3)")
+    parser.add_argument("--mean-delays", type=_floats, default=None, help="mean delays m in seconds (default 1,2)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help=f"number of seeds, from --seed on (default {len(full.seeds)}, --quick 1)",
+    )
+    parser.add_argument("--steps", type=int, default=None, help=f"steps per run (default {full.steps})")
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help=f"samples per partition per step (default {full.batch_size})"
+    )
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="SGD learning rate (default per model: lenet5 0.2, mlp 0.3, resnet18 0.01)",
+    )
+    parser.add_argument(
+        "--target-loss",
+        type=float,
+        default=None,
+        help=f"training-loss target (default {full.target_loss}, --quick {QUICK.target_loss})",
+    )
+    parser.add_argument(
+        "--eval-every", type=int, default=None, help=f"steps between evaluations (default {full.eval_every})"
+    )
+    parser.add_argument(
+        "--reference-models",
+        type=_names,
+        default=None,
+        help="models whose per-partition compute time gives extra clocks (default resnet18; 'none' for none)",
+    )
+
+
+def configure(args: argparse.Namespace) -> Config:
+    """The study of the command-line settings (``--quick``'s or the full run's, with every given option)."""
+    base = QUICK if args.quick else DEFAULT
+    seeds = None if args.seeds is None else tuple(range(args.seed, args.seed + args.seeds))
+    if seeds is None and args.seed:
+        seeds = tuple(range(args.seed, args.seed + len(base.seeds)))
+    references = args.reference_models
+    if references is not None and references == ("none",):
+        references = ()
+    overrides = dict(
+        models=args.models,
+        data=args.data,
+        data_dir=args.data_dir,
+        download=args.download,
+        schemes=args.schemes,
+        stragglers=args.stragglers,
+        mean_delays=args.mean_delays,
+        seeds=seeds,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        target_loss=args.target_loss,
+        eval_every=args.eval_every,
+        reference_models=references,
+        wait_deadline=args.wait_deadline,
+        wait_budget=args.wait_budget,
+    )
+    study = replace(base, **{key: value for key, value in overrides.items() if value is not None})
+    unknown = [name for name in study.schemes if name.removesuffix(":adaptive") not in list_training_schemes()]
+    if unknown:
+        raise UsageError(f"--schemes: unknown {unknown}; choose among {list_training_schemes()}")
+    return study
+
+
+def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:
+    """Print the tables; write ``results.json`` (config, records, curves, per-run summaries), ``results.csv``,
+    ``table.md`` and one ``training-<model>.png`` per model into ``out``."""
+    config = result.config
+    paths = write_results(out, config=config, records=result.records, required=("scheme",), **result.extra)
+    table = out / "table.md"
+    table.write_text(markdown(result.records, config))
+    plots = [
+        plot_training(result.extra["curves"], config, out / f"training-{model}.png", model)
+        for model in config["models"]
+    ]
+    print_tables(result.records, config, console)
+    return [*paths.values(), table, *plots]
+
+
+#: Display names of the schemes.
+LABELS = {
+    "dgd": "DGD",
+    "is-sgd": "IS-SGD",
+    "gc-fr": "GC-FR",
+    "gc-cr": "GC-CR",
+    "is-gc": "IS-GC",
+    "pgc-fr": "PGC-FR",
+    "pgc-cr": "PGC-CR",
+    "pgc-cr-ls": "PGC-CR (lstsq)",
+}
+
+
+def _steps_to_target(run: TrainingRun, target: float) -> Optional[int]:
+    return next((step for step, loss in zip(run.eval_steps, run.train_loss) if loss <= target), None)
+
+
+def _stat(values: Sequence[float]) -> tuple[Optional[float], Optional[float]]:
+    if not values:
+        return None, None
+    mean, ci = mean_ci(torch.tensor(values, dtype=torch.float64))
+    return mean, (None if math.isnan(ci) else ci)
+
+
+def summarise(runs: Sequence[TrainingRun], config: dict) -> list[dict[str, Any]]:
+    """The records described in the module docstring."""
+    records = []
+    target = config["target_loss"]
+    labels = list(runs[0].times)
+    for model in config["models"]:
+        for s in config["stragglers"]:
+            for scheme in config["schemes"]:
+                group = [
+                    r for r in runs if r.model == model and r.scheme == scheme and r.s == (0 if scheme == "dgd" else s)
+                ]
+                if not group:
+                    continue
+                reach = [_steps_to_target(r, target) for r in group]
+                counts = torch.tensor([r.staleness for r in group], dtype=torch.float64).sum(dim=(0, 1))
+                counts = torch.nn.functional.pad(counts, (0, s + 1 - len(counts)))
+                fractions = (counts / counts.sum()).tolist()
+                for label in labels:
+                    mean_delay, clock = label.split(",")
+                    record = {
+                        "model": model,
+                        "s": s,
+                        "scheme": scheme,
+                        "m": float(mean_delay[2:]),
+                        "clock": clock,
+                        "n": config["num_workers"],
+                        "seeds": len(group),
+                    }
+                    record["step_time"], record["step_time_ci"] = _stat(
+                        [r.times[label][-1] / len(r.loads) for r in group]
+                    )
+                    steps = [k for k in reach if k is not None]
+                    record["steps_to_target"], record["steps_to_target_ci"] = _stat(steps)
+                    record["time_to_target"], record["time_to_target_ci"] = _stat(
+                        [r.times[label][k - 1] for r, k in zip(group, reach) if k is not None]
+                    )
+                    record["reached"] = len(steps)
+                    record["final_loss"], record["final_loss_ci"] = _stat([r.train_loss[-1] for r in group])
+                    record["test_accuracy"], record["test_accuracy_ci"] = _stat([r.test_accuracy for r in group])
+                    record["load"] = group[0].loads[min(1, len(group[0].loads) - 1)]
+                    record["staleness"] = fractions
+                    record["mean_staleness"] = sum(tau * f for tau, f in enumerate(fractions))
+                    record["max_staleness"] = max(tau for tau, f in enumerate(fractions) if f > 0)
+                    records.append(record)
+    return records
+
+
+def curves(runs: Sequence[TrainingRun]) -> list[dict[str, Any]]:
+    """Seed-averaged training-loss curves: per (model, scheme, s) the evaluated steps, the mean loss there and the
+    mean virtual time there on every clock."""
+    out = []
+    keys = sorted({(r.model, r.scheme, r.s) for r in runs})
+    for model, scheme, s in keys:
+        group = [r for r in runs if (r.model, r.scheme, r.s) == (model, scheme, s)]
+        steps = group[0].eval_steps
+        out.append(
+            {
+                "model": model,
+                "scheme": scheme,
+                "s": s,
+                "steps": steps,
+                "train_loss": torch.tensor([r.train_loss for r in group]).mean(0).tolist(),
+                "time": {
+                    label: torch.tensor([[r.times[label][k - 1] for k in steps] for r in group]).mean(0).tolist()
+                    for label in group[0].times
+                },
+            }
+        )
+    return out
+
+
+def _fmt(record: dict, key: str, digits: int = 3) -> str:
+    value, ci = record.get(key), record.get(f"{key}_ci")
+    if value is None:
+        return "-"
+    return f"{value:.{digits}g}" + ("" if ci is None else f" ± {ci:.1g}")
+
+
+_COLUMNS = [
+    ("step_time", "s/step"),
+    ("steps_to_target", "steps to target"),
+    ("time_to_target", "time to target (s)"),
+    ("reached", "reached"),
+    ("final_loss", "final loss"),
+    ("test_accuracy", "test acc"),
+    ("load", "partitions/step"),
+    ("mean_staleness", "mean staleness"),
+]
+
+
+def _rows(records: Sequence[dict], model: str, m: float, clock: str) -> list[list[str]]:
+    rows = []
+    for r in records:
+        if (r["model"], r["m"], r["clock"]) == (model, m, clock):
+            rows.append(
+                [str(r["s"]), LABELS.get(r["scheme"], r["scheme"])]
+                + [str(r[key]) if key in ("reached", "load") else _fmt(r, key) for key, _ in _COLUMNS]
+            )
+    return rows
+
+
+def markdown(records: Sequence[dict], config: dict) -> str:
+    """One Markdown table per (model, m, clock)."""
+    parts = []
+    header = ["s", "scheme"] + [name for _, name in _COLUMNS]
+    for model in config["models"]:
+        for label in dict.fromkeys((r["m"], r["clock"]) for r in records):
+            t_c = config["compute_times"][model][label[1]]
+            parts.append(
+                f"### {model}, m = {label[0]:g} s, t_c = {t_c * 1e3:.3g} ms ({label[1]}), target loss "
+                f"{config['target_loss']:g}, {len(config['seeds'])} seed(s)\n"
+            )
+            parts.append("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+            parts += ["| " + " | ".join(row) + " |" for row in _rows(records, model, *label)]
+            parts.append("")
+    return "\n".join(parts) + "\n"
+
+
+def print_tables(records: Sequence[dict], config: dict, console: Any) -> None:
+    """The m = first mean delay tables on the terminal."""
+    m = config["mean_delays"][0]
+    for model in config["models"]:
+        for clock in config["compute_times"][model]:
+            table = require("rich.table").Table(
+                title=f"{model}, m = {m:g} s, t_c ({clock}) = {config['compute_times'][model][clock]:.3g} s",
+                caption="value ± 95% CI half-width over seeds",
+            )
+            for name in ["s", "scheme"] + [name for _, name in _COLUMNS]:
+                table.add_column(name, justify="right")
+            for row in _rows(records, model, m, clock):
+                table.add_row(*row)
+            console.print(table)
+
+
+def plot_training(curve_list: Sequence[dict], config: dict, path: Path, model: str) -> Path:
+    """Loss against steps and against virtual wall-clock (m = first mean delay, each clock), one row per s."""
+    m = config["mean_delays"][0]
+    clocks = list(config["compute_times"][model])
+    rows = config["stragglers"]
+    fig, axes = plt.subplots(
+        len(rows), 1 + len(clocks), figsize=(4.2 * (1 + len(clocks)), 3.2 * len(rows)), squeeze=False
+    )
+    for row, s in enumerate(rows):
+        for index, scheme in enumerate(config["schemes"]):
+            curve = next(
+                (
+                    c
+                    for c in curve_list
+                    if c["model"] == model and c["scheme"] == scheme and c["s"] == (0 if scheme == "dgd" else s)
+                ),
+                None,
+            )
+            if curve is None:
+                continue
+            style = dict(
+                color=f"C{index}",
+                lw=1.3,
+                ls="--" if scheme.startswith("pgc") else "-",
+                label=LABELS.get(scheme, scheme),
+            )
+            axes[row, 0].plot(curve["steps"], curve["train_loss"], **style)
+            for col, clock in enumerate(clocks, start=1):
+                axes[row, col].plot(curve["time"][f"m={m:g},{clock}"], curve["train_loss"], **style)
+        for col, ax in enumerate(axes[row]):
+            ax.axhline(config["target_loss"], color="grey", lw=0.8, ls=":")
+            ax.set_yscale("log")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.set_ylabel(f"s = {s}: training loss")
+            if col == 0:
+                ax.set_xlabel("steps")
+            else:
+                clock = clocks[col - 1]
+                ax.set_xlabel(
+                    f"virtual seconds (m = {m:g} s, t_c {clock} {config['compute_times'][model][clock] * 1e3:.3g} ms)"
+                )
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"{model} on {config['data']}, n = {config['num_workers']}, {len(config['seeds'])} seed(s)")
+    return save_figure(fig, path)
+
+
+def _jsonable(value):
+    """``value`` with every tensor turned into a list (a controller's state_dict holds its generator state)."""
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    return value
+
+
+def _run_summary(run: TrainingRun) -> dict[str, Any]:
+    """One run's seed, final loss and accuracy, first loads and staleness counts (and its adaptive choices)."""
+    return {
+        "model": run.model,
+        "scheme": run.scheme,
+        "s": run.s,
+        "seed": run.seed,
+        "test_accuracy": run.test_accuracy,
+        "final_loss": run.train_loss[-1],
+        "loads": run.loads[:3],
+        "staleness_counts": torch.tensor(run.staleness).sum(0).tolist(),
+        **_wait_summary(run),
+    }
+
+
+def _wait_summary(run: TrainingRun) -> dict:
+    """An adaptive run's chosen S (every step, and the mean) and its controller's final state; {} otherwise."""
+    if run.wait_stragglers is None:
+        return {}
+    return {
+        "mean_S": sum(run.wait_stragglers) / len(run.wait_stragglers),
+        "S_by_step": run.wait_stragglers,
+        "wait_policy": _jsonable(run.wait_policy),
+    }
