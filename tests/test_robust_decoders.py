@@ -6,7 +6,7 @@ import torch
 from scipy.interpolate import make_smoothing_spline
 
 from torchgcc.codes.robust import DECODERS, RobustGCC, adversarial_lambda, min_arrived_for
-from torchgcc.functional.robust import weighted_smoothing_spline
+from torchgcc.functional.weighted_spline import weighted_smoothing_spline
 
 
 def _attacked(n=40, d=2, q=3, seed=0):

@@ -18,7 +18,7 @@ with ``+`` (applied left to right) and never touch straggler slots.
   adversarial) return one constant.
 
 Positions are drawn among the arrived workers of each group from the attack's own generator (``seed=``).
-:mod:`torchgcc.attack_oracle` searches these attacks for the one that hurts a decoder most.
+:mod:`torchgcc.oracles.attacks` searches these attacks for the one that hurts a decoder most.
 """
 
 from __future__ import annotations

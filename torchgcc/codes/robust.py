@@ -14,8 +14,8 @@ by ``M``). :class:`RobustGCC` pairs the interpolating GCC encoder with one of :d
   squared error ``(q/n)^(6/5)``. The constant ``c = 0.1`` is measured by ``benchmarks/adversarial_lambda.py``.
 - ``"huber"`` and ``"trim"``, :class:`RobustSplineDecoder`: BEYOND THE SEED (ours, no paper behind them). They
   locate: one weight per worker from its residual norm over all outputs, batched over groups with equal survivor
-  counts, each fit a weighted smoothing spline (:func:`torchgcc.functional.robust.weighted_smoothing_spline`) with
-  the adversarial lambda:
+  counts, each fit a weighted smoothing spline
+  (:func:`torchgcc.functional.weighted_spline.weighted_smoothing_spline`) with the adversarial lambda:
 
   * ``"huber"``: iteratively reweighted least squares with Huber weights ``min(1, 1.345 s / r_n)`` and the MAD scale
     ``s = 1.4826 median_n r_n`` of the residual norms ``r_n``;

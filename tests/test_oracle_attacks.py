@@ -6,9 +6,9 @@ import torch
 from references import natural_spline_reference
 
 import torchgcc
-from torchgcc.attack_oracle import SHIFT_FRACTIONS, worst_attacks
 from torchgcc.attacks import ConcentratedAttack, ShiftAttack
 from torchgcc.codes.robust import RobustGCC
+from torchgcc.oracles.attacks import SHIFT_FRACTIONS, worst_attacks
 
 
 def _xsinx(code):

@@ -9,7 +9,7 @@ from references import natural_spline_reference
 
 import torchgcc
 from torchgcc.coded_module import group_samples
-from torchgcc.straggler_oracle import block_masks, decode_errors, worst_stragglers
+from torchgcc.oracles.stragglers import block_masks, decode_errors, worst_stragglers
 
 
 def _workload(code, samples=32, dim=2, seed=0):
