@@ -89,7 +89,7 @@ def test_oracle_is_far_worse_than_the_widest_gap_block():
     code = torchgcc.make_code("natural", num_inputs=8, num_workers=n)
     results, reference = _workload(code, samples=64)
     found = worst_stragglers(code.decoder, results, reference, s, searches=("block",))
-    mask = FixedStragglers(s, "worst").sample(len(results), n)
+    mask = FixedStragglers(s, "widest_gap").sample(len(results), n)
     gap = (code.decoder(results, mask) - reference).pow(2).flatten(1).mean(dim=1)
     assert (gap <= found.errors * (1 + 1e-12)).all()
     assert gap.mean() < 0.1 * found.errors.mean()
