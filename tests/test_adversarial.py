@@ -142,18 +142,3 @@ def test_attacked_scheme_corrupts_a_fixed_rank_before_decoding():
     assert (corrupted - clean).abs().max() > 1.0 and missing == []
     mask[:, 5] = False  # the adversarial rank straggles: nothing to corrupt
     torch.testing.assert_close(attacked.decode(coded, mask, 8)[0], scheme.decode(coded, mask, 8)[0])
-
-
-def test_worst_case_and_slopes_of_the_adversarial_experiment():
-    from torchgcc.app.experiments import EXPERIMENTS
-    from torchgcc.app.experiments.adversarial_study import fit_slopes, worst_case
-
-    assert {"adversarial", "noisy", "manifold"} <= set(EXPERIMENTS)
-    records = [
-        {"workload": "w", "a": 0.5, "N": n, "S": 0, "scheme": "trim", "attack": attack, "mse": mse}
-        for n in (100, 400)
-        for attack, mse in (("random", 1.0 / n), ("concentrated", 4.0 / n))
-    ]
-    worst = worst_case(records)
-    assert len(worst) == 2 and all(r["attack"] == "concentrated" for r in worst)
-    assert fit_slopes(worst)["w a=0.5 trim"] == pytest.approx(-1.0)
