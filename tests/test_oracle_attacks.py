@@ -99,3 +99,27 @@ def test_every_family_runs_and_the_worst_is_the_largest():
         worst_attacks(code.decoder, y.repeat(2, 1, 1), mask, truth.repeat(2, 1, 1), q=45, bound=1.0)
     with pytest.raises(ValueError, match="families"):
         worst_attacks(code.decoder, y, mask[:1], truth, q=1, bound=1.0, families=("bribe",))
+
+
+def test_agreement_under_the_worst_attack_and_the_lowest_over_every_attack():
+    """Logits of three classes: the agreement at the worst-MSE attack is recomputed by hand from its description,
+    and no attack tried agrees less than the reported minimum (here: the clean estimate agrees fully)."""
+    n, k, q = 24, 4, 3
+    code = torchgcc.make_code("natural", num_inputs=k, num_workers=n)
+    t = code.beta.view(1, n, 1)
+    logits = torch.cat([t, -t, 0.3 * t.cos()], dim=-1).repeat(2, 1, 1)  # (2, N, 3)
+    reference = torch.cat(
+        [code.alpha.view(1, k, 1), -code.alpha.view(1, k, 1), 0.3 * code.alpha.cos().view(1, k, 1)], -1
+    )
+    reference = reference.repeat(2, 1, 1)
+    mask = torch.ones(2, n, dtype=torch.bool)
+    found = worst_attacks(
+        code.decoder, logits, mask, reference, q=q, bound=5.0, families=("shift",), classification=True
+    )
+    assert ((0 <= found.min_agreement) & (found.min_agreement <= found.agreement) & (found.agreement <= 1)).all()
+    delta, start = found.attacks[0].removeprefix("shift delta=").split(" start=")
+    attacked = ShiftAttack(q, float(delta), start=int(start), bound=5.0)(logits, mask)
+    decoded = code.decoder(attacked, mask)
+    by_hand = (decoded.argmax(-1) == reference.argmax(-1)).double().mean(dim=1)
+    assert found.agreement[0] == pytest.approx(float(by_hand[0]))
+    assert found.errors[0] == pytest.approx(float((decoded[0] - reference[0]).pow(2).mean()))

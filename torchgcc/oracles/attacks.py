@@ -251,7 +251,7 @@ def _search_shifts(evaluate, found: WorstAttacks, mask, q: int, bound: float, fr
 
     def describe(c: int, group: int) -> str:
         d, p = divmod(c, every.errors.shape[1])
-        return f"shift delta={deltas[d]:+.3g} start={int(positions[d, p, group])}"
+        return f"shift delta={deltas[d]:+} start={int(positions[d, p, group])}"
 
     found.fold(
         "shift", AttackErrors(*(None if v is None else v.reshape(-1, b) for v in vars(every).values())), describe
