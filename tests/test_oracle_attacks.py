@@ -62,7 +62,7 @@ def test_shift_search_equals_the_brute_force_over_every_magnitude_and_position()
     brute = _brute_force_shift(code, y, truth, q, bound)
     every = worst_attacks(code.decoder, y, mask, truth, q=q, bound=bound, families=("shift",))  # all 56 positions
     assert every.errors.item() == pytest.approx(brute, rel=1e-9)
-    assert every.attacks[0] == "shift delta=+100 start=3"
+    assert every.attacks[0] == "shift delta=+100.0 start=3"
     spread = worst_attacks(code.decoder, y, mask, truth, q=q, bound=bound, families=("shift",), max_starts=8)
     grid = np.round(np.linspace(0, 1, 8) * (n - q)).astype(int)
     assert _brute_force_shift(code, y, truth, q, bound, grid) <= spread.errors.item() <= brute * (1 + 1e-9)
