@@ -126,7 +126,7 @@ def test_the_ablation_keeps_the_callers_groups_for_the_encode_rows():
     result = manifold_study.run(config, progress=False)
     rows = {r["scheme"]: r for r in result.records}
     assert set(rows) == set(manifold_study.ROWS)
-    for row in ("encode_order", "encode"):
+    for row in ("encode_order", "encode", "encode_close"):
         assert rows[row]["same_groups_as_standard"] and rows[row]["group_hash"] == rows["standard"]["group_hash"]
     for row in ("regroup", "both"):
         assert not rows[row]["same_groups_as_standard"]
