@@ -1,235 +1,166 @@
-"""Decode throughput: torchgcc's decoder (matrices included) against a bare torch.bmm and a scipy loop.
+"""Decode cost against a bare ``torch.bmm``: every decode rule, fresh masks, over batch sizes and numbers of workers.
 
-Measures, in one run, on ``--device`` (the decoder's default backend there: banded on the CPU, the fused Triton
-kernel on CUDA):
-1. decoding B groups with distinct random straggler masks, cold cache (matrix construction + application), against
-   the bare ``torch.bmm`` of the same shapes (the floor for applying any linear decoder), with a warm cache, and
-   with ``check=False`` (no host synchronisation);
-2. the cold matrix construction alone for B distinct masks at N = ``--sizes`` (K = 16, S = N / 4);
-3. the library default (``lambda_dec="adaptive"``: lambda chosen per group from its results, so no per-mask matrix
-   and no cache) decoding the same results, against the same bmm;
-4. on the CPU: the same decode done the usual way, a loop over groups fitting scipy's spline to each group's results
-   (also the accuracy check, on every device), and how matrix construction scales with N at fixed K and S / N.
+For each N in ``--workers``, B in ``--groups`` and mask kind (``fixed``: S = N / 4 stragglers at random places, one
+survivor count; ``bernoulli``: each worker straggles with probability ``--p``, many survivor counts), with K =
+``--inputs`` and ``--outputs`` results per worker (fewer where B N d would pass ``--max-elements``; the row says), it
+measures in one run, interleaved repeat by repeat so that load hits all alike:
 
-Prints the ratios and writes JSON (settings, seeds, times in seconds, ratios) to ``--out`` (default: a fresh
-``./torchgcc-results/decode/<date>-<time>/decode.json``). Usage:
+- ``bmm``: the bare ``torch.bmm`` of ``(B, K, N)`` matrices with ``(B, N, d)`` results, the floor of any linear decode;
+- ``default``: ``GCC(K, N)`` (``lambda_dec="adaptive"``), calibrated beforehand on one batch: the steady state, its
+  matrices built from each fresh mask in the call (nothing is cached between calls);
+- ``default_first_call``: the calibrating first call of a fresh default decoder (pooled GCV, then the decode);
+- ``spacing`` and ``natural`` (``lambda_dec=0``): mask-only rules, each call building its matrices;
+- per call, with one ``torch.profiler`` pass each: aten ops and host reads (``_local_scalar_dense``, ``nonzero``,
+  ``unique``), with the default ``check=True`` and with ``check=False``.
 
-    python benchmarks/decode.py --threads 2          # the CPU acceptance settings
-    python benchmarks/decode.py --device cuda        # also N = 10^4 in the construction sizes
-    python benchmarks/decode.py --groups 64 --repeats 3 --out /tmp/decode.json
-    python benchmarks/decode.py --threads 2 --out benchmarks/results/decode.json   # the committed copy
+Ratios are medians over repeats. Writes JSON (settings, seeds, the load average before and after, threads,
+environment, every row) to ``--out`` and prints the rows. The acceptance settings of issue 17 are the row N = 64,
+B = 512 (``--threads 2``: default <= 2.5x and spacing <= 1.5x the bmm, for both mask kinds)::
+
+    python benchmarks/decode.py --threads 2 --out benchmarks/results/decode.json
+    python benchmarks/decode.py --quick                  # N = 32, 64 only, fewer repeats
+    python benchmarks/decode.py --device cuda            # on a GPU (the fused kernel where available)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import statistics
 from pathlib import Path
-from typing import Callable, Optional
 
-import numpy as np
 import torch
-from scipy.interpolate import CubicSpline, make_smoothing_spline
+from torch.profiler import profile
 
 import torchgcc
-from torchgcc.app.options import fresh_output_dir
-from torchgcc.stragglers import FixedStragglers
-from torchgcc.timing import Timer, make_timer
+from torchgcc.stragglers import BernoulliStragglers, FixedStragglers
+from torchgcc.timing import make_timer
 
-#: Construction sizes N by device type (N = 10^4 is too large for the CPU default run).
-DEFAULT_SIZES = {"cpu": [64, 1024], "cuda": [64, 1024, 10_000]}
-
-
-def timed(timer: Timer, fn: Callable[[], object], repeats: int, setup: Optional[Callable[[], object]] = None) -> float:
-    """Best time of ``fn`` over ``repeats`` runs after one warm-up (the least disturbed by other load).
-
-    ``setup`` runs, untimed, before every run (e.g. emptying the decoder's cache).
-    """
-    return min(timer.measure(fn, warmup=1, repeats=repeats, setup=setup))
+#: Profiler events that read device memory back to the host.
+READS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::unique", "aten::_unique2", "aten::unique_consecutive"}
+RULES = {"default": "adaptive", "spacing": "spacing", "natural": 0.0}
 
 
-def scipy_decode(
-    beta: np.ndarray, alpha: np.ndarray, y: np.ndarray, mask: np.ndarray, lam: Callable[[int], float]
-) -> np.ndarray:
-    """The per-group loop a user would write with scipy: fit each group's survivors, evaluate at alpha.
+def ops_and_reads(fn) -> dict[str, int]:
+    """Aten ops and host reads of one call of ``fn`` (after a warm-up call)."""
+    fn()
+    with profile() as recorded:
+        fn()
+    names = [event.name for event in recorded.events() if event.name.startswith("aten::")]
+    return {"ops": len(names), "reads": sum(name in READS for name in names)}
 
-    ``lam(n)`` is the smoothing parameter for ``n`` results. Beyond the outermost survivor the natural spline continues
-    linearly (scipy would extend the end cubic).
-    """
-    out = np.empty((y.shape[0], len(alpha), y.shape[2]), dtype=y.dtype)
-    for b in range(y.shape[0]):
-        knots, data = beta[mask[b]], y[b, mask[b]]
-        n = len(knots)
-        if lam(n) == 0:
-            spline = CubicSpline(knots, data, bc_type="natural")
-        else:
-            spline = make_smoothing_spline(knots, data, lam=n * lam(n))
-        inside = np.clip(alpha, knots[0], knots[-1])
-        out[b] = spline(inside) + spline.derivative()(inside) * (alpha - inside)[:, None]
-    return out
+
+def mask_sampler(kind: str, num_workers: int, p: float, seed: int):
+    if kind == "fixed":
+        return FixedStragglers(num_workers // 4, seed=seed)
+    return BernoulliStragglers(p, seed=seed, min_arrived=2)
+
+
+def measure_row(args, num_workers: int, groups: int, kind: str, device: torch.device) -> dict:
+    """One row: the timings and counts of every rule at (N, B, mask kind)."""
+    k = args.inputs
+    outputs = max(1, min(args.outputs, args.max_elements // (groups * num_workers)))
+    generator = torch.Generator().manual_seed(args.seed)
+    y = torch.randn(groups, num_workers, outputs, generator=generator).to(device)
+    matrices = torch.randn(groups, k, num_workers, generator=generator).to(device)
+    sampler = mask_sampler(kind, num_workers, args.p, args.seed)
+    masks = [sampler.sample(groups, num_workers).to(device) for _ in range(args.repeats + 1)]
+    codes = {name: torchgcc.GCC(k, num_workers, lambda_dec=rule).to(device) for name, rule in RULES.items()}
+    codes["default"].decoder(y, masks[0])  # calibrate on one batch: later calls are the steady state
+    timer = make_timer(device)
+    times: dict[str, list[float]] = {name: [] for name in ("bmm", *RULES, "default_first_call")}
+    for mask in masks[1:]:  # interleaved, a fresh mask each repeat
+        times["bmm"].append(timer.time_once(lambda: torch.bmm(matrices, y)))
+        for name, code in codes.items():
+            times[name].append(timer.time_once(lambda code=code, mask=mask: code.decoder(y, mask)))
+        fresh = torchgcc.GCC(k, num_workers).to(device)
+        times["default_first_call"].append(timer.time_once(lambda fresh=fresh, mask=mask: fresh.decoder(y, mask)))
+    median = {name: statistics.median(values) for name, values in times.items()}
+    counts = {}
+    for name, rule in RULES.items():
+        for check in (True, False):
+            code = torchgcc.GCC(k, num_workers, lambda_dec=rule, check=check).to(device)
+            code.decoder(y, masks[0])
+            counts[f"{name}{'' if check else '_check_false'}"] = ops_and_reads(
+                lambda code=code: code.decoder(y, masks[1])
+            )
+    return {
+        "N": num_workers,
+        "B": groups,
+        "masks": kind,
+        "outputs": outputs,
+        "distinct_survivor_counts": len(torch.unique(torch.stack(masks[1:]).sum(-1))),
+        "median_seconds": median,
+        "over_bmm": {name: value / median["bmm"] for name, value in median.items() if name != "bmm"},
+        "per_call": counts,
+        "calibrated_ratio": float(codes["default"].decoder.ratio),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--groups", type=int, default=512)
-    parser.add_argument("--num-workers", type=int, default=64)
-    parser.add_argument("--num-inputs", type=int, default=16)
-    parser.add_argument("--num-stragglers", type=int, default=16)
-    parser.add_argument("--outputs", type=int, default=1000)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--inputs", type=int, default=16, help="K")
+    parser.add_argument("--workers", type=int, nargs="+", default=[32, 64, 256, 1024, 4096], help="N values")
+    parser.add_argument("--groups", type=int, nargs="+", default=[8, 512], help="B values")
+    parser.add_argument("--outputs", type=int, default=1000, help="results per worker d")
+    parser.add_argument("--max-elements", type=int, default=2**27, help="cap on B N d (d is lowered to fit)")
+    parser.add_argument("--p", type=float, default=0.25, help="straggling probability of the Bernoulli masks")
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--scaling-workers", type=int, nargs="+", default=[256, 512, 1024, 2048])
-    parser.add_argument("--scaling-groups", type=int, default=16)
-    parser.add_argument(
-        "--sizes",
-        type=int,
-        nargs="+",
-        default=None,
-        help="N of the construction-alone timings (default: 64 1024 on cpu, 64 1024 10000 on cuda)",
-    )
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (torch's default)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="JSON path (default: a fresh ./torchgcc-results/decode/<date>-<time>/decode.json)",
-    )
+    parser.add_argument("--quick", action="store_true", help="N = 32, 64 only, 3 repeats")
+    parser.add_argument("--out", type=Path, default=Path("torchgcc-results/decode/decode.json"))
     args = parser.parse_args()
+    if args.quick:
+        args.workers, args.repeats = [n for n in args.workers if n <= 64] or [32, 64], 3
+    if args.repeats < 1 or min(args.workers) < 2 or min(args.groups) < 1 or not 0 <= args.p < 1:
+        parser.error("need --repeats >= 1, --workers >= 2, --groups >= 1 and 0 <= --p < 1")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda was asked for but torch.cuda.is_available() is False")
-    timer, on_cpu = make_timer(device), device.type == "cpu"
-    sizes = args.sizes or DEFAULT_SIZES.get(device.type, DEFAULT_SIZES["cpu"])
-
-    torch.manual_seed(args.seed)
-    B, N, K, S, d = args.groups, args.num_workers, args.num_inputs, args.num_stragglers, args.outputs
-    code = torchgcc.GCC(num_inputs=K, num_workers=N, lambda_dec="spacing").to(device)  # the cached, mask-only decoder
-    unchecked = torchgcc.GCC(num_inputs=K, num_workers=N, lambda_dec="spacing", check=False).to(device)
-    mask = FixedStragglers(S, seed=args.seed).sample(B, N, device=device)
-    y = torch.randn(B, N, d, device=device)  # float32 results
-    matrices = code.decoder.decode_matrix(mask).float()
-
-    clear = code.decoder.clear_cache
-    t_bmm = timed(timer, lambda: torch.bmm(matrices, y), args.repeats)
-    t_cold = timed(timer, lambda: code.decoder(y, mask), args.repeats, setup=clear)
-    t_unchecked = timed(timer, lambda: unchecked.decoder(y, mask), args.repeats, setup=unchecked.decoder.clear_cache)
-    t_construct = timed(timer, lambda: code.decoder.decode_matrix(mask), args.repeats, setup=clear)
-    t_warm = timed(timer, lambda: code.decoder(y, mask), args.repeats)
-    adaptive = torchgcc.GCC(num_inputs=K, num_workers=N).to(device)  # the library default, lambda from the results
-    t_adaptive = timed(timer, lambda: adaptive.decoder(y, mask), max(1, args.repeats // 2))
-    lam = code.decoder.lam_for
-    y_np, mask_np = y.cpu().numpy(), mask.cpu().numpy()
-    beta, alpha = code.beta.cpu().numpy(), code.alpha.cpu().numpy()
-    seconds = {
-        "bmm": t_bmm,
-        "decode_cold": t_cold,
-        "decode_cold_check_false": t_unchecked,
-        "construct": t_construct,
-        "decode_warm": t_warm,
-        "decode_adaptive_default": t_adaptive,
-    }
-    if on_cpu:  # the scipy loop is a CPU baseline
-        seconds["scipy_loop"] = timed(
-            timer, lambda: scipy_decode(beta, alpha, y_np, mask_np, lam), max(1, args.repeats // 3)
-        )
-    clear()
-    agree = np.abs(scipy_decode(beta, alpha, y_np, mask_np, lam) - code.decoder(y, mask).cpu().numpy()).max()
-
-    construction = []  # cold construction of B distinct masks
-    for n in sizes:
-        sized = torchgcc.GCC(num_inputs=K, num_workers=n, lambda_dec="spacing").to(device)
-        sized_mask = FixedStragglers(n // 4, seed=args.seed).sample(B, n, device=device)
-        repeats = args.repeats if n <= 1024 else max(1, args.repeats // 3)
-        t = timed(
-            timer,
-            lambda sized=sized, sized_mask=sized_mask: sized.decoder.decode_matrix(sized_mask),
-            repeats,
-            setup=sized.decoder.clear_cache,
-        )
-        construction.append({"N": n, "groups": B, "stragglers": n // 4, "seconds": t})
-        del sized, sized_mask
-
-    scaling = []
-    if on_cpu:
-        for n in args.scaling_workers:
-            big = torchgcc.GCC(num_inputs=K, num_workers=n, lambda_dec="spacing")
-            big_mask = FixedStragglers(n // 4, seed=args.seed).sample(args.scaling_groups, n)
-            t = timed(
-                timer,
-                lambda big=big, big_mask=big_mask: big.decoder.decode_matrix(big_mask),
-                max(1, args.repeats // 2),
-                setup=big.decoder.clear_cache,
-            )
-            scaling.append({"N": n, "seconds": t})
-    slope = (
-        float(np.polyfit(np.log([s["N"] for s in scaling]), np.log([s["seconds"] for s in scaling]), 1)[0])
-        if scaling
-        else None
-    )
-
-    ratios = {
-        "decode_cold_over_bmm": t_cold / t_bmm,
-        "decode_cold_check_false_over_bmm": t_unchecked / t_bmm,
-        "decode_warm_over_bmm": t_warm / t_bmm,
-        "decode_adaptive_default_over_bmm": t_adaptive / t_bmm,
-    }
-    if "scipy_loop" in seconds:
-        ratios["scipy_loop_over_decode_cold"] = seconds["scipy_loop"] / t_cold
-    if scaling:
-        ratios["construction_last_over_first_N"] = scaling[-1]["seconds"] / scaling[0]["seconds"]
-    result = {
-        "settings": {
-            "groups": B,
-            "num_workers": N,
-            "num_inputs": K,
-            "num_stragglers": S,
-            "outputs": d,
-            "dtype": "float32",
-            "code": repr(code),
-            "repeats": args.repeats,
-            "seed": args.seed,
-            "threads": torch.get_num_threads(),
-            "device": str(device),
-            "backend": "triton" if code.decoder.uses_fused_kernel(device) else "banded",
+    load_before = os.getloadavg()
+    rows = []
+    for num_workers in args.workers:
+        for groups in args.groups:
+            for kind in ("fixed", "bernoulli"):
+                row = measure_row(args, num_workers, groups, kind, device)
+                rows.append(row)
+                ratios = ", ".join(f"{name} {value:.2f}x" for name, value in row["over_bmm"].items())
+                ops = row["per_call"]
+                print(
+                    f"N={num_workers:5d} B={groups:4d} {kind:9s} d={row['outputs']:4d} bmm "
+                    f"{1e3 * row['median_seconds']['bmm']:8.2f} ms | {ratios} | ops {ops['default']['ops']} "
+                    f"(reads {ops['default']['reads']}, unchecked {ops['default_check_false']['reads']})",
+                    flush=True,
+                )
+    acceptance = [row for row in rows if row["N"] == 64 and row["B"] == 512]
+    report = {
+        "settings": {key: value for key, value in vars(args).items() if key != "out"},
+        "environment": {
             "torch": torch.__version__,
-            "machine": torch.cuda.get_device_name(device)
-            if device.type == "cuda"
-            else platform.processor() or platform.machine(),
-            "construction_groups": B,
-            "scaling_groups": args.scaling_groups,
-            "stragglers_in_sizes": "N / 4",
+            "python": platform.python_version(),
+            "device": str(device),
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+            "threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(),
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
         },
-        "seconds": seconds,
-        "ratios": ratios,
-        "max_abs_difference_vs_scipy": float(agree),
-        "construction_sizes": construction,
-        "construction_scaling": scaling,
-        "construction_loglog_slope": slope,
+        "rows": rows,
+        "acceptance": {
+            f"{row['masks']}: default/bmm <= 2.5, spacing/bmm <= 1.5": {
+                "default": row["over_bmm"]["default"],
+                "spacing": row["over_bmm"]["spacing"],
+                "ops <= 300": {name: count["ops"] for name, count in row["per_call"].items()},
+            }
+            for row in acceptance
+        },
     }
-    if args.out is None:
-        args.out = fresh_output_dir("decode") / "decode.json"
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    settings = result["settings"]
-    print(
-        f"decode B={B} N={N} K={K} S={S} outputs={d} float32 on {device} ({settings['backend']}), "
-        f"{torch.get_num_threads()} threads"
-    )
-    for name, t in seconds.items():
-        print(f"  {name:<24} {t * 1e3:9.3f} ms")
-    for name, ratio in ratios.items():
-        print(f"  {name:<34} {ratio:8.2f}x")
-    print(f"  max |torchgcc - scipy| = {agree:.2e}")
-    for row in construction:
-        print(f"  cold construction of {B} masks, N={row['N']:<6} {row['seconds'] * 1e3:10.3f} ms")
-    for row in scaling:
-        print(f"  construction of {args.scaling_groups} masks N={row['N']:<5} {row['seconds'] * 1e3:9.2f} ms")
-    if slope is not None:
-        print(f"  construction log-log slope in N: {slope:.2f} (1 = linear)")
+    args.out.write_text(json.dumps(report, indent=2))
     print(f"wrote {args.out}")
 
 

@@ -1,7 +1,7 @@
-"""The fused Triton decode kernels (``backend="triton"``) against the banded path, on the acceptance grid.
+"""The fused Triton decode kernels (``backend="triton"``) against the batched torch path, on the acceptance grid.
 
 For every N, one seeded random mask per straggler count 0..N-2 (GCC, lambda = 0, 1e-6 and the spacing rule) and
-0..N-1 (BACC), compares ``decoder.decode_matrix(masks)`` of the two backends (float64; the banded reference on the
+0..N-1 (BACC), compares ``decoder.decode_matrix(masks)`` of the two backends (float64; the torch reference on the
 CPU) and reports the largest absolute difference against the tolerance. On the CPU the kernels run in Triton's
 interpreter (``TRITON_INTERPRET=1`` is set before torchgcc loads them; about a minute at N = 64). Writes JSON.
 
@@ -50,8 +50,8 @@ def main() -> None:
         for name, (code_name, options, tolerance, keep) in DECODERS.items():
             counts = range(num_workers - keep + 1)  # straggler counts 0 .. N - keep
             masks = torch.stack([torch.randperm(num_workers, generator=generator) >= s for s in counts])
-            banded = torchgcc.make_code(
-                code_name, num_inputs=num_inputs, num_workers=num_workers, backend="banded", **options
+            reference = torchgcc.make_code(
+                code_name, num_inputs=num_inputs, num_workers=num_workers, backend="torch", **options
             )
             fused = torchgcc.make_code(
                 code_name, num_inputs=num_inputs, num_workers=num_workers, backend="triton", **options
@@ -60,7 +60,7 @@ def main() -> None:
             start = time.perf_counter()
             got = fused.decoder.decode_matrix(masks.to(device)).cpu()
             seconds = time.perf_counter() - start
-            difference = float((got - banded.decoder.decode_matrix(masks)).abs().max())
+            difference = float((got - reference.decoder.decode_matrix(masks)).abs().max())
             rows.append(
                 {
                     "N": num_workers,
@@ -75,7 +75,7 @@ def main() -> None:
                 }
             )
             print(
-                f"N={num_workers:<5} K={num_inputs:<3} {name:<16} max |triton - banded| = {difference:.2e} "
+                f"N={num_workers:<5} K={num_inputs:<3} {name:<16} max |triton - torch| = {difference:.2e} "
                 f"(tolerance {tolerance:.0e}) {'ok' if difference <= tolerance else 'FAILED'}  {seconds:.2f} s"
             )
     result = {

@@ -1,9 +1,11 @@
 """``CodeContract``: the behaviour every code owes its users, as a reusable base test case (gpytorch-style mixin).
 
 Subclass it, named ``Test...``, and define ``make(self, **options) -> Code`` building the code under test with
-``num_inputs=K``, ``num_workers=N`` and the :class:`torchgcc.Code` options passed (``cache_bytes=``, ...). Every
-registered code runs it through ``tests/test_code_contract.py`` (parametrized over ``torchgcc.list_codes()``); a
-third-party code can run it from its own tests the same way.
+``num_inputs=K``, ``num_workers=N`` and the :class:`torchgcc.Code` options passed. Every registered code, every
+shipped decoder variant (each ``lambda_dec`` rule, the robust decoders, ``check=False``, ``nonfinite="straggle"``)
+and a user-registered code run it through ``tests/test_code_contract.py``; a third-party code can run it from its
+own tests the same way. A variant built with ``check=False`` is held to what that option promises instead of the
+checks (``checked = False``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ def contract_data(dtype: torch.dtype = torch.float64, groups: int = 3, seed: int
 
 
 class CodeContract:
-    """Shapes, dtypes, empty batches, straggler NaN, device moves, pickling, state_dict, caches and gradients."""
+    """Shapes, dtypes, empty batches, straggler NaN, device moves, pickling, state_dict and gradients."""
+
+    #: Whether the code validates every decode (``check=True``, the default); False for ``check=False`` variants.
+    checked = True
 
     def make(self, **options) -> torchgcc.Code:
         raise NotImplementedError
@@ -73,6 +78,19 @@ class CodeContract:
             bound = eps * (reference.abs() + floor * reference.abs().max())
             assert bool(((got.double() - reference).abs() <= bound).all())
 
+    def test_too_few_arrived_results(self):
+        """Below ``min_arrived``: one clear error with checks; with ``check=False`` no error and no read back (the
+        estimates of such a group are unspecified)."""
+        code = self.make()
+        y, mask, _ = contract_data()
+        mask[1] = False
+        mask[1, : code.min_arrived - 1] = True
+        if self.checked:
+            with pytest.raises(ValueError, match=f"group 1 has {code.min_arrived - 1} arrived results"):
+                code.decoder(y, mask)
+        else:
+            assert code.decoder(y, mask).shape == (len(mask), K, 2)
+
     def test_empty_batch_raises_value_error(self):
         code = self.make()
         with pytest.raises(ValueError, match=r"B = 0"):
@@ -82,13 +100,19 @@ class CodeContract:
 
     @pytest.mark.parametrize("poison", [float("nan"), float("inf")])
     def test_values_at_stragglers_never_leak(self, poison):
+        """With checks a NaN/Inf at a straggler never reaches the estimates; with ``check=False`` (no read back) it
+        makes exactly its own group's estimates non-finite, as documented."""
         code = self.make()
         y, mask, _ = contract_data()
         poisoned = y.clone()
-        poisoned[~mask] = poison
+        poisoned[0][~mask[0]] = poison
         out = code.decoder(poisoned, mask)
-        assert bool(torch.isfinite(out).all())
-        torch.testing.assert_close(out, code.decoder(y, mask), rtol=0, atol=0)
+        clean = code.decoder(y, mask)
+        if self.checked:
+            torch.testing.assert_close(out, clean, rtol=0, atol=0)
+        else:
+            assert not bool(torch.isfinite(out[0]).all())
+            torch.testing.assert_close(out[1:], clean[1:], rtol=0, atol=0)
 
     def test_device_moves_keep_float64_points(self):
         code = self.make()
@@ -113,12 +137,11 @@ class CodeContract:
             atol=1e-10,
         )
 
-    def test_pickling_round_trips_and_drops_the_cache(self):
+    def test_pickling_round_trips(self):
         code = self.make()
         y, mask, _ = contract_data()
         expected = code.decoder(y, mask)
         restored = pickle.loads(pickle.dumps(code))
-        assert len(restored.decoder._cache) == 0 and restored.decoder.cached_bytes == 0
         torch.testing.assert_close(restored.decoder(y, mask), expected, rtol=0, atol=0)
 
     def test_state_dict_round_trips(self):
@@ -130,18 +153,9 @@ class CodeContract:
             value.zero_()  # the loaded state, not the constructor, must set the buffers
         fresh.load_state_dict(state)
         for key, value in fresh.state_dict().items():
-            torch.testing.assert_close(value, state[key], rtol=0, atol=0)
+            torch.testing.assert_close(value, state[key], rtol=0, atol=0, equal_nan=True)  # NaN: not calibrated
         y, mask, x = contract_data()
         torch.testing.assert_close(fresh(x, mask), code(x, mask), rtol=0, atol=0)
-
-    def test_cache_is_bounded_in_bytes(self):
-        budget = K * N * 8 * 2  # two float64 (K, N) matrices
-        code, unbounded = self.make(cache_bytes=budget), self.make()
-        for seed in range(3):
-            y, mask, _ = contract_data(seed=seed)
-            torch.testing.assert_close(code.decoder(y, mask), unbounded.decoder(y, mask), rtol=0, atol=0)
-            assert code.decoder.cached_bytes <= budget
-            assert code.decoder.cached_bytes == sum(m.numel() * m.element_size() for m in code.decoder._cache.values())
 
     def test_gradcheck_with_respect_to_the_results(self):
         code = self.make()

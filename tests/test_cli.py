@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from torchgcc.app import cli, model_cache
+from torchgcc.app.experiments import polynomial_study, straggler_study
 from torchgcc.app.results import read_results
+from torchgcc.app.tables import markdown_table
 
 SCHEMA = ("scheme", "N", "K", "mse", "mse_ci")
 
@@ -43,8 +45,30 @@ def check_records(results: dict, *, schemes: set[str], classification: bool) -> 
     for record in records:
         assert all(key in record for key in SCHEMA) and ("S" in record or "p" in record)
         assert math.isfinite(record["mse"]) and record["mse"] >= 0 and math.isfinite(record["mse_ci"])
-        if classification:
-            assert 0 <= record["agreement"] <= 1 and math.isfinite(record["agreement_ci"])
+    with_agreement = [r for r in records if "agreement" in r]
+    assert len(with_agreement) == (len(records) if classification else 0)  # every record of a classifier, no other
+    assert all(0 <= r["agreement"] <= 1 and math.isfinite(r["agreement_ci"]) for r in with_agreement)
+
+
+def check_outputs(folder, plot: str, table: str) -> None:
+    """What a command wrote says what its results.json says: ``table.md`` is the table of its records (``table``,
+    after the title line), ``results.csv`` has one row per record with the same values, and the plot is an image
+    with something drawn on it."""
+    import csv
+
+    import matplotlib.image
+
+    results = read_results(folder)
+    title, body = (folder / "table.md").read_text().split("\n\n", 1)
+    assert title and body == table
+    with (folder / "results.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == len(results["records"])
+    for row, record in zip(rows, results["records"]):
+        assert row["scheme"] == record["scheme"] and float(row["mse"]) == pytest.approx(record["mse"], rel=1e-12)
+        assert all(row[key] == "" if value is None else row[key] != "" for key, value in record.items())
+    image = matplotlib.image.imread(folder / plot)
+    assert image.ndim == 3 and min(image.shape[:2]) > 200 and image.std() > 0.01  # not a blank canvas
 
 
 def test_demo_quick_writes_results_and_reuses_the_cached_model(tmp_path, monkeypatch, capsys):
@@ -53,8 +77,7 @@ def test_demo_quick_writes_results_and_reuses_the_cached_model(tmp_path, monkeyp
     (folder,) = (tmp_path / "torchgcc-results" / "demo").iterdir()
     results = read_results(folder)
     assert f"wrote {folder.relative_to(tmp_path)}/" in capsys.readouterr().out
-    for name in ("results.json", "results.csv", "table.md", "stragglers.png"):
-        assert (folder / name).stat().st_size > 0
+    check_outputs(folder, "stragglers.png", straggler_study.docs_table(results))
     check_records(results, schemes={"gcc", "natural", "bacc"}, classification=True)
     config = results["config"]
     assert config["seed"] == 0 and not config["model_from_cache"] and config["test_accuracy"] > 0.9
@@ -91,7 +114,7 @@ def test_reproduce_stragglers_quick(tmp_path, monkeypatch, model):
         "--out",
         str(tmp_path),
     )
-    assert (tmp_path / "stragglers.png").stat().st_size > 0
+    check_outputs(tmp_path, "stragglers.png", straggler_study.docs_table(results))
     check_records(results, schemes={"gcc", "natural", "bacc"}, classification=True)
     config = results["config"]
     assert config["model"] == model and config["seed"] == 1 and config["straggler_counts"] == [0, 5]
@@ -101,7 +124,7 @@ def test_reproduce_stragglers_quick(tmp_path, monkeypatch, model):
 
 def test_reproduce_polynomial_quick_lcc_exact_then_unstable(tmp_path):
     results = run("reproduce", "polynomial", "--quick", "--out", str(tmp_path))
-    assert (tmp_path / "polynomial.png").stat().st_size > 0
+    check_outputs(tmp_path, "polynomial.png", polynomial_study.docs_table(results))
     check_records(results, schemes={"gcc", "lcc"}, classification=False)
     limit = results["config"]["threshold_stragglers"]
     by = {(r["scheme"], r["S"]): r["mse"] for r in results["records"]}
@@ -177,6 +200,17 @@ def test_version(capsys):
     assert exit_info.value.code == 0 and capsys.readouterr().out == f"torchgcc {torchgcc.__version__}\n"
 
 
+def test_reproduce_help_lists_every_experiment_once(capsys):
+    from torchgcc.app.experiments import EXPERIMENTS
+
+    with pytest.raises(SystemExit):
+        cli.main(["reproduce", "--help"])
+    listed = [
+        line.split()[0] for line in capsys.readouterr().out.splitlines() if line[:5].strip() and line[:4] == "    "
+    ]
+    assert [name for name in listed if name in EXPERIMENTS] == list(EXPERIMENTS)
+
+
 def test_help_imports_neither_torch_nor_optional_dependencies():
     done = python(
         "import sys; from torchgcc.app import cli\n"
@@ -221,3 +255,12 @@ def test_a_missing_extra_is_named_in_one_line():
         "torchgcc: error: matplotlib is not installed; it comes with the 'experiments' extra: "
         "pip install 'torchgcc[experiments]' (or pip install -e '.[experiments]' in a checkout)\n"
     )
+
+
+def test_an_unknown_executor_task_suggests_close_timm_names():
+    from torchgcc.distributed.tasks import timm_task
+
+    with pytest.raises(ValueError, match=r"unknown task 'resnet19': .*; did you mean resnet18"):
+        timm_task("resnet19")
+    with pytest.raises(ValueError, match=r"unknown task 'xyzzy': .*; see timm.list_models\(\)$"):
+        timm_task("xyzzy")

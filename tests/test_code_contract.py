@@ -1,4 +1,5 @@
-"""Every registered code, and a code a user registers, passes :class:`code_contract.CodeContract`."""
+"""Every registered code, every shipped decoder variant, and a code a user registers, pass
+:class:`code_contract.CodeContract`."""
 
 from __future__ import annotations
 
@@ -24,11 +25,54 @@ class TestRegisteredCodes(CodeContract):
         return torchgcc.make_code(self.name, num_inputs=K, num_workers=N, **REQUIRED.get(self.name, {}), **options)
 
 
+#: Every decoder variant the library ships beyond the registered codes' defaults: ``(name, make_code options)``.
+VARIANTS = {
+    "gcc-gcv": ("gcc", {"lambda_dec": "gcv"}),
+    "gcc-spacing": ("gcc", {"lambda_dec": "spacing"}),
+    "gcc-fixed-lambda": ("gcc", {"lambda_dec": 1e-4, "lambda_enc": 1e-6}),
+    "gcc-straggle": ("gcc", {"nonfinite": "straggle"}),
+    "bacc-straggle": ("bacc", {"nonfinite": "straggle"}),
+    "lcc-interpolate": ("lcc", {"degree": 1, "below_threshold": "interpolate"}),
+}
+
+#: The same, with ``check=False`` (no read back from the device, held to what that promises).
+UNCHECKED = {
+    "gcc-unchecked": ("gcc", {"check": False}),
+    "gcc-spacing-unchecked": ("gcc", {"lambda_dec": "spacing", "check": False}),
+    "natural-unchecked": ("natural", {"check": False}),
+    "bacc-unchecked": ("bacc", {"check": False}),
+    "lcc-unchecked": ("lcc", {"degree": 1, "check": False}),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+class TestDecoderVariants(CodeContract):
+    @pytest.fixture(autouse=True)
+    def _variant(self, variant):
+        self.name, self.options = VARIANTS[variant]
+
+    def make(self, **options) -> torchgcc.Code:
+        return torchgcc.make_code(self.name, num_inputs=K, num_workers=N, **{**self.options, **options})
+
+
+@pytest.mark.parametrize("variant", sorted(UNCHECKED))
+class TestUncheckedVariants(CodeContract):
+    checked = False
+
+    @pytest.fixture(autouse=True)
+    def _variant(self, variant):
+        self.name, self.options = UNCHECKED[variant]
+
+    def make(self, **options) -> torchgcc.Code:
+        return torchgcc.make_code(self.name, num_inputs=K, num_workers=N, **{**self.options, **options})
+
+
 class MeanDecoder(Decoder):
     """Estimates every output by the mean of the arrived results (a third party's decoder: only ``fit_matrix``)."""
 
-    def fit_matrix(self, knots: torch.Tensor) -> torch.Tensor:
-        return knots.new_full((knots.shape[0], self.num_inputs, knots.shape[1]), 1.0 / knots.shape[1])
+    def fit_matrix(self, survivors) -> torch.Tensor:
+        weights = survivors.valid / survivors.counts.unsqueeze(-1).clamp(min=1)
+        return weights.to(torch.float64).unsqueeze(1).expand(-1, self.num_inputs, -1)
 
 
 class MeanCode(torchgcc.Code):

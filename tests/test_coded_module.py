@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -97,14 +99,18 @@ def test_container_outputs_are_each_decoded_like_a_tensor_output(kind, chunk_siz
     out = torchgcc.CodedModule(model, code, chunk_size=chunk_size)(x, mask=mask)
     logits = torchgcc.CodedModule(model.body, code)(x, mask=mask)
     features = torchgcc.CodedModule(nn.Sequential(model.body, nn.Tanh()), code)(x, mask=mask)
-    if kind == "dict":
-        assert isinstance(out, dict) and list(out) == ["logits", "features"]
-        out = [out["logits"], out["features"]]
-    assert type(out) is (tuple if kind == "tuple" else list)
+    assert type(out) is {"tuple": tuple, "list": list, "dict": dict}[kind]
+    out = list(out.values()) if kind == "dict" else out  # the keys: test_dict_outputs_keep_their_keys
     torch.testing.assert_close(out[0], logits)
     # features are decoded from the workers' tanh(logits)[:, :2], not computed from the decoded logits
     torch.testing.assert_close(out[1], features[:, :2])
     assert not torch.allclose(out[1], logits.tanh()[:, :2], atol=1e-4)
+
+
+def test_dict_outputs_keep_their_keys():
+    model, code = TwoHeads("dict"), torchgcc.GCC(num_inputs=4, num_workers=10, lambda_dec="spacing")
+    out = torchgcc.CodedModule(model, code)(torch.randn(9, 3, 4), mask=random_masks(3, 10, 3, seed=3))
+    assert list(out) == ["logits", "features"]
 
 
 class NonTensorOutput(nn.Module):
@@ -139,3 +145,53 @@ def test_train_mode_batchnorm_warns_once():
         coded(torch.randn(8, 3, 4))  # once per module
         model.eval()
         torchgcc.CodedModule(model, torchgcc.GCC(num_inputs=4, num_workers=10))(torch.randn(8, 3, 4))  # eval: silent
+
+
+LINEAR = torch.nn.Linear(3, 2)
+
+
+@pytest.mark.parametrize(
+    ("model", "x", "options", "error", "names"),
+    [
+        (lambda x: x.sum(), torch.randn(8, 3), {}, ValueError, "model output has shape ()"),
+        (lambda x: (), torch.randn(8, 3), {}, ValueError, "empty tuple"),
+        (lambda x: {}, torch.randn(8, 3), {}, ValueError, "empty dict"),
+        (lambda x: x[:3], torch.randn(8, 3), {}, ValueError, "one output row per input row"),
+        (lambda x: x.argmax(-1), torch.randn(8, 3), {}, TypeError, "floating-point outputs only"),
+        (LINEAR, torch.tensor(1.0), {}, ValueError, "x must be a non-empty batch"),
+        (LINEAR, torch.zeros(0, 3), {}, ValueError, "x must be a non-empty batch"),
+        (LINEAR, torch.ones(8, 3, dtype=torch.long), {}, TypeError, "x must be floating point"),
+        (LINEAR, torch.randn(8, 3), {"chunk_size": 2.5}, ValueError, "chunk_size"),
+        (LINEAR, torch.randn(8, 3), {"chunk_size": True}, ValueError, "chunk_size"),
+        (LINEAR, torch.randn(8, 3), {"chunk_size": 0}, ValueError, "chunk_size"),
+    ],
+)
+def test_bad_outputs_inputs_and_options_are_one_clear_error(model, x, options, error, names):
+    """Every bad model output, input or option raises one error naming it, never a raw torch error."""
+    with pytest.raises(error, match=re.escape(names)):
+        torchgcc.CodedModule(model, torchgcc.GCC(4, 8), **options)(x)
+
+
+def test_one_value_per_sample_and_meta_tensors_keep_their_shapes():
+    """A model with one output per sample ``(B N,)`` decodes to ``(M,)``; meta tensors (shape inference) give meta
+    outputs of the right shape without computing."""
+    code, x = torchgcc.GCC(4, 8, lambda_dec="spacing"), torch.randn(6, 3)
+    out = torchgcc.CodedModule(lambda x: x.sum(-1), code)(x)
+    by_hand = code.decoder(code.encoder(group_samples(x, 4)).sum(-1), torch.ones(2, 8, dtype=torch.bool))
+    assert out.shape == (6,)
+    torch.testing.assert_close(out, ungroup_samples(by_hand, 6))
+    meta = torchgcc.CodedModule(torch.nn.Linear(3, 2).to("meta"), torchgcc.GCC(4, 8))(torch.randn(6, 3, device="meta"))
+    assert meta.device.type == "meta" and meta.shape == (6, 2)
+
+
+def test_lcc_decode_matrix_refuses_below_the_recovery_threshold_like_the_decoder():
+    code = torchgcc.LCC(4, 8, degree=1)
+    mask = torch.zeros(2, 8, dtype=torch.bool)
+    mask[:, :2] = True
+    with pytest.raises(ValueError, match="needs at least 4"):
+        code.decoder(torch.randn(2, 8, 3), mask)
+    with pytest.raises(ValueError, match="needs at least 4"):
+        code.decoder.decode_matrix(mask)
+    with pytest.raises(TypeError, match="bool torch.Tensor"):
+        code.decoder.decode_matrix(mask.tolist())
+    assert torch.isnan(code.decoder.decode_matrix(mask, check=False)).all()  # unchecked: NaN, never a wrong matrix

@@ -1,27 +1,31 @@
-"""torch.compile of the decoder and of CodedModule (Dynamo + AOTAutograd on CPU; the decode matrices are built
-eagerly behind ``torch.compiler.disable``), and the float16 decode staying on its fast path."""
+"""torch.compile of the decoder and of CodedModule: the whole decode, matrix construction included, is one graph
+(``fullgraph=True``, inductor on CPU) that does not recompile for new masks; and the float16 decode staying on its
+fast path."""
 
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchgcc
 from conftest import random_masks
-from torchgcc.stragglers import FixedStragglers
+from torchgcc.stragglers import BernoulliStragglers, FixedStragglers
 
 MATMULS = {"mm", "bmm", "matmul", "baddbmm", "addmm"}
 
 
 class CountMatmuls(TorchDispatchMode):
-    """Counts the matrix products dispatched inside the ``with`` block."""
+    """Counts the matrix products with ``width`` output columns (the decoder's application to the results, not the
+    small products that build its matrices) dispatched inside the ``with`` block."""
 
-    def __init__(self) -> None:
+    def __init__(self, width: int) -> None:
         super().__init__()
-        self.count = 0
+        self.width, self.count = width, 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket.__name__ in MATMULS:
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket.__name__ in MATMULS and out.shape[-1] == self.width:
             self.count += 1
-        return func(*args, **(kwargs or {}))
+        return out
 
 
 def small_model() -> torch.nn.Module:
@@ -48,6 +52,38 @@ def test_compiled_decoders_match_eager():
         torch.testing.assert_close(compiled(y, mask), code.decoder(y, mask), rtol=0, atol=0)
 
 
+def mixed_masks(batch: int, workers: int, count: int = 20) -> list[torch.Tensor]:
+    """``count`` random masks with mixed survivor counts within each batch and across batches."""
+    masks = [BernoulliStragglers(0.3, seed=seed, min_arrived=2).sample(batch, workers) for seed in range(count)]
+    assert len({int(n) for mask in masks for n in mask.sum(-1)}) >= 5
+    return masks
+
+
+@pytest.mark.parametrize("rule", ["adaptive", "spacing"])
+def test_fullgraph_compiled_decoder_never_recompiles_and_matches_eager(rule):
+    """``check=False``: no graph break (fullgraph) and no recompilation over 20 masks, float32 results within 1e-6 of
+    eager. The adaptive default calibrates on its first (eager) call; later calls are mask-only."""
+    torch._dynamo.reset()
+    code = torchgcc.GCC(4, 16, lambda_dec=rule, check=False)
+    y, masks = torch.randn(8, 16, 5), mixed_masks(8, 16)
+    code.decoder(y, masks[0])
+    compiled = torch.compile(code.decoder, fullgraph=True)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for mask in masks:
+            torch.testing.assert_close(compiled(y, mask), code.decoder(y, mask), rtol=1e-6, atol=1e-6)
+
+
+def test_fullgraph_compiled_coded_module_never_recompiles_and_matches_eager():
+    torch._dynamo.reset()
+    coded = torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 16, check=False))
+    x, masks = torch.randn(30, 12), mixed_masks(8, 16)
+    coded(x, mask=masks[0])
+    compiled = torch.compile(coded, fullgraph=True)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for mask in masks:
+            torch.testing.assert_close(compiled(x, mask=mask), coded(x, mask=mask), rtol=1e-6, atol=1e-6)
+
+
 def test_compiled_decoder_keeps_the_errors():
     torch._dynamo.reset()
     code = torchgcc.GCC(4, 8)
@@ -66,13 +102,12 @@ def test_compiled_decoder_keeps_the_errors():
 def test_float16_decode_of_large_logits_takes_the_fast_path():
     """512 groups x 1000 outputs around 4: the old probe ``out[:, 0].sum()`` overflows float16 (it is about 2e6),
     which sent every call down the careful path (a second matrix product). The decode makes exactly one product
-    (the mask-only spacing rule; the adaptive default's matrices depend on the results)."""
+    (the mask-only spacing rule)."""
     code = torchgcc.GCC(num_inputs=4, num_workers=16, lambda_dec="spacing")
     generator = torch.Generator().manual_seed(0)
     y = (4 + torch.randn(512, 16, 1000, generator=generator)).half()
     mask = random_masks(512, 16, 4, seed=0)
-    code.decoder.decode_matrix(mask)  # warm the cache: only the decode itself is counted
-    with CountMatmuls() as counter:
+    with CountMatmuls(1000) as counter:
         out = code.decoder(y, mask)
     assert counter.count == 1
     assert torch.isinf(out[:, 0].sum())  # what the old probe saw

@@ -125,8 +125,13 @@ def test_controller_holds_the_budget_and_uses_large_sizes(drift):
     assert controller.steps == steps
     assert controller.event_rate <= budget + 0.02
     assert sum(chosen) / steps >= best_static - 2  # one grid step
-    if drift:  # it adapts: large groups while the tail is light, small ones once it is heavy
-        assert sum(chosen[400:500]) > 1.5 * sum(chosen[-100:])
+
+
+def test_controller_shrinks_the_group_once_the_tail_gets_heavier():
+    budget, deadline, steps = 0.1, 6.0, 1000
+    controller = StragglerAwareController(GRID, budget=budget, threshold=DeadlineThreshold(deadline), seed=0)
+    chosen = pareto_stream(controller, steps, lambda t: 2.0 if t >= steps // 2 else 3.0, seed=1)
+    assert sum(chosen[400:500]) > 1.5 * sum(chosen[-100:])  # large groups while light, small ones once heavy
 
 
 def test_hold_bounded_step_and_warmup():

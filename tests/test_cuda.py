@@ -3,6 +3,7 @@
 None of these has run on this project's build machine (it has no GPU).
 """
 
+import copy
 import warnings
 
 import pytest
@@ -51,17 +52,17 @@ def test_low_precision_decode_on_cuda(dtype):
     torch.testing.assert_close(out.double(), reference, rtol=3e-2, atol=3e-2)
 
 
-def test_device_moves_keep_the_results_and_clear_the_cache():
-    code = torchgcc.GCC(4, 16, lambda_dec="spacing")
+def test_device_moves_keep_the_results_and_the_calibration():
+    code = torchgcc.GCC(4, 16)
     y, mask = torch.randn(5, 16, 3), random_masks(5, 16, 4, seed=1)
-    expected = code.decoder(y, mask)
+    expected = code.decoder(y, mask)  # calibrates on the CPU
     code.cuda()
-    assert code.beta.device.type == "cuda" and not code.decoder._cache
+    assert code.beta.device.type == "cuda" and code.decoder.ratio.device.type == "cuda" and code.decoder.calibrated
     torch.testing.assert_close(code.decoder(y.cuda(), mask.cuda()).cpu(), expected)
     torch.testing.assert_close(code.decoder(y.cuda(), mask).cpu(), expected)  # a CPU mask follows the results
     code.cpu()
     torch.testing.assert_close(code.decoder(y, mask), expected)
-    half = torchgcc.GCC(4, 16, lambda_dec="spacing").to("cuda", torch.bfloat16)
+    half = torchgcc.GCC(4, 16).to("cuda", torch.bfloat16)
     assert half.beta.dtype == torch.float64
 
 
@@ -91,13 +92,18 @@ def test_samplers_draw_on_the_device(sampler):
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: torchgcc.GCC(16, 64, lambda_dec="spacing", check=False), lambda: torchgcc.BACC(16, 64, check=False)],
+    [
+        lambda: torchgcc.GCC(16, 64, check=False),
+        lambda: torchgcc.GCC(16, 64, lambda_dec="spacing", check=False),
+        lambda: torchgcc.BACC(16, 64, check=False),
+    ],
+    ids=["default", "spacing", "bacc"],
 )
 def test_no_host_sync_under_check_false(make):
     code = make().cuda()
     stragglers = FixedStragglers(16, seed=0)
     y = torch.randn(512, 64, 100, device="cuda")
-    code.decoder(y, stragglers.sample(512, 64, device="cuda"))  # compile the kernel first
+    code.decoder(y, stragglers.sample(512, 64, device="cuda"))  # compile the kernel first (and calibrate)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -106,11 +112,7 @@ def test_no_host_sync_under_check_false(make):
         out = code.decoder(y, mask)
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    reference = (
-        torchgcc.GCC(16, 64, lambda_dec="spacing").decoder
-        if isinstance(code, torchgcc.GCC)
-        else torchgcc.BACC(16, 64).decoder
-    )
+    reference = copy.deepcopy(code).cpu().decoder
     torch.testing.assert_close(out.cpu(), reference(y.cpu(), mask.cpu()), rtol=1e-4, atol=1e-4)
 
 
@@ -137,3 +139,36 @@ def test_default_mode_syncs_at_most_once_and_keeps_the_errors():
     bad[7, int(mask[7].nonzero()[0]), 0] = float("nan")
     with pytest.raises(ValueError, match="in group 7"):
         code.decoder(bad, mask)
+
+
+@pytest.mark.parametrize("rule", ["adaptive", "spacing"])
+def test_decode_and_coded_module_forward_capture_in_a_cuda_graph(rule):
+    """check=False: the decode (matrices included) and a whole CodedModule forward with an explicit mask are one
+    static sequence of kernels: captured once in a CUDA graph, replayed on new masks copied into the captured
+    tensor, they equal eager calls."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.GELU(), torch.nn.Linear(32, 5)).cuda()
+    code = torchgcc.GCC(8, 32, lambda_dec=rule, check=False).cuda()
+    coded = torchgcc.CodedModule(model, code)
+    x = torch.randn(64, 6, device="cuda")
+    masks = [BernoulliStragglers(0.25, seed=seed, min_arrived=2).sample(8, 32, device="cuda") for seed in range(6)]
+    static_mask = masks[0].clone()
+    y = torch.randn(8, 32, 100, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up (and calibrate) outside the capture
+        for _ in range(2):
+            code.decoder(y, static_mask)
+            coded(x, mask=static_mask)
+    torch.cuda.current_stream().wait_stream(stream)
+    decode_graph, forward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(decode_graph):
+        decoded = code.decoder(y, static_mask)
+    with torch.cuda.graph(forward_graph):
+        forwarded = coded(x, mask=static_mask)
+    for mask in masks[1:]:
+        static_mask.copy_(mask)
+        decode_graph.replay()
+        forward_graph.replay()
+        torch.testing.assert_close(decoded, code.decoder(y, mask), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(forwarded, coded(x, mask=mask), rtol=1e-5, atol=1e-5)

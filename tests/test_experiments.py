@@ -21,7 +21,7 @@ from torchgcc.app.experiments.polynomial_study import QuadraticMap
 from torchgcc.app.models import build_model
 from torchgcc.app.options import parse_lambda
 from torchgcc.app.results import read_results, write_results
-from torchgcc.app.tables import markdown_table, pivot
+from torchgcc.app.tables import WIDTH, make_console, markdown_table, pivot, publish_rows
 from torchgcc.stragglers import FixedStragglers
 
 
@@ -219,3 +219,23 @@ def test_parse_lambda():
     for bad in ("-1", "abc", "nan"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_lambda(bad)
+
+
+def test_tables_fit_the_console_without_cutting_cells(tmp_path, monkeypatch):
+    import io
+
+    from torchgcc.app.experiments import adaptive_wait_study
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    stream = io.StringIO()
+    console = make_console(file=stream)
+    assert console.width == WIDTH  # not a terminal: rich alone would use 80 columns
+    data = json.loads(Path("docs/results/adaptive-wait.json").read_text())
+    publish_rows(
+        tmp_path, config={}, records=data["records"], columns=adaptive_wait_study.COLUMNS, title="t", console=console
+    )
+    lines = stream.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= WIDTH and "…" not in stream.getvalue()
+    rows = [line for line in lines if line.startswith("│") and line.split("│")[1].strip()]  # a row's first line
+    assert [row.split("│")[1].strip() for row in rows] == [r["scheme"] for r in data["records"]]  # folded, not cut
+    assert (tmp_path / "table.md").read_text() == "t\n\n" + adaptive_wait_study.docs_table(data)

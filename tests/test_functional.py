@@ -9,26 +9,124 @@ from references import berrut_reference, csaps_reference, natural_spline_referen
 
 from torchgcc.functional import (
     berrut_matrix,
+    compact_survivors,
     kernel_smoother_matrix,
     lagrange_matrix,
-    pentadiagonal_ldl,
-    pentadiagonal_solve,
+    padded_spline_matrices,
+    pentadiagonal_plan,
     smoothing_spline_matrix,
+    solve_pentadiagonal,
+    survivor_layout,
 )
+from torchgcc.functional.berrut import padded_berrut_matrices
+from torchgcc.functional.lagrange import padded_lagrange_matrices
 from torchgcc.points import chebyshev_first_kind, chebyshev_second_kind
 
 
-def test_pentadiagonal_solve_matches_dense_solve():
-    generator = torch.Generator().manual_seed(0)
-    m = 9
-    diag = 4 + torch.rand(3, m, generator=generator, dtype=torch.float64)
-    off1 = torch.rand(3, m - 1, generator=generator, dtype=torch.float64)
-    off2 = 0.5 * torch.rand(3, m - 2, generator=generator, dtype=torch.float64)
-    dense = torch.diag_embed(diag) + torch.diag_embed(off1, 1) + torch.diag_embed(off1, -1)
-    dense = dense + torch.diag_embed(off2, 2) + torch.diag_embed(off2, -2)
-    rhs = torch.randn(3, m, 4, generator=generator, dtype=torch.float64)
-    x = pentadiagonal_solve(pentadiagonal_ldl(diag, off1, off2), rhs)
-    torch.testing.assert_close(x, torch.linalg.solve(dense, rhs), rtol=1e-12, atol=1e-12)
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 9, 46, 47, 62, 100, 300])
+def test_pentadiagonal_solve_matches_a_dense_solve_in_the_padded_layout(m):
+    """Systems of every size up to m in one batch, identity rows past each one's own size: each solution equals
+    torch.linalg.solve of its own dense matrix, and is zero in the padding."""
+    generator = torch.Generator().manual_seed(m)
+    plan = pentadiagonal_plan(m)
+    sizes = torch.tensor([m, max(m - 1, 1), max(m // 2, 1)])
+    row = torch.arange(plan.size)
+    draw = lambda *shape: torch.rand(*shape, generator=generator, dtype=torch.float64)  # noqa: E731
+    diag = torch.where(row < sizes[:, None], 4 + draw(3, plan.size), 1.0)
+    off1 = torch.where(row < sizes[:, None] - 1, draw(3, plan.size), 0.0)
+    off2 = torch.where(row < sizes[:, None] - 2, 0.5 * draw(3, plan.size), 0.0)
+    rhs = torch.where(
+        (row < sizes[:, None]).unsqueeze(-1),
+        torch.randn(3, plan.size, 4, generator=generator, dtype=torch.float64),
+        0.0,
+    )
+    x = solve_pentadiagonal(torch.stack([diag, off1, off2], -1), rhs, plan)
+    for b, n in enumerate(sizes.tolist()):
+        dense = torch.diag(diag[b, :n])
+        for k, band in ((1, off1), (2, off2)):
+            index = torch.arange(max(n - k, 0))
+            dense[index, index + k] = dense[index + k, index] = band[b, : len(index)]
+        cond = torch.linalg.cond(dense).item()
+        # a backward-stable solve: error of order cond * eps * |x|
+        torch.testing.assert_close(x[b, :n], torch.linalg.solve(dense, rhs[b, :n]), rtol=0, atol=50 * cond * 2.2e-16)
+        assert (x[b, n:] == 0).all()
+
+
+@pytest.mark.parametrize("m", [1, 4, 47, 130])
+def test_pentadiagonal_solve_with_trace_matches_dense_inverse(m):
+    """trace_with gives tr(A^-1 T) of the dense inverse (selected inversion reads only band entries of A^-1), and
+    the solution is unchanged."""
+    generator = torch.Generator().manual_seed(m)
+    plan = pentadiagonal_plan(m)
+    row = torch.arange(plan.size)
+
+    def bands(base: float):
+        draw = lambda: torch.rand(2, plan.size, generator=generator, dtype=torch.float64)  # noqa: E731
+        return torch.stack(
+            [
+                torch.where(row < m, base + draw(), 0.0 if base == 0 else 1.0),
+                torch.where(row < m - 1, draw(), 0.0),
+                torch.where(row < m - 2, 0.5 * draw(), 0.0),
+            ],
+            -1,
+        )
+
+    def dense(bands):
+        diag, off1, off2 = bands.unbind(-1)
+        matrix = torch.diag_embed(diag[:, :m])
+        for k, band in ((1, off1), (2, off2)):
+            index = torch.arange(max(m - k, 0))
+            matrix[:, index, index + k] = matrix[:, index + k, index] = band[:, : len(index)]
+        return matrix
+
+    system, other = bands(4.0), bands(0.0)
+    rhs = torch.where(
+        (row < m).view(1, -1, 1), torch.randn(2, plan.size, 3, generator=generator, dtype=torch.float64), 0
+    )
+    x, trace = solve_pentadiagonal(system, rhs, plan, trace_with=other)
+    inverse = torch.linalg.inv(dense(system))
+    expected = (inverse @ dense(other)).diagonal(dim1=1, dim2=2).sum(-1)
+    torch.testing.assert_close(trace, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(x[:, :m], inverse @ rhs[:, :m], rtol=1e-12, atol=1e-12)
+    assert (x[:, m:] == 0).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(min_value=2, max_value=40), seed=st.integers(min_value=0, max_value=2**16))
+def test_padded_spline_matrices_equal_each_sets_own_matrix(n, seed):
+    """Knot sets of different sizes (the survivors of random masks) padded to one width give, set by set, the
+    matrix of smoothing_spline_matrix on that set's knots alone, zero in the padding."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.rand(5, n, generator=generator) < 0.7
+    mask[:, :2] = True  # at least two knots per set
+    points = torch.linspace(-1.2, 1.2, 9, dtype=torch.float64)
+    survivors = compact_survivors(mask, survivor_layout(chebyshev_second_kind(n)))
+    lam = torch.tensor([0.0, 1e-6, 1e-3, 1e-1, 10.0], dtype=torch.float64)
+    matrices = padded_spline_matrices(survivors.knots, survivors.counts, points, survivors.counts * lam)
+    for b in range(5):
+        count = int(survivors.counts[b])
+        own = smoothing_spline_matrix(chebyshev_second_kind(n)[mask[b]], points, lam[b].item())
+        torch.testing.assert_close(matrices[b, :, :count], own, rtol=0, atol=1e-10)
+        assert (matrices[b, :, count:] == 0).all()
+    berrut = padded_berrut_matrices(survivors.knots, survivors.valid, points)
+    lagrange = padded_lagrange_matrices(survivors.knots, survivors.counts, survivors.valid, points, 3)
+    for b in range(5):
+        nodes, count = chebyshev_second_kind(n)[mask[b]], int(survivors.counts[b])
+        torch.testing.assert_close(berrut[b, :, :count], berrut_matrix(nodes, points), rtol=0, atol=1e-12)
+        expected = lagrange_matrix(nodes, points, min(3, count - 1))
+        torch.testing.assert_close(lagrange[b, :, :count], expected, rtol=0, atol=1e-8)
+        assert (berrut[b, :, count:] == 0).all() and (lagrange[b, :, count:] == 0).all()
+
+
+def test_compacted_survivors_are_sorted_with_padding_knots_beyond_the_points():
+    """Survivors first in ascending order, then the stragglers (their points shifted past PAD_START), then the slots
+    past N of a wider layout; the order is the permutation back to the slots."""
+    mask = torch.tensor([[True, False, True, True], [False, False, True, False]])
+    survivors = compact_survivors(mask, survivor_layout(torch.tensor([-1.0, -0.5, 0.5, 1.0]), width=6))
+    assert survivors.order.tolist() == [[0, 2, 3, 1, 4, 5], [2, 0, 1, 3, 4, 5]]
+    assert survivors.counts.tolist() == [3, 1]
+    assert survivors.knots.tolist() == [[-1.0, 0.5, 1.0, 3.5, 7.0, 8.0], [0.5, 3.0, 3.5, 5.0, 7.0, 8.0]]
+    assert survivors.valid.tolist() == [[True] * 3 + [False] * 3, [True] + [False] * 5]
 
 
 @pytest.mark.parametrize("n", [3, 5, 17, 64, 512])

@@ -1,4 +1,4 @@
-"""The default decoder smoothing ``lambda_dec="adaptive"``: GCV over a floored grid, checked against scipy."""
+"""The GCV smoothing rules (``lambda_dec="gcv"`` per group, ``"adaptive"`` pooled over the batch) against scipy."""
 
 import numpy as np
 import pytest
@@ -6,64 +6,128 @@ import torch
 from scipy.interpolate import make_smoothing_spline
 
 import torchgcc
-from torchgcc.codes.gcc import ADAPTIVE_FLOOR_RATIO, FlooredGCVSplineDecoder, spacing_lambda
+from torchgcc.codes.gcc import GCV_POOL, GCV_RATIOS, GCVSplineDecoder, spacing_lambda
+from torchgcc.functional import compact_survivors, survivor_layout
+from torchgcc.functional.gcv import gcv_scores
 from torchgcc.stragglers import FixedStragglers
 
 
-def _reference(beta, alpha, y, n_lambdas):
-    """Brute force with scipy: GCV score of every candidate from explicit hat matrices, then the chosen fit."""
-    n = len(beta)
-    best = None
-    for lam in n_lambdas:
-        hat = make_smoothing_spline(beta, np.eye(n), lam=n * lam)(beta)  # (n, n): column j = fit to e_j
-        residual = y - hat @ y
-        score = (residual**2).sum() / n / (1 - np.trace(hat) / n) ** 2
-        if best is None or score < best[0]:
-            best = (score, lam)
-    return best[1], make_smoothing_spline(beta, y, lam=n * best[1])(alpha)
+def hat_matrix(knots: np.ndarray, lam: float) -> np.ndarray:
+    """scipy's smoothing spline applied to the unit vectors: column j is the fit to e_j at the knots."""
+    n = len(knots)
+    return make_smoothing_spline(knots, np.eye(n), lam=n * lam)(knots)
 
 
-def test_adaptive_matches_brute_force_gcv_over_the_floored_grid():
+def gcv_reference(knots: np.ndarray, y: np.ndarray, lam: float) -> float:
+    """The GCV score from its definition, (1/n) ||y - H y||^2 / (1 - tr(H) / n)^2, on y scaled to unit norm."""
+    n = len(knots)
+    y = y / np.linalg.norm(y)
+    hat = hat_matrix(knots, lam)
+    return float(((y - hat @ y) ** 2).sum() / n / (1 - np.trace(hat) / n) ** 2)
+
+
+@pytest.mark.parametrize(("n", "d"), [(6, 1), (20, 2), (12, 50), (40, 3), (200, 2)])  # 200: the banded route
+def test_gcv_scores_match_the_definition_with_scipy_hat_matrices(n, d):
+    generator = torch.Generator().manual_seed(n)
+    mask = torch.rand(3, n + 5, generator=generator) < 0.85
+    mask[:, : n + 1] = True
+    points = torch.sort(torch.rand(n + 5, generator=generator, dtype=torch.float64) * 2 - 1).values
+    survivors = compact_survivors(mask, survivor_layout(points))
+    y = torch.randn(3, n + 5, d, generator=generator, dtype=torch.float64)
+    lams = torch.tensor([1e-7, 1e-5, 1e-3, 1e-1], dtype=torch.float64)
+    scores = gcv_scores(survivors.knots, survivors.counts, y, survivors.counts.unsqueeze(-1) * lams)
+    for b in range(3):
+        count = int(survivors.counts[b])
+        knots, data = survivors.knots[b, :count].numpy(), y[b, :count].numpy()
+        expected = [gcv_reference(knots, data, lam) for lam in lams.tolist()]
+        np.testing.assert_allclose(scores[b].numpy(), expected, rtol=1e-7)
+
+
+def test_gcv_score_at_zero_smoothing_is_the_limit_of_interpolation():
+    """V(mu) - V(0) = O(mu * kappa_max): on Chebyshev knots (kappa_max ~ 1e7 for n = 15) the scores at
+    mu = 1e-13 and 1e-15 approach the mu = 0 limit like mu."""
+    generator = torch.Generator().manual_seed(1)
+    knots = torchgcc.points.chebyshev_second_kind(15).unsqueeze(0)
+    y = torch.randn(1, 15, 2, generator=generator, dtype=torch.float64)
+    scores = gcv_scores(knots, torch.tensor([15]), y, torch.tensor([[0.0, 1e-13, 1e-15]], dtype=torch.float64))[0]
+    gaps = (scores[1:] - scores[0]).abs() / scores[0]
+    assert gaps[0] < 1e-4 and gaps[1] < 1e-2 * gaps[0] + 1e-12
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-150, 1e-20, 1.0, 1e20, 1e150, 1e300])
+def test_the_choice_and_the_decode_are_invariant_to_the_scale_of_the_results(scale):
+    """Both GCV rules choose the same smoothing at every scale, and the decode scales with the results."""
+    generator = torch.Generator().manual_seed(0)
+    for lambda_dec in ("adaptive", "gcv"):
+        code = torchgcc.GCC(4, 12, lambda_dec=lambda_dec)
+        t = code.beta
+        y = torch.sin(3 * t + torch.rand(5, 1, generator=generator, dtype=torch.float64))
+        y = (y + 0.05 * torch.randn(5, 12, generator=generator, dtype=torch.float64)).unsqueeze(-1)
+        mask = FixedStragglers(3, seed=1).sample(5, 12)
+        unit = code.decoder(y, mask)
+        ratio = code.decoder.last_ratio.clone()
+        scaled = code.decoder(y * scale, mask)
+        torch.testing.assert_close(code.decoder.last_ratio, ratio, rtol=0, atol=0)
+        torch.testing.assert_close(scaled / scale, unit, rtol=1e-12, atol=0)
+
+
+def test_per_group_gcv_picks_each_groups_own_best_ratio():
     k, n = 6, 24
-    code = torchgcc.GCC(k, n)
-    assert isinstance(code.decoder, FlooredGCVSplineDecoder)
-    g = torch.Generator().manual_seed(0)
+    code = torchgcc.GCC(k, n, lambda_dec="gcv")
+    assert isinstance(code.decoder, GCVSplineDecoder) and code.decoder.pool is None
+    generator = torch.Generator().manual_seed(0)
     t = code.beta
-    y = torch.stack([torch.sin(3 * t), torch.sin(3 * t) + 0.05 * torch.randn(n, generator=g, dtype=torch.float64)])
-    y = torch.stack([y, y.flip(-1)], dim=-1)  # (2 groups, N, 2 outputs)
+    smooth = torch.sin(3 * t)
+    y = torch.stack([smooth, smooth + 0.05 * torch.randn(n, generator=generator, dtype=torch.float64)]).unsqueeze(-1)
     mask = FixedStragglers(5, seed=2).sample(2, n)
     out = code.decoder(y, mask)
     for group in range(2):
         arrived = mask[group].numpy()
-        m = int(arrived.sum())
-        grid = spacing_lambda(m, ADAPTIVE_FLOOR_RATIO) * 10 ** (np.arange(13) / 2)
-        lam, expected = _reference(t.numpy()[arrived], code.alpha.numpy(), y[group].numpy()[arrived], grid)
-        assert code.decoder.last_lambda[group].item() == lam
-        inside = (code.alpha.numpy() >= t.numpy()[arrived].min()) & (code.alpha.numpy() <= t.numpy()[arrived].max())
-        np.testing.assert_allclose(out[group].numpy()[inside], expected[inside], atol=1e-8)
-    # exact smooth results keep the floor; noisy ones are smoothed more
-    assert code.decoder.last_lambda[0] < code.decoder.last_lambda[1]
+        count = int(arrived.sum())
+        knots, data = t.numpy()[arrived], y[group].numpy()[arrived]
+        positive = [r for r in GCV_RATIOS if r > 0]  # scipy cannot interpolate: its smallest lam stands in for 0
+        scores = [gcv_reference(knots, data, spacing_lambda(count, max(r, 1e-3))) for r in GCV_RATIOS]
+        best = GCV_RATIOS[int(np.argmin(scores))]
+        assert code.decoder.last_ratio[group].item() == pytest.approx(best)
+        assert best in positive or best == 0.0
+        lam = spacing_lambda(count, best)
+        expected = make_smoothing_spline(knots, data, lam=count * max(lam, 1e-30))(code.alpha.numpy())
+        inside = (code.alpha.numpy() >= knots.min()) & (code.alpha.numpy() <= knots.max())
+        np.testing.assert_allclose(out[group].numpy()[inside], expected[inside], atol=1e-7)
+    # exact smooth results are smoothed less than noisy ones
+    assert code.decoder.last_ratio[0] < code.decoder.last_ratio[1]
 
 
-def test_adaptive_reproduces_straight_lines():
-    code = torchgcc.GCC(5, 20)
+def test_the_default_pools_the_scores_of_evenly_spaced_groups_of_the_batch():
+    """One ratio for the batch: the argmin of the mean score over min(B, 16) evenly spaced groups, checked against
+    scipy's hat matrices; every group is then decoded with it."""
+    code = torchgcc.GCC(4, 16)
+    assert isinstance(code.decoder, GCVSplineDecoder) and code.decoder.pool == GCV_POOL
+    generator = torch.Generator().manual_seed(3)
+    batch = 40
+    t = code.beta
+    y = torch.sin(2 * t + torch.rand(batch, 1, generator=generator, dtype=torch.float64))
+    y = (y + 0.02 * torch.randn(batch, 16, generator=generator, dtype=torch.float64)).unsqueeze(-1)
+    mask = torch.rand(batch, 16, generator=generator) < 0.8
+    mask[:, :5] = True
+    code.decoder(y, mask)
+    pooled = np.linspace(0, batch - 1, GCV_POOL).round().astype(int)
+    mean = np.zeros(len(GCV_RATIOS))
+    for group in pooled:
+        arrived = mask[group].numpy()
+        count = int(arrived.sum())
+        mean += [
+            gcv_reference(t.numpy()[arrived], y[group].numpy()[arrived], spacing_lambda(count, max(r, 1e-3)))
+            for r in GCV_RATIOS
+        ]
+    assert code.decoder.last_ratio.ndim == 0
+    assert code.decoder.last_ratio.item() == pytest.approx(GCV_RATIOS[int(np.argmin(mean))])
+    torch.testing.assert_close(code.decoder.last_lambda, spacing_lambda(mask.sum(-1), code.decoder.last_ratio))
+
+
+@pytest.mark.parametrize("lambda_dec", ["adaptive", "gcv", "spacing"])
+def test_every_rule_reproduces_straight_lines(lambda_dec):
+    code = torchgcc.GCC(5, 20, lambda_dec=lambda_dec)
     y = (2 * code.beta - 1).view(1, 20, 1).expand(3, 20, 1)
     mask = FixedStragglers(6, seed=0).sample(3, 20)
     torch.testing.assert_close(code.decoder(y, mask), (2 * code.alpha - 1).view(1, 5, 1).expand(3, 5, 1))
-
-
-@pytest.mark.parametrize(("n", "d"), [(20, 2), (12, 50), (4, 3), (140, 3)])  # 140: the banded route
-def test_banded_gcv_scores_match_hat_matrices(n, d):
-    """Fewer and more outputs than knots, on both routes (Demmler-Reinsch up to 128 knots, banded above)."""
-    from torchgcc.functional import gcv_scores, smoothing_spline_matrix
-    from torchgcc.functional.spline_gcv import spline_gcv_scores
-
-    g = torch.Generator().manual_seed(n)
-    knots = torch.sort(torch.rand(3, n, generator=g, dtype=torch.float64) * 2 - 1).values
-    y = torch.randn(3, n, d, generator=g, dtype=torch.float64)
-    lams = torch.logspace(-8, -1, 5, dtype=torch.float64)
-    hat = smoothing_spline_matrix(knots.unsqueeze(1), knots.unsqueeze(1), lams.view(1, -1))  # (3, 5, 20, 20)
-    # the hat-matrix reference itself loses digits as n grows (random knots cluster): 1e-8 at n = 140
-    torch.testing.assert_close(
-        spline_gcv_scores(knots, y, lams), gcv_scores(hat, y.unsqueeze(1)), rtol=1e-9 if n <= 20 else 1e-8, atol=0
-    )

@@ -117,6 +117,7 @@ def test_profile_command_writes_json(tmp_path, capsys):
     finally:
         torch.set_num_threads(threads)
     report = json.loads((tmp_path / "profile.json").read_text())
+    assert len(report["environment"]["load_average"]) == 3 and report["environment"]["threads"] == 1
     assert report["settings"]["dtype"] == "bfloat16" and report["settings"]["num_stragglers"] == 1
     assert report["settings"]["repeats"] == 1 and report["settings"]["code_kwargs"] == {"lambda_dec": 1e-6}
     assert math.isfinite(report["decode_over_forward"]) and report["decode_over_forward"] > 0
@@ -130,6 +131,17 @@ def test_profile_command_writes_json(tmp_path, capsys):
         (["--model", "resnet181"], "unknown timm --model 'resnet181'; did you mean resnet18"),
         (["--code", "gccc"], "unknown --code 'gccc'; choose one of"),
         (["--threads", "0"], "--threads must be at least 1"),
+        (["--num-stragglers", "-1"], "--num-stragglers must lie in [0, 30]"),
+        (["--num-stragglers", "31"], "--num-stragglers must lie in [0, 30]"),
+        (["--code", "bacc", "--num-stragglers", "32"], "--num-stragglers must lie in [0, 31]"),
+        (
+            ["--num-inputs", "40", "--num-workers", "32"],
+            "--num-inputs 40 --num-workers 32: num_inputs (K=40) must not exceed num_workers (N=32)",
+        ),
+        (["--num-inputs", "0"], "--num-inputs must be at least 1"),
+        (["--groups", "0"], "--groups must be at least 1"),
+        (["--repeats", "0"], "--repeats must be at least 1"),
+        (["--warmup", "-1"], "--warmup must be at least 0"),
     ]
     + (
         [] if torch.cuda.is_available() else [(["--device", "cuda"], "--device cuda: no CUDA device is available here")]
@@ -140,6 +152,17 @@ def test_profile_user_errors_are_one_line(argv, message, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"torchgcc: error: {message}") and err.count("\n") == 1 and "Traceback" not in err
     assert not any(tmp_path.iterdir())
+
+
+def test_profile_help_states_only_informative_defaults(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["profile", "--help"])
+    assert exit_info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "(default: True)" not in text and "(default: False)" not in text and "(default: None)" not in text
+    assert "--no-progress hide progress bars --lambda-dec" in text
+    assert "--num-workers NUM_WORKERS N, workers per group (default: 32)" in text
+    assert "--warmup WARMUP untimed runs per stage (default 2; --quick: 1) --repeats" in text
 
 
 def test_abbreviated_options_are_rejected(tmp_path):

@@ -90,6 +90,15 @@ def test_script_runs_from_the_command_line(tmp_path):
     assert "max_steps=1" in done.stdout + done.stderr
 
 
+def test_coded_eval_without_a_checkpoint_refuses_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run(DigitsData, "digits.yaml", args=["coded_eval", *OFFLINE, f"--output_dir={tmp_path / 'eval'}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("coded_eval: error: no --ckpt_path") and "\n" not in err and "Traceback" not in err
+    assert not (tmp_path / "eval").exists()
+
+
 def test_coded_eval_matches_coded_module(tmp_path):
     """The streaming sweep gives the same numbers as CodedModule on the same seeded masks."""
     out = tmp_path / "eval"
@@ -107,9 +116,11 @@ def test_coded_eval_matches_coded_module(tmp_path):
             "--num_workers=16",
             "--seed=3",
             f"--output_dir={out}",
+            "--random_weights=true",  # the numbers, not the weights, are under test
         ],
     )
     results = json.loads((out / "results.json").read_text())
+    assert results["config"]["weights"] == "random (untrained)"
     assert (out / "results.csv").exists() and (out / "coded_eval.png").exists()
     records = {(r["scheme"], r["S"]): r for r in results["records"]}
     assert set(records) == {("gcc", 0), ("gcc", 5), ("bacc", 0), ("bacc", 5)}

@@ -146,3 +146,23 @@ def test_rl_script_runs_and_writes_json(tmp_path, capsys):
 
     payload = json.loads(out.read_text())
     assert len(payload["records"]) == 3 and payload["controller"]["sizes"] == [4, 8]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--sagc", "a,b"], "--sagc takes comma-separated integers"),
+        (["--sagc", "4,4"], "group sizes must be distinct and at least 1"),
+        (["--group-size", "0"], "group sizes must be distinct and at least 1"),
+        (["--sagc", "4,8", "--budget", "2"], "--budget must lie in (0, 1)"),
+        (["--sagc", "4,8", "--steps", "0"], "--steps be at least 1"),
+    ],
+)
+def test_rl_script_rejects_bad_options_in_one_line(argv, message, capsys):
+    from torchgcc.app.commands.grpo import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1] and err[-1].startswith("python -m torchgcc.rl: error:")

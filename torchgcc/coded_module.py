@@ -4,27 +4,41 @@ from __future__ import annotations
 
 import math
 import warnings
+from functools import wraps
 from typing import Callable, Optional, Union
 
 import torch
 from torch import nn
 
 from torchgcc.codes import Code
-from torchgcc.codes.maps import eager_under_compile
 from torchgcc.stragglers import StragglerModel
 
-__all__ = ["CodedModule", "group_samples", "ungroup_samples", "ModelOutput"]
+__all__ = ["CodedModule", "ModelOutput", "group_samples", "ungroup_samples"]
 
-#: What ``CodedModule`` accepts from a model: a tensor, or a tuple, list or dict of tensors (each decoded).
+#: What ``CodedModule`` accepts from a model: a tensor, or a tuple, list or dict of tensors (all decoded together).
 ModelOutput = Union[torch.Tensor, tuple, list, dict]
 
 
-def output_leaves(output: object) -> tuple[list, list[torch.Tensor]]:
+def eager_under_compile(fn):
+    """Run ``fn`` eagerly under ``torch.compile`` (as ``torch.compiler.disable``), for code Dynamo cannot trace
+    (a straggler model's generator). Applied at call time, so importing torchgcc does not import Dynamo."""
+
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        if torch.compiler.is_compiling():
+            return torch.compiler.disable(fn)(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def output_leaves(output: object, rows: int) -> tuple[list, list[torch.Tensor]]:
     """Split a model output into ``(keys, tensors)``: ``([None], [t])`` for a tensor, the positions of a tuple or list,
-    the keys of a dict. Anything else (a nested container, a non-tensor value) raises ``TypeError``."""
+    the keys of a dict. Every tensor must have ``rows`` rows (one per coded input); anything else raises ``TypeError``
+    or ``ValueError`` naming the output."""
     if isinstance(output, torch.Tensor):
-        return [None], [output]
-    if isinstance(output, dict):
+        keys, values = [None], [output]
+    elif isinstance(output, dict):
         keys, values = list(output.keys()), list(output.values())
     elif isinstance(output, (tuple, list)):
         keys, values = list(range(len(output))), list(output)
@@ -33,11 +47,21 @@ def output_leaves(output: object) -> tuple[list, list[torch.Tensor]]:
             f"CodedModule decodes a model output that is a tensor, or a tuple, list or dict of tensors; "
             f"got {type(output).__name__}"
         )
+    if not values:
+        raise ValueError(f"the model returned an empty {type(output).__name__}: CodedModule has nothing to decode")
     for key, value in zip(keys, values):
+        name = "model output" if key is None else f"model output [{key!r}]"
         if not isinstance(value, torch.Tensor):
             raise TypeError(
-                f"model output [{key!r}] is a {type(value).__name__}, not a tensor: CodedModule decodes "
-                "tensors only (return the other values from a separate call)"
+                f"{name} is a {type(value).__name__}, not a tensor: CodedModule decodes tensors only (return the "
+                "other values from a separate call)"
+            )
+        if not value.is_floating_point():
+            raise TypeError(f"{name} has dtype {value.dtype}: CodedModule decodes floating-point outputs only")
+        if value.ndim == 0 or value.shape[0] != rows:
+            raise ValueError(
+                f"{name} has shape {tuple(value.shape)}, but the model ran on {rows} coded inputs: CodedModule needs "
+                f"one output row per input row, (B * N, *out) = ({rows}, ...)"
             )
     return keys, values
 
@@ -75,24 +99,28 @@ def ungroup_samples(y: torch.Tensor, num_samples: int) -> torch.Tensor:
 class CodedModule(nn.Module):
     """Coded computing around ``model``: ``forward(x)`` with ``x`` ``(M, *in)`` returns ``(M, *out)``.
 
-    ``model`` may return a tensor ``(B * N, *out)`` or a tuple, list or dict of such tensors (one level); each is
-    decoded with the same mask and returned in the same container. Any other value raises ``TypeError``.
-    A ``BatchNorm`` layer of ``model`` in train mode computes its statistics over the coded inputs, not the samples:
-    ``CodedModule`` warns once (call ``model.eval()`` for inference, or train without coding).
-
     The batch is grouped by ``K = code.num_inputs`` (the last group padded), each group is encoded into
     ``N = code.num_workers`` coded inputs, ``model`` runs once on all ``B * N`` coded inputs (in chunks of
     ``chunk_size`` if given), a ``(B, N)`` mask is drawn from ``stragglers`` (or taken from ``mask=``; all workers
     arrive when neither is given), and the decoder estimates the outputs of the original samples. Gradients flow
     through encoder and decoder into ``model``.
 
-    Options for the settings of the GCC family (all off by default):
+    ``model`` may return a tensor ``(B * N, *out)`` or a tuple, list or dict of such tensors (one level), returned in
+    the same container. All of them are decoded in ONE decoder call (their outputs side by side, per dtype), so the
+    per-group work of the decoder is done once and a data-adaptive smoothing is chosen from all outputs together.
+    A ``BatchNorm`` layer of ``model`` in train mode computes its statistics over the coded inputs, not the samples:
+    ``CodedModule`` warns once (call ``model.eval()`` for inference, or train without coding).
+
+    Options for the settings of the GCC family (all off by default), applied once per forward to all outputs:
 
     - ``noise``: ``noise(results, mask) -> results`` applied to the workers' results (:mod:`torchgcc.noise`);
     - ``attack``: ``attack(results, mask) -> results`` after the noise, corrupting arrived results as adversarial
       workers would (:mod:`torchgcc.attacks`); pair it with a robust code (:class:`torchgcc.codes.robust.RobustGCC`);
     - ``grouping``: ``grouping(x) -> permutation (M,)`` choosing which samples are coded together and in which order
       (:class:`torchgcc.manifold.ManifoldGrouping`); outputs come back in the caller's order.
+
+    With the code's ``check=False`` the forward never reads back from the device (capturable in a CUDA graph and by
+    ``torch.compile(fullgraph=True)`` with an explicit ``mask=``); with the default ``check=True`` it reads one flag.
 
     Attributes:
         last_mask: the ``(B, N)`` mask of the last forward.
@@ -110,8 +138,19 @@ class CodedModule(nn.Module):
         grouping: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
     ) -> None:
         super().__init__()
-        if chunk_size is not None and chunk_size < 1:
-            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
+        if not callable(model):
+            raise TypeError(f"model must be a torch.nn.Module (or callable), got {type(model).__name__}")
+        if not isinstance(code, Code):
+            raise TypeError(f"code must be a torchgcc.Code (e.g. torchgcc.GCC(K, N)), got {type(code).__name__}")
+        if stragglers is not None and not isinstance(stragglers, StragglerModel):
+            raise TypeError(
+                f"stragglers must be a torchgcc.stragglers.StragglerModel (e.g. FixedStragglers(2)), got "
+                f"{type(stragglers).__name__}"
+            )
+        if chunk_size is not None and (
+            isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
+        ):
+            raise ValueError(f"chunk_size must be a positive integer (coded inputs per model call), got {chunk_size!r}")
         self.model = model
         self.code = code
         self.stragglers = stragglers
@@ -126,6 +165,12 @@ class CodedModule(nn.Module):
                 f"x must be a torch.Tensor of shape (M, *in), got {type(x).__name__}; "
                 "convert it with torch.as_tensor(...)"
             )
+        if x.ndim == 0 or x.shape[0] == 0:
+            raise ValueError(f"x must be a non-empty batch of samples (M, *in), got shape {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise TypeError(
+                f"x must be floating point (the encoder mixes samples), got {x.dtype}; cast it with .float()"
+            )
         if mask is not None and not isinstance(mask, torch.Tensor):
             raise TypeError(
                 f"mask must be a bool torch.Tensor of shape (B, N), got {type(mask).__name__}; "
@@ -139,31 +184,40 @@ class CodedModule(nn.Module):
         coded = self.code.encoder(group_samples(x, self.code.num_inputs))  # (B, N, *in)
         groups, workers = coded.shape[:2]
         output = self.run_model(coded.reshape((groups * workers,) + coded.shape[2:]))
-        keys, leaves = output_leaves(output)
-        mask = self.draw_mask(groups, leaves[0].device) if mask is None else mask
-        if mask.shape != (groups, workers):
+        keys, leaves = output_leaves(output, groups * workers)
+        if mask is None:
+            mask = self.draw_mask(groups, leaves[0].device)
+        elif mask.shape != (groups, workers):
             raise ValueError(
                 f"mask must have shape (B, N) = {(groups, workers)} for {num_samples} samples, got {tuple(mask.shape)}"
             )
         self.last_mask = mask
-        decoded = [
-            self.decode(leaf.reshape((groups, workers) + leaf.shape[1:]), mask, num_samples, perm) for leaf in leaves
-        ]
-        return rebuild_output(output, keys, decoded)
+        decoded = self.decode([leaf.reshape((groups, workers) + leaf.shape[1:]) for leaf in leaves], mask)
+        outputs = [ungroup_samples(out, num_samples) for out in decoded]
+        if perm is not None:
+            inverse = torch.argsort(perm)
+            outputs = [out[inverse] for out in outputs]
+        return rebuild_output(output, keys, outputs)
 
-    def decode(
-        self, results: torch.Tensor, mask: torch.Tensor, num_samples: int, perm: Optional[torch.Tensor]
-    ) -> torch.Tensor:
-        """Noise, attack and decoder on one output's ``(B, N, *out)`` results -> ``(M, *out)`` in caller order."""
-        if self.noise is not None:
-            results = self.noise(results, mask)
-        if self.attack is not None:
-            results = self.attack(results, mask.to(results.device))
-        out = ungroup_samples(self.code.decoder(results, mask), num_samples)
-        return out if perm is None else out[torch.argsort(perm)]
+    def decode(self, results: list[torch.Tensor], mask: torch.Tensor) -> list[torch.Tensor]:
+        """Noise, attack and decoder on every output's ``(B, N, *out)`` results at once (one call per dtype) ->
+        ``(B, K, *out)`` each."""
+        out: list[Optional[torch.Tensor]] = [None] * len(results)
+        for dtype in dict.fromkeys(r.dtype for r in results):
+            members = [i for i, r in enumerate(results) if r.dtype == dtype]
+            flats = [results[i].reshape(results[i].shape[:2] + (-1,)) for i in members]
+            joined = torch.cat(flats, 2) if len(flats) > 1 else flats[0]
+            if self.noise is not None:
+                joined = self.noise(joined, mask)
+            if self.attack is not None:
+                joined = self.attack(joined, mask.to(joined.device))
+            estimates = self.code.decoder(joined, mask).split([f.shape[2] for f in flats], 2)
+            for i, estimate in zip(members, estimates):
+                out[i] = estimate.reshape(estimate.shape[:2] + results[i].shape[2:])
+        return out
 
     def _warn_train_batchnorm(self) -> None:
-        if self._warned_batchnorm or torch.compiler.is_compiling():
+        if self._warned_batchnorm or torch.compiler.is_compiling() or not isinstance(self.model, nn.Module):
             return
         if any(isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training for m in self.model.modules()):
             self._warned_batchnorm = True
@@ -176,16 +230,20 @@ class CodedModule(nn.Module):
     @eager_under_compile  # the straggler model's generator advances eagerly, also under torch.compile
     def draw_mask(self, num_groups: int, device: Optional[torch.device] = None) -> torch.Tensor:
         """A ``(B, N)`` mask on ``device`` (the results' device in :meth:`forward`) from the straggler model (all
-        True without one)."""
+        True without one). Meta tensors (shape inference) get a mask drawn on the CPU, moved to ``meta``."""
+        device = torch.device("cpu" if device is None else device)
         if self.stragglers is None:
             return torch.ones(num_groups, self.code.num_workers, dtype=torch.bool, device=device)
+        if device.type == "meta":
+            return self.stragglers.sample(num_groups, self.code.num_workers).to(device)
         return self.stragglers.sample(num_groups, self.code.num_workers, device=device)
 
     def run_model(self, inputs: torch.Tensor) -> ModelOutput:
         """``model`` on ``(B * N, *in)`` coded inputs, in chunks of ``chunk_size`` (concatenated per output)."""
         if self.chunk_size is None or inputs.shape[0] <= self.chunk_size:
             return self.model(inputs)
-        chunks = [self.model(chunk) for chunk in inputs.split(self.chunk_size)]
-        keys, _ = output_leaves(chunks[0])
-        columns = zip(*(output_leaves(chunk)[1] for chunk in chunks))
-        return rebuild_output(chunks[0], keys, [torch.cat(column) for column in columns])
+        parts = inputs.split(self.chunk_size)
+        outputs = [self.model(part) for part in parts]
+        split = [output_leaves(out, len(part)) for out, part in zip(outputs, parts)]
+        columns = zip(*(tensors for _, tensors in split))
+        return rebuild_output(outputs[0], split[0][0], [torch.cat(column) for column in columns])

@@ -25,6 +25,7 @@ EXTRAS: dict[str, str] = {
     "torchmetrics": "experiments",
     "torchvision": "experiments",
     "tqdm": "experiments",
+    "ray": "ray",
     "jsonargparse": "recipes",
     "lightning": "recipes",
     "csaps": "test",

@@ -40,6 +40,8 @@ __all__ = [
     "Exponential",
     "PersistentSlow",
     "TailChange",
+    "TraceReplay",
+    "TRACE_FORMAT",
     "LATENCY_MODELS",
     "make_latency_model",
     "PLACEMENTS",
@@ -315,6 +317,72 @@ LATENCY_MODELS.register("persistent_slow", PersistentSlow)
 LATENCY_MODELS.register("tail_change", TailChange)
 
 
+#: the ``format`` field of a latency trace file (written by :mod:`torchgcc.distributed.latency_trace`).
+TRACE_FORMAT = "torchgcc.latency_trace/1"
+
+
+class TraceReplay(LatencyModel):
+    """Recorded per-worker latencies replayed row by row (deterministic: the generator is unused).
+
+    ``sample((B, N))`` returns the next B rows, from the first again after the last; N must be the trace's.
+    The file format and how to record one from a run: :mod:`torchgcc.distributed.latency_trace`.
+
+    Args:
+        delays_s: ``(T, N)`` seconds, finite and non-negative.
+        censored: ``(T, N)`` bool, True where a value is only a lower bound (default: none).
+        source: where the numbers came from.
+        start: the first row replayed.
+    """
+
+    def __init__(self, delays_s, censored=None, *, source: str = "", start: int = 0) -> None:
+        self.delays_s = torch.as_tensor(delays_s, dtype=torch.float64)
+        self.censored = torch.zeros_like(self.delays_s, dtype=torch.bool) if censored is None else censored
+        self.censored = torch.as_tensor(self.censored, dtype=torch.bool)
+        if self.delays_s.ndim != 2 or self.delays_s.numel() == 0:
+            raise ValueError(f"a trace needs delays of shape (steps, workers), got {tuple(self.delays_s.shape)}")
+        if self.censored.shape != self.delays_s.shape:
+            raise ValueError(f"censored {tuple(self.censored.shape)} must match delays {tuple(self.delays_s.shape)}")
+        if not (torch.isfinite(self.delays_s).all() and (self.delays_s >= 0).all()):
+            raise ValueError("trace delays must be finite and non-negative seconds")
+        self.source = source
+        self.position = start % len(self.delays_s)
+
+    @property
+    def num_workers(self) -> int:
+        return self.delays_s.shape[1]
+
+    @classmethod
+    def from_file(cls, path: str, *, start: int = 0) -> "TraceReplay":
+        """Read a trace file (JSON with ``format``, ``num_workers``, ``delays_s`` and optional ``censored``)."""
+        import json
+
+        with open(path) as handle:
+            record = json.load(handle)
+        if record.get("format") != TRACE_FORMAT:
+            raise ValueError(f"{path} is not a latency trace (format {record.get('format')!r}, not {TRACE_FORMAT!r})")
+        trace = cls(record["delays_s"], record.get("censored"), source=record.get("source", ""), start=start)
+        if trace.num_workers != record["num_workers"]:
+            raise ValueError(f"{path}: num_workers {record['num_workers']} but rows of {trace.num_workers} delays")
+        return trace
+
+    def sample(self, shape, generator):
+        *batch, workers = shape
+        if workers != self.num_workers:
+            raise ValueError(f"the trace has {self.num_workers} workers, asked for {workers}")
+        count = math.prod(batch)
+        rows = (self.position + torch.arange(count)) % len(self.delays_s)
+        if count:
+            self.position = int(rows[-1] + 1) % len(self.delays_s)
+        return self.delays_s[rows].reshape(*batch, workers).to(generator.device)
+
+    def __repr__(self) -> str:
+        steps, workers = self.delays_s.shape
+        return f"TraceReplay({steps} steps x {workers} workers, position={self.position})"
+
+
+LATENCY_MODELS.register("trace", TraceReplay.from_file)
+
+
 def make_latency_model(name: str, **params: float) -> LatencyModel:
     """Build a latency model registered in :data:`LATENCY_MODELS`."""
     return LATENCY_MODELS[name](**params)
@@ -349,6 +417,12 @@ class LatencyStragglers(StragglerModel):
             raise ValueError(f"deadline must be > 0 seconds, got {deadline}")
         self.num_stragglers = num_stragglers
         self.deadline = deadline
+
+    @classmethod
+    def from_trace(cls, path: str, **kwargs) -> "LatencyStragglers":
+        """Replay the per-worker latencies recorded in a trace file (:class:`TraceReplay`; the format and how to
+        record one: :mod:`torchgcc.distributed.latency_trace`); ``kwargs`` as for the constructor."""
+        return cls(TraceReplay.from_file(path), **kwargs)
 
     def sample_delays(self, num_groups: int, num_workers: int, device: Device = None) -> torch.Tensor:
         """``(num_groups, num_workers)`` float64 latencies in seconds, on ``device`` (default CPU)."""

@@ -44,13 +44,14 @@ class CodedTrainer(Trainer):
         code_kwargs: dict[str, dict[str, Any]] | None = None,
         seed: int = 0,
         output_dir: str | None = "auto",
+        random_weights: bool = False,
     ) -> list[dict[str, Any]]:
         """Coded evaluation: sweep codes and straggler counts on the test set, write results.json and a plot.
 
         Args:
             model: the classifier.
             datamodule: provides the test split.
-            ckpt_path: checkpoint to evaluate (``None``: the model's current weights).
+            ckpt_path: checkpoint to evaluate; required unless ``random_weights``.
             codes: registered code names to compare.
             num_inputs: K, inputs per group.
             num_workers: N, workers per group.
@@ -61,10 +62,19 @@ class CodedTrainer(Trainer):
             seed: straggler seed.
             output_dir: folder for results.json, results.csv and coded_eval.png; ``auto``: a fresh
                 ``torchgcc-results/coded_eval/<data>-<date>-<time>``; ``None``: write nothing.
+            random_weights: evaluate the model's current (untrained, random) weights without a checkpoint, on
+                purpose; without it and without ``ckpt_path`` the command refuses (exit status 2).
 
         Returns:
             One record per (code, S) with mse, agreement, accuracy, their 95% half-widths and reference_accuracy.
         """
+        if ckpt_path is None and not random_weights:
+            print(
+                "coded_eval: error: no --ckpt_path: the model's weights are random (untrained); pass --ckpt_path "
+                "CKPT (fit prints where it wrote one), or --random_weights true to evaluate random weights on purpose",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
         data_name = type(datamodule).__name__ if datamodule is not None else "data"
         if output_dir == "auto":
             output_dir = fresh_output_dir(f"coded_eval/{data_name}")
@@ -74,6 +84,7 @@ class CodedTrainer(Trainer):
             "data_hparams": dict(getattr(datamodule, "hparams", {}) or {}),
             "backbone": getattr(model, "hparams", {}).get("backbone"),
             "ckpt_path": ckpt_path,
+            "weights": "checkpoint" if ckpt_path is not None else "random (untrained)",
         }
         callback = CodedEvaluation(
             codes=codes,

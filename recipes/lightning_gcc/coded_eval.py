@@ -11,6 +11,7 @@ reproduce``) and ``coded_eval.png`` (:func:`torchgcc.app.plots.plot_straggler_sw
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -104,6 +105,11 @@ class CodedEvaluation(Callback):
         self._metrics = {(name, s): CodedMetrics(self.num_inputs) for name in self.codes for s in self.stragglers}
         for code in self.codes.values():
             code.to(pl_module.device)
+        # one decoder per straggler level: a calibrating decoder (GCC's default) chooses its smoothing on the first
+        # batch it decodes, and each level is its own deployment
+        self._decoders = {
+            (name, s): copy.deepcopy(code.decoder) for name, code in self.codes.items() for s in self.stragglers
+        }
 
     @torch.no_grad()
     def on_test_batch_end(
@@ -127,7 +133,7 @@ class CodedEvaluation(Callback):
             results = pl_module(coded.flatten(0, 1)).unflatten(0, coded.shape[:2])  # (B, N, classes)
             for s, repeated in masks.items():
                 for mask in repeated.to(x.device):
-                    decoded = ungroup_samples(code.decoder(results, mask), len(x))  # (M, classes)
+                    decoded = ungroup_samples(self._decoders[name, s](results, mask), len(x))  # (M, classes)
                     self._metrics[name, s].update(decoded, reference, labels)
 
     def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

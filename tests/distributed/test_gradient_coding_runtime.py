@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -22,12 +23,18 @@ pytestmark = pytest.mark.distributed
 
 
 def _torchrun(args: list[str], nproc: int, timeout_s: float = 55.0) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="torchgcc-test-logs-") as logs:  # else torchrun leaves torchelastic_*
+        return _torchrun_logged(args, nproc, timeout_s, logs)
+
+
+def _torchrun_logged(args: list[str], nproc: int, timeout_s: float, logs: str) -> list[dict]:
     command = [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--standalone",
         f"--nproc-per-node={nproc}",
+        f"--log-dir={logs}",
         "-m",
         "torchgcc.gradient_coding.runtime",
         *args,

@@ -135,7 +135,7 @@ def test_injected_latency_returns_early_and_survives_a_killed_rank(tmp_path):
             torch.testing.assert_close(s["output"], single, rtol=0, atol=1e-6)
 
 
-def test_torchrun_entry_point_and_its_teardown_when_a_rank_fails():
+def test_torchrun_entry_point_and_its_teardown_when_a_rank_fails(tmp_path):
     """Under torchrun (agent-hosted store) the job runs; a rank exiting non-zero makes torchrun stop the job, and
     the coordinator says why in its last JSON lines instead of hanging."""
     command = [
@@ -145,6 +145,8 @@ def test_torchrun_entry_point_and_its_teardown_when_a_rank_fails():
         "--standalone",
         "--nproc-per-node",
         "3",
+        "--log-dir",
+        str(tmp_path / "logs"),  # else torchrun leaves a torchelastic_* folder in /tmp
         "-m",
         "torchgcc.distributed",
         *COMMON,

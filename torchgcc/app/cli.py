@@ -31,6 +31,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "torchgcc.app.commands.bench_latency",
         "tail latency of uncoded vs coded execution on local processes with injected latency",
     ),
+    "serve-bench": (
+        "torchgcc.app.commands.serve_bench",
+        "coded serving under open-loop load: latency vs rate of uncoded, replication, hedging and codes",
+    ),
     "profile": ("torchgcc.app.commands.profile", "time encode, decode and the model forward of coded inference"),
 }
 

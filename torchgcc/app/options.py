@@ -16,6 +16,7 @@ from torchgcc.app.cli import UsageError
 
 __all__ = [
     "RESULTS_ROOT",
+    "DefaultsHelpFormatter",
     "add_gcc_arguments",
     "add_run_arguments",
     "apply_threads",
@@ -29,6 +30,17 @@ __all__ = [
 
 #: Root of every default output folder (gitignored).
 RESULTS_ROOT = Path("torchgcc-results")
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with each option's default appended, except where it says nothing: flags (``--quick``,
+    ``--no-progress``), ``None`` defaults, and help texts that already state their default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.nargs == 0 or action.default is None or "default" in text:
+            return text
+        return super()._get_help_string(action)
 
 
 def default_threads() -> int:

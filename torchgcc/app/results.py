@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["REQUIRED_KEYS", "ExperimentResult", "read_results", "write_results"]
+__all__ = ["REQUIRED_KEYS", "ExperimentResult", "plain", "read_results", "write_results"]
 
 
 @dataclass
@@ -53,16 +53,16 @@ def _check_records(records: Sequence[Mapping[str, Any]], required: Sequence[str]
             raise ValueError(f"record {index} has neither 'S' nor 'p': {dict(record)}")
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """JSON-safe value: tensors and numpy scalars become Python numbers, non-finite floats become None."""
     if hasattr(value, "tolist"):
         value = value.tolist()
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
+        return {str(key): plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
+        return [plain(item) for item in value]
     if isinstance(value, Path):
         return str(value)
     return value
@@ -85,7 +85,7 @@ def write_results(
     _check_records(records, required)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"config": _plain(config), "records": _plain(list(records)), **_plain(extra)}
+    payload = {"config": plain(config), "records": plain(list(records)), **plain(extra)}
     json_path = out / "results.json"
     json_path.write_text(json.dumps(payload, indent=2) + "\n")
 

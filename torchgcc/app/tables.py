@@ -10,6 +10,7 @@ experiment-specific metrics as they are, one row each, with the chosen columns. 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -18,8 +19,11 @@ from torchgcc.app.results import write_results
 from torchgcc.optional import require
 
 __all__ = [
+    "WIDTH",
     "Column",
+    "make_console",
     "lambda_label",
+    "markdown_rows",
     "markdown_table",
     "pivot",
     "publish",
@@ -36,6 +40,19 @@ Column = tuple[str, Callable[[Mapping[str, Any]], str]]
 
 #: Column heading of each metric (agreement = argmax agreement with the uncoded model, RelAcc in the GCC papers).
 METRIC_LABELS: dict[str, str] = {"mse": "MSE", "agreement": "agreement %", "accuracy": "accuracy %"}
+
+
+#: Columns of the console when the output is not a terminal (a file, a pipe, a CI log) and ``COLUMNS`` is unset.
+WIDTH = 100
+
+
+def make_console(**options: Any) -> Any:
+    """The rich console the commands print to: a terminal's own width, else ``COLUMNS``, else :data:`WIDTH` (rich
+    would use 80, which cuts the tables' cells short)."""
+    found = require("rich.console").Console(**options)
+    if not found.is_terminal and "COLUMNS" not in os.environ and "width" not in options:
+        found = require("rich.console").Console(width=WIDTH, **options)
+    return found
 
 
 def scheme_series(record: Record) -> str:
@@ -94,9 +111,9 @@ def rich_table(
     metrics = _metrics(records)
     table = require("rich.table").Table(title=title, caption="value ± 95% CI half-width")
     table.add_column(setting, justify="right", style="bold")
-    table.add_column("scheme")
+    table.add_column("scheme", overflow="fold")
     for metric in metrics:
-        table.add_column(METRIC_LABELS[metric], justify="right")
+        table.add_column(METRIC_LABELS[metric], justify="right", overflow="fold")
     values = sorted({r[setting] for r in records if setting in r})
     for value in values:
         rows = [r for r in records if r.get(setting) == value]
@@ -136,9 +153,7 @@ def publish(
     paths = write_results(out_dir, config=config, records=records, **extra)
     paths["table"] = Path(out_dir) / "table.md"
     paths["table"].write_text(f"{title}\n\n" + markdown_table(records, setting=setting, series=series))
-    (console or require("rich.console").Console()).print(
-        rich_table(records, setting=setting, title=title, series=series)
-    )
+    (console or make_console()).print(rich_table(records, setting=setting, title=title, series=series))
     return paths
 
 
@@ -154,6 +169,13 @@ def value_ci(key: str, digits: int) -> Callable[[Mapping[str, Any]], str]:
     return cell
 
 
+def markdown_rows(records: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> str:
+    """``records`` as a GitHub Markdown table, one row each, with the chosen ``columns``."""
+    lines = ["| " + " | ".join(name for name, _ in columns) + " |", "|---|" + "---:|" * (len(columns) - 1)]
+    lines += ["| " + " | ".join(cell(record) for _, cell in columns) + " |" for record in records]
+    return "\n".join(lines) + "\n"
+
+
 def publish_rows(
     out_dir: str | Path,
     *,
@@ -166,16 +188,14 @@ def publish_rows(
 ) -> dict[str, Path]:
     """Write ``results.json``/``results.csv`` (all keys) and ``table.md`` (``columns``) to ``out_dir``; print it."""
     paths = write_results(out_dir, config=config, records=records, required=("scheme",), **extra)
-    header = [name for name, _ in columns]
-    rows = [[cell(record) for _, cell in columns] for record in records]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
     paths["table"] = Path(out_dir) / "table.md"
-    paths["table"].write_text(f"{title}\n\n" + "\n".join(lines) + "\n")
+    paths["table"].write_text(f"{title}\n\n" + markdown_rows(records, columns))
     table = require("rich.table").Table(title=title, caption="value ± 95% CI half-width where shown")
-    for name in header:
-        table.add_column(name, justify="right")
+    rows = [[cell(record) for _, cell in columns] for record in records]
+    for index, (name, _) in enumerate(columns):  # the first column (the row's name) is never folded
+        widest = max([len(row[0]) for row in rows], default=0) if index == 0 else None
+        table.add_column(name, justify="right", overflow="fold", min_width=widest)
     for row in rows:
         table.add_row(*row)
-    (console or require("rich.console").Console()).print(table)
+    (console or make_console()).print(table)
     return paths

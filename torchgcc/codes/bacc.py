@@ -8,7 +8,8 @@ import torch
 
 from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
-from torchgcc.functional import berrut_matrix
+from torchgcc.functional.berrut import berrut_matrix, padded_berrut_matrices
+from torchgcc.functional.survivors import Survivors
 
 __all__ = ["BACC", "BerrutDecoder"]
 
@@ -18,8 +19,8 @@ class BerrutDecoder(Decoder):
 
     has_fused_kernel = True
 
-    def fit_matrix(self, knots: torch.Tensor) -> torch.Tensor:
-        return berrut_matrix(knots, self.alpha)
+    def fit_matrix(self, survivors: Survivors) -> torch.Tensor:
+        return padded_berrut_matrices(survivors.knots, survivors.valid, self.alpha)
 
     def fused_matrices(self, mask: torch.Tensor) -> torch.Tensor:
         from torchgcc.functional.fused_decode import berrut_decode_matrices  # imports triton
@@ -36,5 +37,5 @@ class BACC(Code):
     def __init__(self, num_inputs: int, num_workers: int, **options: Any) -> None:
         super().__init__(num_inputs, num_workers, **options)
         alpha, beta = self._points
-        self.encoder = Encoder(berrut_matrix(alpha, beta), check=self._decoder_options["check"])
+        self.encoder = Encoder(berrut_matrix(alpha, beta))
         self.decoder = BerrutDecoder(alpha, beta, min_arrived=1, **self._decoder_options)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from torchgcc.codes.maps import CACHE_BYTES, Decoder, Encoder
+from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.points import PointSpec, resolve_points
 
 __all__ = ["Code"]
@@ -25,11 +25,10 @@ class Code(nn.Module):
         alpha: regression points, a rule of :data:`torchgcc.points.POINT_RULES` or K increasing values.
         beta: worker points, likewise with N values.
         nonfinite: the decoder's handling of a NaN/Inf result from a worker that arrived (see :class:`Decoder`).
-        cache_size: how many per-mask decode matrices the decoder keeps.
-        cache_bytes: the most bytes those matrices may hold together (default 256 MiB, ``maps.CACHE_BYTES``).
-        backend: how the decoder builds its matrices, ``"auto"``, ``"banded"`` or ``"triton"`` (see
+        backend: how the decoder builds its matrices, ``"auto"``, ``"torch"`` or ``"triton"`` (see
             :data:`torchgcc.codes.maps.BACKENDS`; ``"triton"`` raises ``ValueError`` for a decoder without a kernel).
-        check: validate every decode (``True``) or never synchronise with the host (``False``; see :class:`Decoder`).
+        check: validate every decode with one read back from the device (``True``) or never synchronise with the
+            host (``False``; see :class:`Decoder`). The encoder never synchronises.
     """
 
     encoder: Encoder
@@ -43,8 +42,6 @@ class Code(nn.Module):
         alpha: PointSpec = "chebyshev1",
         beta: PointSpec = "chebyshev2",
         nonfinite: str = "error",
-        cache_size: int = 4096,
-        cache_bytes: int = CACHE_BYTES,
         backend: str = "auto",
         check: bool = True,
     ) -> None:
@@ -60,13 +57,7 @@ class Code(nn.Module):
             resolve_points(alpha, num_inputs, name="alpha", count_name="num_inputs"),
             resolve_points(beta, num_workers, name="beta", count_name="num_workers"),
         )
-        self._decoder_options = {
-            "nonfinite": nonfinite,
-            "cache_size": cache_size,
-            "cache_bytes": cache_bytes,
-            "backend": backend,
-            "check": check,
-        }
+        self._decoder_options = {"nonfinite": nonfinite, "backend": backend, "check": check}
 
     @property
     def alpha(self) -> torch.Tensor:

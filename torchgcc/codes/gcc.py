@@ -2,165 +2,241 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import torch
 
 from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
-from torchgcc.functional import gcv_scores, smoothing_spline_matrix
-from torchgcc.functional.spline_gcv import spline_gcv_scores
+from torchgcc.functional.gcv import gcv_scores
+from torchgcc.functional.spline import padded_spline_matrices, smoothing_spline_matrix, spline_plan
+from torchgcc.functional.survivors import Survivors, survivor_layout
 
 __all__ = [
-    "GCC",
-    "SplineDecoder",
-    "GCVSplineDecoder",
-    "FlooredGCVSplineDecoder",
-    "spacing_lambda",
     "BANDWIDTH_RATIO",
-    "GCV_GRID",
+    "GCC",
+    "GCVSplineDecoder",
+    "GCV_POOL",
+    "GCV_RATIOS",
     "LAMBDA_RULES",
+    "SplineDecoder",
+    "spacing_lambda",
 ]
 
-#: The default decoder smooths at this fraction of the mean spacing of the points it fits (see :func:`spacing_lambda`).
+#: The ``"spacing"`` rule smooths at this fraction of the mean spacing of the points it fits.
 BANDWIDTH_RATIO = 0.2
 
+#: Bandwidth ratios among which the GCV rules choose (:func:`spacing_lambda`; 0 is interpolation).
+GCV_RATIOS = (0.0, 0.05, 0.07, 0.1, 0.14, 0.2, 0.28, 0.4, 0.57, 0.8, 1.13, 1.6, 2.26, 3.2, 4.5, 6.4)
+
+#: Groups of a batch whose GCV scores the default rule pools (evenly spaced over the batch) ...
+GCV_POOL = 16
+#: ... and at most about this many results in all (fewer, larger groups carry as much information for the choice).
+GCV_POOL_RESULTS = 1024
+
 #: Named decoder smoothing rules accepted by ``GCC(lambda_dec=...)`` besides explicit numbers.
-LAMBDA_RULES = ("spacing", "gcv", "adaptive")
-
-#: Bandwidth ratio of the smallest smoothing that ``lambda_dec="adaptive"`` considers.
-ADAPTIVE_FLOOR_RATIO = 0.12
+LAMBDA_RULES = ("adaptive", "gcv", "spacing")
 
 
-def spacing_lambda(num_points: int, bandwidth_ratio: float = BANDWIDTH_RATIO) -> float:
-    """The default decoder smoothing for a fit to ``n = num_points`` results: ``lambda = (r * 2 / (n - 1))^4``.
+def spacing_lambda(num_points: Union[int, torch.Tensor], bandwidth_ratio: Union[float, torch.Tensor] = BANDWIDTH_RATIO):
+    """The smoothing of a fit to ``n = num_points`` results at bandwidth ratio ``r``: ``lambda = (2 r / (n - 1))^4``.
 
     A smoothing spline with parameter ``lambda`` averages data over a length scale of about ``lambda^(1/4)`` (its
-    equivalent kernel). The rule puts that scale at ``r = 0.2`` of the mean spacing ``2 / (n - 1)`` of the
-    surviving worker points, so the decoder smooths more when stragglers leave fewer, sparser results, and:
-
-    - its bias, ``O(lambda) = O(h^4)``, shrinks faster than the ``O((S / N)^3)`` straggler error, which keeps GCC's
-      convergence rate in N (a fixed lambda would put a floor under the error);
-    - on exact results it costs little against interpolation, and on noisy results (low precision, stochastic
-      models) or rough networks with many stragglers it averages some error away. ``benchmarks/lambda_rule.py``
-      and the README give the measurements.
+    equivalent kernel); the rule puts that scale at ``r`` times the mean spacing ``2 / (n - 1)`` of the surviving
+    worker points, so a fit to fewer, sparser results smooths more, and its bias, ``O(lambda) = O(h^4)``, shrinks
+    faster than the ``O((S / N)^3)`` straggler error. ``n`` and ``r`` may be tensors (broadcast).
     """
-    return (bandwidth_ratio * 2.0 / max(num_points - 1, 1)) ** 4
-
-
-#: Candidate decoder smoothing parameters searched by ``lambda_dec="gcv"`` (mean-normalised convention).
-GCV_GRID = torch.logspace(-10, 1, 23, dtype=torch.float64)
+    if isinstance(num_points, torch.Tensor):
+        spacing = 2.0 / (num_points.to(torch.float64) - 1).clamp(min=1)
+    else:
+        spacing = 2.0 / max(num_points - 1, 1)
+    return (bandwidth_ratio * spacing) ** 4
 
 
 class SplineDecoder(Decoder):
-    """The cubic smoothing spline through the surviving ``(beta_n, y_n)`` with parameter ``lam``, at ``alpha``.
+    """The cubic smoothing spline through the surviving ``(beta_n, y_n)``, evaluated at ``alpha``.
 
-    ``lam=None`` applies :func:`spacing_lambda` to the number of results fitted.
+    ``lam`` fixes the smoothing; ``lam=None`` applies :func:`spacing_lambda` at ``bandwidth_ratio`` to each group's
+    number of results. The matrices depend on the mask only: per call, the survivors are compacted by one sort, each
+    group's ``mu = n lam(n)`` read from a table (``mu_table`` ``(N + 1,)``, float64), and every group's system solved
+    in one batched plan (:func:`~torchgcc.functional.spline.padded_spline_matrices`).
     """
 
-    def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, lam: Optional[float], **kwargs) -> None:
-        super().__init__(alpha, beta, **kwargs)
-        self.lam = lam
-
-    def lam_for(self, num_points: int) -> float:
-        """The smoothing parameter used for a fit to ``num_points`` results."""
-        return spacing_lambda(num_points) if self.lam is None else self.lam
-
     has_fused_kernel = True
+    _tensor_tuples = ("layout", "plan")
 
-    def fit_matrix(self, knots: torch.Tensor) -> torch.Tensor:
-        return smoothing_spline_matrix(knots, self.alpha, self.lam_for(knots.shape[-1]))
+    mu_table: torch.Tensor
+
+    def __init__(
+        self,
+        alpha: torch.Tensor,
+        beta: torch.Tensor,
+        *,
+        lam: Optional[float],
+        bandwidth_ratio: Union[float, torch.Tensor] = BANDWIDTH_RATIO,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(alpha, beta, **kwargs)
+        self.lam, self.bandwidth_ratio = lam, bandwidth_ratio
+        #: The :func:`~torchgcc.functional.spline.spline_plan` of this decoder's systems; the survivors are compacted
+        #: into its ``plan.width`` knot slots.
+        self.plan = spline_plan(self.num_workers, self.beta.device)
+        self.layout = survivor_layout(self.beta, self.plan.width)
+        self.register_buffer("mu_table", torch.zeros(self.num_workers + 1, dtype=torch.float64), persistent=False)
+        self.refresh_smoothing()
+
+    def lam_for(self, num_points: Union[int, torch.Tensor]) -> Union[float, torch.Tensor]:
+        """The smoothing parameter of a fit to ``num_points`` results (an int, or a tensor of counts)."""
+        if self.lam is None:
+            return spacing_lambda(num_points, self.bandwidth_ratio)
+        if isinstance(num_points, torch.Tensor):
+            return torch.full(num_points.shape, self.lam, dtype=torch.float64, device=num_points.device)
+        return self.lam
+
+    def refresh_smoothing(self) -> None:
+        """Recompute ``mu_table`` from :meth:`lam_for` (after a change of the rule's parameters)."""
+        counts = torch.arange(self.num_workers + 1, device=self.mu_table.device)
+        self.mu_table.copy_(counts * self.lam_for(counts))
+
+    def fit_matrix(self, survivors: Survivors) -> torch.Tensor:
+        return self.spline(survivors, self.mu_table.index_select(0, survivors.counts))
+
+    def spline(self, survivors: Survivors, mu: torch.Tensor) -> torch.Tensor:
+        """``(B, K, W)`` compacted matrices of the smoothing splines with ``mu = n lam`` ``(B,)`` through the
+        survivors."""
+        return padded_spline_matrices(survivors.knots, survivors.counts, self.alpha, mu, self.plan)
 
     def fused_matrices(self, mask: torch.Tensor) -> torch.Tensor:
         from torchgcc.functional.fused_decode import spline_decode_matrices  # imports triton
 
-        return spline_decode_matrices(mask, self.beta, self.alpha, self.lam, ratio=BANDWIDTH_RATIO)
+        return spline_decode_matrices(mask, self.beta, self.alpha, self.lam_for(mask.sum(dim=-1)))
 
 
-class GCVSplineDecoder(Decoder):
-    """The smoothing spline with ``lam`` chosen per group by generalized cross-validation over ``grid``.
+class GCVSplineDecoder(SplineDecoder):
+    """The smoothing spline whose bandwidth ratio generalized cross-validation chooses from the results.
 
-    The matrices depend on the data, so only the per-mask candidates (one decode and one hat matrix per grid value,
-    ``(L, K + N, n)`` per mask: mind ``cache_bytes`` at large N) are cached; :meth:`matrices` returns the chosen
-    ``(B, K, N)`` and :meth:`decode_matrix` raises ``TypeError``.
+    ``lam = spacing_lambda(n, r)`` for each group's ``n`` results, with ``r`` among ``ratios`` (0: interpolation)
+    minimising the GCV score (:func:`torchgcc.functional.gcv.gcv_scores`, computed on normalised results, so the
+    choice is invariant to their scale):
+
+    - ``pool=None`` (``lambda_dec="gcv"``): every group its own ``r``, from its own score, every call;
+    - ``pool=P``: one ``r`` per batch, minimising the mean score of ``min(B, P, 1024 // N)`` groups evenly spaced over
+      the batch. A group's results alone (``n`` close to K values) are a noisy basis for the choice; the groups of a
+      batch are coded the same way and share the model, so pooling them is a stabler estimate of the smoothing the
+      model's outputs need;
+    - ``pool=P, calibrate=True`` (``lambda_dec="adaptive"``, the default, ``P = 16``): that pooled choice made once,
+      on the first batch decoded, and then kept (the ``ratio`` buffer, saved in the state dict): every later call is
+      mask-only, as cheap as the ``"spacing"`` rule and capturable (no data-dependent branch). Like BatchNorm's
+      statistics the choice belongs to the model it was made for: call :meth:`recalibrate` when the model changes
+      materially (during training, say once an epoch), or :meth:`calibrate` on chosen results.
+
+    Until calibrated (and always without ``calibrate``) the matrices depend on the results: :meth:`decode_matrix`
+    raises ``TypeError`` and :meth:`matrices` takes the results. ``last_lambda`` ``(B,)`` and ``last_ratio`` hold the
+    last scored call's choice.
     """
 
-    depends_on_results = True
-
-    grid: torch.Tensor
-
-    def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, grid: torch.Tensor = GCV_GRID, **kwargs) -> None:
-        super().__init__(alpha, beta, **kwargs)
-        self.register_buffer("grid", grid.to(torch.float64))
-        #: ``(B,)`` smoothing parameters chosen in the last call.
-        self.last_lambda: torch.Tensor | None = None
-
-    def fit_matrix(self, knots: torch.Tensor) -> torch.Tensor:
-        """``(G, L, K + N, n)``: for every grid value, the spline's rows at alpha and then at every worker point.
-
-        The rows at the surviving workers form the hat matrix that GCV scores.
-        """
-        points = torch.cat([self.alpha, self.beta])
-        return smoothing_spline_matrix(knots.unsqueeze(1), points, self.grid)
-
-    def matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        candidates, inverse = self.unique_matrices(mask)  # (U, L, K + N, N): one mask's candidates at a time
-        k = self.num_inputs
-        clean = flat.to(torch.float64)  # only survivors' rows are read
-        best = torch.empty(len(mask), dtype=torch.long, device=mask.device)
-        for u, candidate in enumerate(candidates):
-            groups = (inverse == u).nonzero().squeeze(1)
-            survivors = mask[groups[0]].nonzero().squeeze(1)
-            hat = candidate[:, k + survivors][:, :, survivors]  # (L, n, n)
-            scores = gcv_scores(hat.unsqueeze(1), clean[groups][:, survivors].unsqueeze(0))  # (L, G)
-            best[groups] = scores.argmin(dim=0)
-        self.last_lambda = self.grid[best]
-        return candidates[inverse, best, :k, :]
-
-
-class FlooredGCVSplineDecoder(Decoder):
-    """GCV per group over a short grid that starts at a floor (``lambda_dec="adaptive"``, the default):
-    ``lam = spacing_lambda(n, floor_ratio) * 10^(j/2)``, ``j = 0 .. 12``, for a fit to ``n`` results.
-
-    The floor keeps the light smoothing that rough networks gain from (the ViT) at a bandwidth ratio small enough to
-    cost little on exact smooth results (0.12 of the spacing, against 0.2 for ``"spacing"``); above it GCV smooths
-    as much as noisy results warrant. The scores come from :func:`torchgcc.functional.spline_gcv_scores` (one
-    Demmler-Reinsch transform per group, then O(n) per candidate, without hat matrices), and only the chosen ``(K,
-    n)`` decode matrix is formed per group; nothing is
-    cached (the choice depends on the data). Chosen by ``benchmarks/lambda_suite.py``.
-    """
-
-    depends_on_results = True
-
-    grid: torch.Tensor
+    ratio: torch.Tensor
 
     def __init__(
-        self, alpha: torch.Tensor, beta: torch.Tensor, *, floor_ratio: float = ADAPTIVE_FLOOR_RATIO, **kwargs
+        self,
+        alpha: torch.Tensor,
+        beta: torch.Tensor,
+        *,
+        pool: Optional[int] = GCV_POOL,
+        calibrate: bool = False,
+        ratios: Sequence[float] = GCV_RATIOS,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(alpha, beta, **kwargs)
-        self.floor_ratio = floor_ratio
-        self.register_buffer("grid", 10.0 ** (torch.arange(13, dtype=torch.float64) / 2))
-        #: ``(B,)`` smoothing parameters chosen in the last call.
-        self.last_lambda: torch.Tensor | None = None
+        if pool is not None and (isinstance(pool, bool) or not isinstance(pool, int) or pool < 1):
+            raise ValueError(f"pool must be a positive number of groups or None (every group its own), got {pool!r}")
+        if calibrate and pool is None:
+            raise ValueError("calibrate=True needs a pooled choice (pool=P): one ratio for every later batch")
+        ratios = torch.as_tensor(ratios, dtype=torch.float64)
+        if ratios.ndim != 1 or not len(ratios) or not (ratios >= 0).all() or not torch.isfinite(ratios).all():
+            raise ValueError(f"ratios must be a non-empty list of finite bandwidth ratios >= 0, got {ratios.tolist()}")
+        super().__init__(alpha, beta, lam=None, **kwargs)
+        self.pool, self.calibrates = pool, calibrate
+        self.register_buffer("ratios", ratios)
+        self.register_buffer("ratio", torch.tensor(float("nan"), dtype=torch.float64))
+        self.calibrated = False
+        self.last_lambda: Optional[torch.Tensor] = None
+        self.last_ratio: Optional[torch.Tensor] = None
+        self.register_load_state_dict_post_hook(_after_loading_ratio)
+
+    @property
+    def depends_on_results(self) -> bool:  # type: ignore[override]
+        return not self.calibrated
+
+    def lam_for(self, num_points: Union[int, torch.Tensor]) -> Union[float, torch.Tensor]:
+        """The calibrated smoothing of a fit to ``num_points`` results (NaN before calibration)."""
+        return spacing_lambda(num_points, self.ratio)
+
+    def refresh_smoothing(self) -> None:
+        if "ratio" in self._buffers:  # not yet while the base class initialises
+            super().refresh_smoothing()
+
+    def calibrate(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Choose the ratio from results ``y`` ``(B, N, *out)`` under ``mask`` (pooled GCV) and keep it for every later
+        call; returns it (a float64 0-d tensor)."""
+        if not self.calibrates:
+            raise TypeError("this decoder scores every call (calibrate=False); build it with calibrate=True")
+        flat = y.reshape(y.shape[0], self.num_workers, -1)
+        self._score(flat, mask, self.survivors(mask))
+        self.ratio.copy_(self.last_ratio)
+        self.refresh_smoothing()
+        self.calibrated = True
+        return self.ratio.clone()
+
+    def recalibrate(self) -> None:
+        """Forget the calibrated ratio: the next call chooses again."""
+        self.ratio.fill_(float("nan"))
+        self.calibrated = False
 
     def matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        out = torch.zeros(len(mask), self.num_inputs, self.num_workers, dtype=torch.float64, device=flat.device)
-        self.last_lambda = torch.empty(len(mask), dtype=torch.float64, device=flat.device)
-        counts = mask.count_nonzero(dim=1)
-        for count in counts.unique().tolist():
-            rows = (counts == count).nonzero().squeeze(1)
-            survivors = mask[rows].nonzero()[:, 1].view(len(rows), count)
-            knots = self.beta[survivors]  # (G, n)
-            candidates = spacing_lambda(count, self.floor_ratio) * self.grid
-            if count >= 4:
-                y = flat[rows.unsqueeze(1), survivors].to(torch.float64)
-                lam = candidates[spline_gcv_scores(knots, y, candidates).argmin(dim=1)]  # (G,)
-            else:  # too few results to score: the floor
-                lam = candidates[:1].expand(len(rows))
-            fitted = smoothing_spline_matrix(knots, self.alpha, lam)  # (G, K, n)
-            out[rows] = out[rows].scatter(-1, survivors.unsqueeze(1).expand_as(fitted), fitted)
-            self.last_lambda[rows] = lam
-        return out
+        if self.calibrated:
+            return super().matrices(flat, mask)
+        if self.calibrates:
+            self.calibrate(flat, mask)
+            return super().matrices(flat, mask)
+        survivors = self.survivors(mask)
+        self._score(flat, mask, survivors)
+        mu = survivors.counts * self.last_lambda
+        if self.uses_fused_kernel(mask.device):
+            from torchgcc.functional.fused_decode import spline_decode_matrices  # imports triton
+
+            return self.unusable_to_nan(
+                spline_decode_matrices(mask, self.beta, self.alpha, self.last_lambda), survivors.counts
+            )
+        return self.scatter(self.spline(survivors, mu), survivors)
+
+    def _score(self, flat: torch.Tensor, mask: torch.Tensor, survivors: Survivors) -> None:
+        """Set ``last_ratio`` and ``last_lambda`` from the GCV scores of the results."""
+        if self.pool is None:
+            scored, picked = survivors, flat
+        else:  # groups evenly spaced over the batch (a function of the sizes only)
+            pooled = min(len(mask), self.pool, max(1, GCV_POOL_RESULTS // self.num_workers))
+            index = torch.linspace(0, len(mask) - 1, pooled, device=mask.device).round().long()
+            scored, picked = Survivors(*(field[index] for field in survivors)), flat[index]
+        width = min(self.num_workers, scored.order.shape[-1])
+        compacted = picked.gather(
+            1, scored.order[:, :width].clamp(max=self.num_workers - 1).unsqueeze(-1).expand(-1, -1, picked.shape[-1])
+        )
+        candidates = spacing_lambda(scored.counts.unsqueeze(-1), self.ratios)  # (G, L)
+        scores = gcv_scores(scored.knots[:, :width], scored.counts, compacted, scored.counts.unsqueeze(-1) * candidates)
+        informative = (scored.counts >= max(4, self.min_arrived)).unsqueeze(-1)  # fewer knots: scores carry nothing
+        scores = torch.where(informative & torch.isfinite(scores), scores, 0.0)
+        best = scores.argmin(dim=-1) if self.pool is None else scores.mean(dim=0).argmin()
+        self.last_ratio = self.ratios[best]
+        self.last_lambda = spacing_lambda(survivors.counts, self.last_ratio)
+
+    def extra_repr(self) -> str:
+        return f"pool={self.pool}, calibrate={self.calibrates}, ratios={len(self.ratios)}"
+
+
+def _after_loading_ratio(module: GCVSplineDecoder, incompatible_keys) -> None:
+    """A loaded finite ratio is a calibration: keep it (one read, at load time)."""
+    module.calibrated = module.calibrates and bool(torch.isfinite(module.ratio))
+    module.refresh_smoothing()
 
 
 class GCC(Code):
@@ -169,15 +245,19 @@ class GCC(Code):
     Encoder: the smoothing spline through ``(alpha_k, x_k)`` with ``lambda_enc``, evaluated at ``beta``.
     Decoder: the smoothing spline through the surviving ``(beta_n, y_n)`` with ``lambda_dec``, evaluated at ``alpha``.
     Both minimise ``(1/n) sum_i ||y_i - u(t_i)||^2 + lambda int_{-1}^{1} ||u''||^2`` (n = points fitted).
-    ``lambda_enc = lambda_dec = 0`` is natural-spline GCC; ``lambda_dec="gcv"`` picks the decoder's lambda per
-    group by generalized cross-validation. Needs at least two arrived results.
+    Needs at least two arrived results.
 
-    Defaults: ``lambda_enc = 0``, so the encoder passes exactly through the inputs and ``f(u_e(alpha_k)) = f(x_k)``
-    (encoder smoothing adds a bias that does not shrink with N); ``lambda_dec = "adaptive"``
-    (:class:`FlooredGCVSplineDecoder`): GCV per group over a short grid that starts at a light floor, chosen over
-    ``"spacing"`` (:func:`spacing_lambda`), ``"gcv"`` and interpolation by ``benchmarks/lambda_suite.py`` (within 10%
-    of the best of those three at every workload and S measured there).
-    ``options`` are those of :class:`Code` (points, non-finite policy, cache size).
+    ``lambda_dec``: a number, or a rule of :data:`LAMBDA_RULES`:
+
+    - ``"adaptive"`` (default): generalized cross-validation pooled over up to :data:`GCV_POOL` groups of the first
+      batch decoded chooses one bandwidth ratio among :data:`GCV_RATIOS`, interpolation included, kept for every
+      later batch (:class:`GCVSplineDecoder` with ``calibrate=True``; ``code.decoder.recalibrate()`` chooses again);
+    - ``"gcv"``: the same criterion per group, every call;
+    - ``"spacing"``: :func:`spacing_lambda` at :data:`BANDWIDTH_RATIO`, a fixed rule of the mask only.
+
+    ``lambda_enc = lambda_dec = 0`` is natural-spline GCC (the registered code ``"natural"``). ``lambda_enc``
+    defaults to 0, so the encoder passes exactly through the inputs and ``f(u_e(alpha_k)) = f(x_k)`` (encoder
+    smoothing adds a bias that does not shrink with N). ``options`` are those of :class:`Code`.
     """
 
     def __init__(
@@ -197,16 +277,15 @@ class GCC(Code):
         self.lambda_dec = lambda_dec if lambda_dec in LAMBDA_RULES else float(lambda_dec)
         alpha, beta = self._points
         if num_inputs >= 2:
-            self.encoder = Encoder(
-                smoothing_spline_matrix(alpha, beta, self.lambda_enc), check=self._decoder_options["check"]
-            )
+            self.encoder = Encoder(smoothing_spline_matrix(alpha, beta, self.lambda_enc))
         else:  # one input: the spline through one point is the constant
-            self.encoder = Encoder(
-                torch.ones(num_workers, 1, dtype=torch.float64), check=self._decoder_options["check"]
+            self.encoder = Encoder(torch.ones(num_workers, 1, dtype=torch.float64))
+        if self.lambda_dec == "adaptive":
+            self.decoder = GCVSplineDecoder(
+                alpha, beta, pool=GCV_POOL, calibrate=True, min_arrived=2, **self._decoder_options
             )
-        if self.lambda_dec in ("gcv", "adaptive"):
-            rule = GCVSplineDecoder if self.lambda_dec == "gcv" else FlooredGCVSplineDecoder
-            self.decoder = rule(alpha, beta, min_arrived=2, **self._decoder_options)
+        elif self.lambda_dec == "gcv":
+            self.decoder = GCVSplineDecoder(alpha, beta, pool=None, min_arrived=2, **self._decoder_options)
         else:
             lam = None if self.lambda_dec == "spacing" else self.lambda_dec
             self.decoder = SplineDecoder(alpha, beta, lam=lam, min_arrived=2, **self._decoder_options)

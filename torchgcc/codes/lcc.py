@@ -8,7 +8,8 @@ import torch
 
 from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
-from torchgcc.functional import lagrange_matrix
+from torchgcc.functional.lagrange import lagrange_matrix, padded_lagrange_matrices
+from torchgcc.functional.survivors import Survivors
 
 __all__ = ["LCC", "LagrangeDecoder", "BELOW_THRESHOLD_POLICIES"]
 
@@ -27,8 +28,8 @@ class LagrangeDecoder(Decoder):
         super().__init__(alpha, beta, **kwargs)
         self.fit_degree = fit_degree
 
-    def fit_matrix(self, knots: torch.Tensor) -> torch.Tensor:
-        return lagrange_matrix(knots, self.alpha, degree=min(self.fit_degree, knots.shape[-1] - 1))
+    def fit_matrix(self, survivors: Survivors) -> torch.Tensor:
+        return padded_lagrange_matrices(survivors.knots, survivors.counts, survivors.valid, self.alpha, self.fit_degree)
 
 
 class LCC(Code):
@@ -62,7 +63,7 @@ class LCC(Code):
                 f"got N={num_workers}"
             )
         alpha, beta = self._points
-        self.encoder = Encoder(lagrange_matrix(alpha, beta), check=self._decoder_options["check"])
+        self.encoder = Encoder(lagrange_matrix(alpha, beta))
         self.decoder = LagrangeDecoder(
             alpha,
             beta,

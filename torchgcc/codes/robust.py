@@ -39,7 +39,7 @@ from typing import Any, Optional, Union
 import torch
 
 from torchgcc.codes.gcc import GCC, SplineDecoder, _check_lambda
-from torchgcc.codes.maps import Decoder
+from torchgcc.codes.maps import Decoder, check_mask, check_tensor
 from torchgcc.functional.weighted_spline import huber_weights, weighted_smoothing_spline
 
 __all__ = [
@@ -66,7 +66,8 @@ def adversarial_lambda(
 
     ``num_points`` may be an int or a tensor of survivor counts (the result is then a tensor).
     """
-    return c * (num_adversaries / num_points) ** 1.6
+    points = num_points.clamp(min=1) if isinstance(num_points, torch.Tensor) else max(num_points, 1)
+    return c * (num_adversaries / points) ** 1.6
 
 
 def min_arrived_for(decoder: str, q: int) -> int:
@@ -79,17 +80,12 @@ def min_arrived_for(decoder: str, q: int) -> int:
 
 
 class AdversarialSplineDecoder(SplineDecoder):
-    """The seed's decoder: the smoothing spline with :func:`adversarial_lambda` for the number of results fitted.
-
-    No fused kernel (the kernel implements the spacing rule and fixed lambdas, not this rule).
-    """
-
-    has_fused_kernel = False
+    """The seed's decoder: the smoothing spline with :func:`adversarial_lambda` for the number of results fitted."""
 
     def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, q: int, c: float = ADVERSARIAL_C, **kwargs) -> None:
         kwargs.setdefault("min_arrived", 2)
+        self.q, self.c = q, c  # before the base class builds mu_table from lam_for
         super().__init__(alpha, beta, lam=None, **kwargs)
-        self.q, self.c = q, c
 
     def lam_for(self, num_points: Union[int, torch.Tensor]) -> Union[float, torch.Tensor]:
         return adversarial_lambda(self.q, num_points, self.c)
@@ -150,7 +146,10 @@ class RobustSplineDecoder(Decoder):
         self.last_flagged: Optional[torch.Tensor] = None
 
     def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        mask = self._check(y, mask)
+        y = check_tensor(y, "decoder results y", f"(B, N={self.num_workers}, *out)")
+        if y.ndim < 2 or y.shape[1] != self.num_workers:
+            raise ValueError(f"decoder expects results of shape (B, N={self.num_workers}, *out), got {tuple(y.shape)}")
+        mask = check_mask(mask, tuple(y.shape[:2])).to(y.device)
         flat = y.reshape(y.shape[0], self.num_workers, -1)
         if self.nonfinite == "straggle":
             mask = mask & torch.isfinite(flat).all(dim=-1)

@@ -1,7 +1,8 @@
 """Coded computing across processes launched by torchrun.
 
 Rank 0 is the :class:`Coordinator` (encode, post, collect, decode); ranks 1..P-1 run :func:`serve` and host the N
-coded workers. Payloads travel on the data plane (:mod:`torchgcc.distributed.dataplane`: a two-member gloo group
+coded workers. :class:`RayCoordinator` is the same coordinator on Ray actors (:class:`RayWorkers`, the ``ray``
+extra). Payloads travel on the data plane (:mod:`torchgcc.distributed.dataplane`: a two-member gloo group
 per worker rank) or, as a fallback, through the rendezvous store; the store is always the control plane (rounds,
 heartbeats, shutdown). See docs/distributed.md.
 """
@@ -11,6 +12,8 @@ from torchgcc.distributed.coordinator import Coordinator, StepResult, TooFewWork
 from torchgcc.distributed.dataplane import DataPlane, Message, PairBrokenError, PairChannel, open_peer_pair
 from torchgcc.distributed.faults import FaultPlan
 from torchgcc.distributed.layout import LAYOUTS, layout_workers
+from torchgcc.distributed.ray_coordinator import RayCoordinator
+from torchgcc.distributed.ray_workers import RayWorkers, local_ray
 from torchgcc.distributed.schemes import (
     BASELINE_SCHEMES,
     CodedScheme,
@@ -33,6 +36,8 @@ __all__ = [
     "Message",
     "PairBrokenError",
     "PairChannel",
+    "RayCoordinator",
+    "RayWorkers",
     "ReplicationScheme",
     "BASELINE_SCHEMES",
     "LAYOUTS",
@@ -46,5 +51,6 @@ __all__ = [
     "make_execution_scheme",
     "open_peer_pair",
     "layout_workers",
+    "local_ray",
     "serve",
 ]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Injected", "Measured", "Simulated", "StepPlan"]
+__all__ = ["Injected", "Measured", "Simulated", "StepPlan", "usable_mask", "wait_is_over"]
 
 
 @dataclass(frozen=True)
@@ -76,3 +76,52 @@ class Measured:
 
     def plan(self, num_groups: int, num_workers: int) -> StepPlan:
         return StepPlan(delays=None, required=None, quorum=num_workers - self.num_stragglers)
+
+
+def usable_mask(
+    plan: StepPlan, arrived_workers, *, num_workers: int, num_groups: int, min_arrived: int
+) -> torch.Tensor:
+    """``(B, N)`` results the decoder may use: every arrived one, or (simulated mode) the drawn mask's arrived
+    ones, topped up with every arrived result in groups left with fewer than ``min_arrived``."""
+    arrived = torch.zeros(num_workers, dtype=torch.bool)
+    arrived[list(arrived_workers)] = True
+    if plan.required is None:
+        return arrived.expand(num_groups, -1).clone()
+    mask = plan.required & arrived
+    short = mask.sum(1) < min_arrived
+    mask[short] = arrived  # the drawn survivors of these groups did not arrive: use whatever did
+    return mask
+
+
+def wait_is_over(
+    scheme,
+    plan: StepPlan,
+    arrived: set[int],
+    pending: set[int],
+    *,
+    num_workers: int,
+    num_groups: int,
+    live: int,
+    past_deadline: bool,
+) -> bool:
+    """Whether a step of ``scheme`` may decode now, given the workers whose results ``arrived`` and those still
+    ``pending`` (live workers not heard from), ``live`` workers in all.
+
+    The results must be decodable, and then the scheme's wait must be over (codes: the plan's rule, i.e. its
+    ``required`` workers, or ``N - S`` results with the scheme's own S, or the plan's quorum; at most ``live``),
+    or the deadline passed, or nothing more can arrive.
+    """
+    if not arrived:
+        return False
+    if plan.required is None:
+        stragglers = getattr(scheme, "num_stragglers", None)
+        quorum = plan.quorum if stragglers is None else num_workers - stragglers
+        rule_met = len(arrived) >= min(quorum, live)
+    else:
+        required = set(plan.required.any(0).nonzero().flatten().tolist())
+        rule_met = not (required & pending)
+    usable = usable_mask(plan, arrived, num_workers=num_workers, num_groups=num_groups, min_arrived=scheme.min_arrived)
+    if not scheme.decodable(usable):
+        return False
+    raw = usable_mask(plan, arrived, num_workers=num_workers, num_groups=num_groups, min_arrived=0)
+    return scheme.wait_over(raw, rule_met) or past_deadline or not pending

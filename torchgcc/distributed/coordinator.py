@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from torchgcc.distributed.arrival import StepPlan
+from torchgcc.distributed.arrival import StepPlan, usable_mask, wait_is_over
 from torchgcc.distributed.faults import FaultPlan
 from torchgcc.distributed.heartbeat import LivenessMonitor
 from torchgcc.distributed.layout import layout_workers
@@ -157,7 +157,9 @@ class Coordinator:
             round_, step, scheme, plan, num_groups, start=start, deadline=deadline
         )
 
-        mask = self._mask(plan, results.keys(), num_groups, scheme.min_arrived)
+        mask = usable_mask(
+            plan, results, num_workers=self.num_workers, num_groups=num_groups, min_arrived=scheme.min_arrived
+        )
         if isinstance(scheme, ReplicationScheme):
             mask = scheme.used_mask(mask)
         first = next(iter(results.values()))
@@ -202,17 +204,6 @@ class Coordinator:
                 self.link.post(rank, Work(round_, step, workers, [payloads[w] for w in workers], rank_delays))
         return delays
 
-    def _mask(self, plan: StepPlan, arrived_workers, num_groups: int, min_arrived: int) -> torch.Tensor:
-        """``(B, N)`` usable results: all arrived, or the simulated mask's arrived (topped up where too few)."""
-        arrived = torch.zeros(self.num_workers, dtype=torch.bool)
-        arrived[list(arrived_workers)] = True
-        if plan.required is None:
-            return arrived.expand(num_groups, -1).clone()
-        mask = plan.required & arrived
-        short = mask.sum(1) < min_arrived
-        mask[short] = arrived  # the drawn survivors of these groups did not arrive: use whatever did
-        return mask
-
     def _collect(
         self, round_: int, step: int, scheme: Scheme, plan: StepPlan, num_groups: int, *, start: float, deadline: float
     ) -> tuple[dict[int, torch.Tensor], dict[int, float], dict[int, float]]:
@@ -222,7 +213,6 @@ class Coordinator:
         compute: dict[int, float] = {}
         arrival: dict[int, float] = {}
         pending = {w for w in range(self.num_workers) if self.rank_of[w] not in self.monitor.lost}
-        required = None if plan.required is None else set(plan.required.any(0).nonzero().flatten().tolist())
         while True:
             arrived, broken = self.link.collect(round_, pending)
             for result in arrived:
@@ -236,20 +226,16 @@ class Coordinator:
                     f"step {step}: only {live} of {self.num_workers} workers remain (lost: {self.lost_workers}); "
                     f"{scheme.name} needs at least {scheme.min_arrived}"
                 )
-            if required is None:
-                stragglers = getattr(scheme, "num_stragglers", None)
-                quorum = plan.quorum if stragglers is None else self.num_workers - stragglers
-                rule_met = len(results) >= min(quorum, live)
-            else:
-                rule_met = not (required & pending)
             now = time.monotonic()
-            decodable = bool(results) and scheme.decodable(
-                self._mask(plan, results.keys(), num_groups, scheme.min_arrived)
-            )
-            if decodable and (
-                scheme.wait_over(self._mask(plan, results.keys(), num_groups, 0), rule_met)
-                or now >= deadline
-                or not pending
+            if wait_is_over(
+                scheme,
+                plan,
+                set(results),
+                pending,
+                num_workers=self.num_workers,
+                num_groups=num_groups,
+                live=live,
+                past_deadline=now >= deadline,
             ):
                 break
             if now - start > self.step_timeout_s or not pending:

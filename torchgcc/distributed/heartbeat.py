@@ -18,7 +18,10 @@ import torch.distributed as dist
 
 from torchgcc.distributed.transport import Channel
 
-__all__ = ["Heartbeat", "LivenessMonitor", "peak_rss_mb"]
+__all__ = ["EXIT_COORDINATOR_LOST", "Heartbeat", "LivenessMonitor", "peak_rss_mb"]
+
+#: exit status of a worker rank whose coordinator vanished (it never asked the rank to shut down).
+EXIT_COORDINATOR_LOST = 1
 
 
 def peak_rss_mb() -> float:
@@ -29,7 +32,8 @@ def peak_rss_mb() -> float:
 
 
 class Heartbeat(threading.Thread):
-    """Worker-side daemon thread: beat every ``interval_s``; exit the process after shutdown + ``grace_s``."""
+    """Worker-side daemon thread: beat every ``interval_s``; exit the process ``grace_s`` after shutdown (status
+    0), or after the store vanished (status :data:`EXIT_COORDINATOR_LOST`)."""
 
     def __init__(self, channel: Channel, *, interval_s: float = 0.1, grace_s: float = 1.0) -> None:
         super().__init__(name=f"torchgcc-heartbeat-{channel.rank}", daemon=True)
@@ -39,19 +43,22 @@ class Heartbeat(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
+        status = 0
         try:
             while not self.channel.shutdown_requested():
                 self.channel.beat()
                 time.sleep(self.interval_s)
             self.channel.store.set(f"rss/{self.channel.rank}", f"{peak_rss_mb():.1f}")
             self.channel.count("exited", 1)
-        except dist.DistError as error:  # the store is gone: the coordinator ended
-            print(f"[torchgcc] rank {self.channel.rank}: store unreachable ({error}); exiting", file=sys.stderr)
+        except dist.DistError:  # the store is gone: the coordinator ended without a shutdown
+            status = EXIT_COORDINATOR_LOST
         self.stopped.set()
         time.sleep(self.grace_s)  # a main thread that is not hung returns meanwhile and the process ends
+        if status:
+            print(f"[torchgcc] rank {self.channel.rank}: the coordinator is gone (store unreachable)", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(status)
 
 
 class LivenessMonitor:

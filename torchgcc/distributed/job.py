@@ -9,6 +9,7 @@ a summary record); ranks 1..P-1 serve the coded workers until shutdown. The comm
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import signal
@@ -32,6 +33,7 @@ from torchgcc.metrics import argmax_agreement, mean_ci, mse
 from torchgcc.stragglers import BernoulliStragglers, FixedStragglers, LatencyStragglers
 
 __all__ = [
+    "EXIT_INTERRUPTED",
     "EXIT_TERMINATED",
     "EXIT_TOO_FEW_WORKERS",
     "EXIT_TRANSPORT",
@@ -50,6 +52,8 @@ EXIT_TRANSPORT = 4
 EXIT_USAGE = 2
 #: exit status when the launcher terminated the coordinator (torchrun does so when another rank exits non-zero).
 EXIT_TERMINATED = 143
+#: exit status when the coordinator was interrupted (SIGINT, Ctrl-C).
+EXIT_INTERRUPTED = 130
 
 Record = dict[str, Any]
 
@@ -57,6 +61,11 @@ Record = dict[str, Any]
 @dataclass
 class JobSettings:
     """Everything a rank needs to take part in the job; every rank must be given the same settings.
+
+    Engine: ``"torchrun"`` (ranks launched by torchrun or the local launcher: rank 0 coordinates, the others host
+    the workers) or ``"ray"`` (one process: the coordinator, with the N workers as Ray actors on a local Ray
+    instance, each restarted up to ``max_restarts`` times after a crash; ``layout``, ``transport`` and the rank
+    faults do not apply).
 
     Code: ``schemes`` (names run on the same batches and delays: ``"uncoded"``, ``"replication"`` or registered
     code names, optionally ``"gcc:S=4"`` or ``"gcc:adaptive"``), ``code_params`` (keyword arguments of
@@ -82,6 +91,8 @@ class JobSettings:
     ``slow_workers`` delayed by ``slow_delay`` seconds at every step.
     """
 
+    engine: str = "torchrun"
+    max_restarts: int = 0
     schemes: tuple[str, ...] = ("gcc",)
     code_params: dict[str, Any] = field(default_factory=dict)
     num_workers: int = 8
@@ -143,6 +154,7 @@ class JobSettings:
         if not self.schemes:
             raise ValueError("schemes (--scheme) names no scheme")
         choices = {
+            "engine": ("torchrun", "ray"),
             "mode": ("simulated", "injected", "measured"),
             "straggler_model": ("fixed", "bernoulli", "latency"),
             "device": ("cpu", "cuda"),
@@ -150,6 +162,8 @@ class JobSettings:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.engine == "ray" and (self.kill_rank is not None or self.hang_rank is not None):
+            raise ValueError("--kill-rank/--hang-rank are faults of torchrun ranks; with --engine ray kill an actor")
         if not 0 <= self.straggle_prob < 1:
             raise ValueError(f"straggle_prob must be in [0, 1), got {self.straggle_prob!r}")
         for name in ("step_timeout", "heartbeat_timeout"):
@@ -173,11 +187,23 @@ class JobOutcome:
 
 
 class Terminated(RuntimeError):
-    """The coordinator received SIGTERM."""
+    """The coordinator received SIGTERM or SIGINT; ``status`` is the exit status it ends with (143 or 130)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated("terminated by the launcher (SIGTERM); torchrun does this when another rank exits non-zero")
+    """Stop the coordinator's loop once: later signals (torchrun sends SIGTERM after a Ctrl-C) are ignored, so
+    the error and summary records are still written."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if signum == signal.SIGINT:
+        raise Terminated("interrupted (SIGINT, Ctrl-C)", EXIT_INTERRUPTED)
+    raise Terminated(
+        "terminated by the launcher (SIGTERM); torchrun does this when another rank exits non-zero", EXIT_TERMINATED
+    )
 
 
 def fault_plan(settings: JobSettings) -> FaultPlan:
@@ -308,8 +334,12 @@ def run_job(
     )
     schemes = build_schemes(settings)
     mode = arrival_mode(settings, min_arrived=max(scheme.min_arrived for scheme in schemes))
+    if settings.engine == "ray":
+        return _run_on_ray(settings, task, schemes, mode, faults, emit, on_step)
     channel = connect()
     if channel.rank != 0:
+        # Ctrl-C reaches every rank of a torchrun job: the coordinator stops the workers (or torchrun ends them)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         device = "cpu"
         if settings.device == "cuda":
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"
@@ -324,47 +354,71 @@ def run_job(
         return None
 
     signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGINT, _raise_terminated)
     try:
-        return _coordinate(settings, channel, task, schemes, mode, faults, emit, on_step)
+        coordinator = Coordinator(
+            channel,
+            num_workers=settings.num_workers,
+            layout=settings.layout,
+            transport=settings.transport,
+            chunk_bytes=settings.chunk_bytes,
+            faults=faults,
+            heartbeat_timeout_s=settings.heartbeat_timeout,
+            step_timeout_s=settings.step_timeout,
+        )
+        start = {
+            "event": "start",
+            "engine": "torchrun",
+            "world_size": channel.world_size,
+            "layout": coordinator.assignment,
+            "transport": settings.transport,
+        }
+        return _coordinate(
+            settings, coordinator, start, task, schemes, mode, emit, on_step, lambda: _max_rss_mb(channel)
+        )
     finally:
         channel.request_shutdown()  # idempotent; also frees the workers when the coordinator fails early
 
 
+def _run_on_ray(settings, task, schemes, mode, faults, emit, on_step) -> JobOutcome:
+    """The coordinator's loop with the N workers as Ray actors (:class:`RayCoordinator`), in this process."""
+    from torchgcc.distributed.ray_coordinator import RayCoordinator
+    from torchgcc.distributed.ray_workers import RayWorkers, local_ray
+
+    previous = {signum: signal.signal(signum, _raise_terminated) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with local_ray(), RayWorkers(task.model, settings.num_workers, max_restarts=settings.max_restarts) as workers:
+            coordinator = RayCoordinator(workers, faults=faults, step_timeout_s=settings.step_timeout)
+            start = {"event": "start", "engine": "ray", "num_workers": settings.num_workers, "pids": workers.pids}
+            return _coordinate(
+                settings, coordinator, start, task, schemes, mode, emit, on_step, lambda: {0: peak_rss_mb()}
+            )
+    finally:  # this process goes on (a test, a notebook): give it its signal handlers back
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def _coordinate(
     settings: JobSettings,
-    channel: Channel,
+    coordinator,
+    start: Record,
     task: Task,
     schemes: list,
     mode: Simulated | Injected | Measured,
-    faults: FaultPlan,
     emit: Callable[[Record], None],
     on_step: Callable[[int], None],
+    max_rss_mb: Callable[[], dict],
 ) -> JobOutcome:
-    """Rank 0's loop: every step, every scheme, one record; then the summary."""
+    """The coordinator's loop (a :class:`Coordinator` or a :class:`RayCoordinator`, closed at the end): every
+    step, every scheme, one record; then the summary."""
     num_groups = math.ceil(settings.batch_size / settings.num_inputs)
     deadline = settings.deadline if settings.deadline > 0 else None
     records: list[Record] = []
     saved: list[dict] = []
     status = 0
     started = time.monotonic()
-    with Coordinator(
-        channel,
-        num_workers=settings.num_workers,
-        layout=settings.layout,
-        transport=settings.transport,
-        chunk_bytes=settings.chunk_bytes,
-        faults=faults,
-        heartbeat_timeout_s=settings.heartbeat_timeout,
-        step_timeout_s=settings.step_timeout,
-    ) as coordinator:
-        emit(
-            {
-                "event": "start",
-                "world_size": channel.world_size,
-                "layout": coordinator.assignment,
-                "transport": settings.transport,
-            }
-        )
+    with coordinator:
+        emit(start)
         try:
             for step in range(settings.steps):
                 x = task.batch(step)
@@ -380,18 +434,21 @@ def _coordinate(
                 on_step(step)
         except (TooFewWorkersError, Terminated, dist.DistError) as error:
             emit({"event": "error", "error": f"{type(error).__name__}: {error}"})
-            status = {TooFewWorkersError: EXIT_TOO_FEW_WORKERS, Terminated: EXIT_TERMINATED}.get(
-                type(error), EXIT_TRANSPORT
-            )
+            status = EXIT_TOO_FEW_WORKERS if isinstance(error, TooFewWorkersError) else EXIT_TRANSPORT
+            status = error.status if isinstance(error, Terminated) else status
     lost = coordinator.lost_workers  # after close(), which also catches ranks that died near the end
+    per_step = collections.Counter(r["step"] for r in records)
+    completed = sum(count == len(schemes) for count in per_step.values())  # steps every scheme finished
     policies = {s.name: s.policy for s in schemes if getattr(s, "policy", None) is not None}
     summary = {
         "event": "summary",
         "status": status,
-        "steps": settings.steps,
+        "steps": completed,
+        "steps_requested": settings.steps,
         "wall_s": time.monotonic() - started,
         "lost_workers": lost,
-        "max_rss_mb": _max_rss_mb(channel),
+        "worker_events": getattr(coordinator, "events", []),  # the Ray engine's losses and re-admissions
+        "max_rss_mb": max_rss_mb(),
         "schemes": summarize(records),
         "wait_policies": {
             name: {

@@ -60,6 +60,11 @@ class CodedScheme:
     def num_groups(self, num_samples: int) -> int:
         return math.ceil(num_samples / self.num_inputs)
 
+    def padding_workers(self, num_samples: int) -> set[int]:
+        """Workers whose results no output of the first ``num_samples`` needs: none (every coded input mixes
+        every input of its group)."""
+        return set()
+
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """``(M, *in) -> (N, B, *in)``, B = ceil(M / K)."""
         with torch.no_grad():
@@ -87,6 +92,11 @@ class UncodedScheme:
 
     def num_groups(self, num_samples: int) -> int:
         return 1
+
+    def padding_workers(self, num_samples: int) -> set[int]:
+        """The workers whose shares are padding only (``M < N``: worker j's share starts at ``j * ceil(M / N)``)."""
+        share = math.ceil(num_samples / self.num_workers)
+        return {j for j in range(self.num_workers) if j * share >= num_samples}
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """``(M, *in) -> (N, ceil(M / N), *in)``."""
@@ -132,6 +142,10 @@ class ReplicationScheme:
         """``(M, *in) -> (N, B, *in)``: worker n gets input ``n // r`` of every group."""
         groups = group_samples(x, self.num_inputs)  # (B, K, *in)
         return groups.repeat_interleave(self.copies, dim=1).movedim(1, 0)
+
+    def padding_workers(self, num_samples: int) -> set[int]:
+        """The copies of inputs that are padding in every group (``M < K``: input ``n // r`` of worker n)."""
+        return {n for n in range(self.num_workers) if n // self.copies >= num_samples}
 
     def covered(self, mask: torch.Tensor) -> torch.Tensor:
         """``(B, N)`` arrivals -> ``(B, K)``: which inputs have at least one copy."""

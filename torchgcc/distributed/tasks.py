@@ -62,8 +62,11 @@ def timm_task(
     except ImportError as error:  # pragma: no cover - timm is in the experiments extra
         raise ValueError(f"--task {name!r} needs timm (pip install 'torchgcc[experiments]')") from error
     if not timm.is_model(name):
-        close = timm.list_models(f"*{name}*")[:5]
-        raise ValueError(f"unknown task {name!r}: neither 'mlp' nor a timm model name (similar: {close})")
+        import difflib
+
+        close = difflib.get_close_matches(name, timm.list_models(), n=5, cutoff=0.6)
+        hint = f"did you mean {', '.join(close)}?" if close else "see timm.list_models()"
+        raise ValueError(f"unknown task {name!r}: neither 'mlp' nor a timm model name; {hint}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = timm.create_model(name, pretrained=False, num_classes=num_classes)

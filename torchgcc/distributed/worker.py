@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 
 import torch
@@ -14,7 +13,11 @@ from torchgcc.distributed.heartbeat import Heartbeat
 from torchgcc.distributed.links import Result, worker_link
 from torchgcc.distributed.transport import STORE_CHUNK_BYTES, Channel
 
-__all__ = ["serve"]
+__all__ = ["CoordinatorLost", "serve"]
+
+
+class CoordinatorLost(RuntimeError):
+    """A worker rank's coordinator went away without asking it to shut down (killed, or crashed)."""
 
 
 class _Poller:
@@ -41,6 +44,9 @@ def serve(
     chunk_bytes: int = STORE_CHUNK_BYTES,
 ) -> None:
     """Serve coded workers on this rank until the coordinator asks for shutdown.
+
+    Raises :class:`CoordinatorLost` when the coordinator vanished instead (its store or its pair is gone), so that
+    the rank exits non-zero.
 
     Each round the coordinator sends a :class:`~torchgcc.distributed.links.Work` (``inputs`` ``(W, b, *in)`` and
     ``delays`` ``(W,)`` or None) for the W coded workers this rank hosts. The rank runs ``model`` once on the
@@ -83,6 +89,13 @@ def serve(
                         break  # the round is over: its remaining results would only be discarded
                 link.send(Result(work.round, work.workers[i], outputs[i], compute_s))
     except dist.DistError as error:  # the store went away: the coordinator is gone
-        print(f"[torchgcc] rank {channel.rank}: stopping ({type(error).__name__}: {error})", file=sys.stderr)
-        return
+        raise CoordinatorLost(
+            f"rank {channel.rank}: the coordinator is gone (store: {type(error).__name__})"
+        ) from error
+    try:
+        asked = channel.shutdown_requested()
+    except dist.DistError:
+        asked = False
+    if not asked:  # the pair broke for good and nobody asked this rank to stop
+        raise CoordinatorLost(f"rank {channel.rank}: the coordinator is gone (its data-plane pair broke)")
     heartbeat.stopped.wait(timeout=heartbeat.grace_s)

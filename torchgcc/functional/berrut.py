@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["berrut_matrix"]
+__all__ = ["berrut_matrix", "padded_berrut_matrices"]
 
 
 def berrut_matrix(nodes: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
@@ -27,14 +27,20 @@ def berrut_matrix(nodes: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
     """
     nodes = nodes.to(torch.float64)
     points = points.to(torch.float64)
-    n = nodes.shape[-1]
-    if n < 1:
+    if nodes.shape[-1] < 1:
         raise ValueError("Berrut interpolation needs at least one node")
     if not (nodes.diff(dim=-1) > 0).all():
         raise ValueError("nodes must be strictly increasing (distinct and sorted)")
-    diff = points.unsqueeze(-1) - nodes.unsqueeze(-2)
-    hit = diff == 0
-    signs = 1.0 - 2.0 * (torch.arange(n, device=nodes.device) % 2).to(torch.float64)
-    weights = torch.where(hit, 0.0, signs / torch.where(hit, 1.0, diff))
+    return padded_berrut_matrices(nodes, torch.ones_like(nodes, dtype=torch.bool), points)
+
+
+def padded_berrut_matrices(knots: torch.Tensor, valid: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
+    """Berrut matrices ``(..., P, W)`` of node sets given as the ``valid`` entries of ``knots`` ``(..., W)`` (each
+    set's nodes ascending at the front, as :func:`torchgcc.functional.survivors.compact_survivors` makes them), at
+    ``points`` ``(..., P)``; zero in the padding columns. The signs alternate over each set's own nodes."""
+    diff = points.to(torch.float64).unsqueeze(-1) - knots.unsqueeze(-2)
+    hit = (diff == 0) & valid.unsqueeze(-2)
+    signs = 1.0 - 2.0 * (torch.arange(knots.shape[-1], device=knots.device) % 2).to(torch.float64)
+    weights = torch.where(valid.unsqueeze(-2) & ~hit, signs / torch.where(hit | (diff == 0), 1.0, diff), 0.0)
     rows = weights / weights.sum(dim=-1, keepdim=True)
     return torch.where(hit.any(dim=-1, keepdim=True), hit.to(torch.float64), rows)

@@ -9,12 +9,15 @@ One program per mask ``(B, N)`` row writes that mask's ``(K, N)`` decode matrix,
   entries each), factors ``M = L diag(d) L^T`` while it solves ``L z = b`` in the same forward sweep, then solves
   ``D L^T x = z`` backwards and emits the matrix row of knot ``r`` as soon as ``x_{r-2}`` is known:
   ``D[:, r] = x_r / h_r - (1 / h_{r-1} + 1 / h_r) x_{r-1} + x_{r-2} / h_{r-1} + (a, b at the point's interval)``.
-  Work O(N K) per mask; the recurrences are those of :mod:`torchgcc.functional.banded`.
+  Work O(N K) per mask: the program runs the banded recurrences sequentially, which a kernel does cheaply where
+  the torch path (:mod:`torchgcc.functional.banded`) would need a launch per step. The smoothing ``lam`` of every
+  row is read from memory, so the spacing rule and the data-adaptive rules (computed on the device first) use the
+  same kernel.
 - :func:`berrut_decode_matrices`: Berrut's rational interpolant through the survivors (closed form, two sweeps).
 
 Everything is float64, one warp per mask (the K points are its lanes). The kernels are launched on CUDA tensors; with
-the environment variable ``TRITON_INTERPRET=1``
-set before this module is imported, Triton's interpreter runs them on CPU tensors (slow, for testing).
+the environment variable ``TRITON_INTERPRET=1`` set before this module is imported, Triton's interpreter runs them on
+CPU tensors (slow, for testing). No CUDA run of them has been recorded yet (``benchmarks/gpu_check.sh`` does it).
 
 This module imports ``triton`` at import time; ``torchgcc`` imports it only when a decoder uses the ``"triton"``
 backend.
@@ -22,7 +25,7 @@ backend.
 
 import contextlib
 import os
-from typing import Optional, Tuple
+from typing import Tuple
 
 import numpy as np
 import torch
@@ -47,11 +50,9 @@ def _spline_kernel(
     index_ptr,
     bands_ptr,
     z_ptr,
+    lam_ptr,
     N,
     K,
-    lam: tl.float64,
-    ratio: tl.float64,
-    SPACING: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
@@ -81,10 +82,7 @@ def _spline_kernel(
         count += (arrived & (knot <= alpha)).to(tl.int32)
         n += arrived.to(tl.int32)
     nf = n.to(tl.float64)
-    if SPACING:
-        lam = ratio * 2.0 / tl.maximum(nf - 1.0, 1.0)
-        lam = lam * lam * lam * lam
-    mu = nf * lam
+    mu = nf * tl.load(lam_ptr + pid)  # the row's smoothing, computed on the device by the caller
     last = tl.maximum(n - 1, 0)  # loads are clamped to the survivors (masks with n < 2 are rejected by the caller)
 
     # Interval of every point: knots[idx] <= alpha < knots[idx + 1], clamped to the end intervals.
@@ -227,7 +225,7 @@ def _prepare(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor) -> Tup
     if mask.device.type != "cuda" and not interpreted():
         raise ValueError(
             f"the triton backend runs on CUDA tensors (or on CPU with TRITON_INTERPRET=1 set before import), "
-            f"got a mask on {mask.device}; use backend='banded' there"
+            f"got a mask on {mask.device}; use backend='torch' there"
         )
     device = mask.device
     beta = beta.to(device=device, dtype=torch.float64).contiguous()
@@ -237,7 +235,7 @@ def _prepare(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor) -> Tup
 
 
 def spline_decode_matrices(
-    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, lam: Optional[float], ratio: float = 0.2
+    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, lam: torch.Tensor
 ) -> torch.Tensor:
     """``(B, K, N)`` float64 smoothing-spline decode matrices for ``(B, N)`` bool masks (True = arrived).
 
@@ -246,8 +244,8 @@ def spline_decode_matrices(
             caller checks the counts).
         beta: ``(N,)`` ascending worker points.
         alpha: ``(K,)`` points where the spline is evaluated.
-        lam: the smoothing parameter of the mean-normalised objective, or ``None`` for the spacing rule
-            ``lam = (ratio * 2 / (n - 1))^4`` of each row's ``n`` survivors.
+        lam: ``(B,)`` float64 smoothing parameter of each row (mean-normalised objective), on the mask's device: a
+            rule of the survivor counts or a data-adaptive choice, computed there without a read back.
 
     Equals :func:`torchgcc.functional.smoothing_spline_matrix` of each row's survivors, scattered into their
     columns, to rounding.
@@ -261,6 +259,7 @@ def spline_decode_matrices(
     index = torch.empty(groups, num_workers, dtype=torch.int32, device=device)
     bands = torch.empty(groups, 3, num_workers, dtype=torch.float64, device=device)
     z = torch.empty(groups, num_workers, block, dtype=torch.float64, device=device)
+    lam = lam.to(device=device, dtype=torch.float64).expand(groups).contiguous()
     if groups:
         with _quiet():
             _spline_kernel[(groups,)](
@@ -272,11 +271,9 @@ def spline_decode_matrices(
                 index,
                 bands,
                 z,
+                lam,
                 num_workers,
                 num_inputs,
-                0.0 if lam is None else float(lam),
-                float(ratio),
-                SPACING=lam is None,
                 BLOCK_K=block,
                 num_warps=1,
             )

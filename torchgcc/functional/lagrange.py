@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["chebyshev_vandermonde", "lagrange_basis", "lagrange_matrix"]
+__all__ = ["chebyshev_vandermonde", "lagrange_basis", "lagrange_matrix", "padded_lagrange_matrices"]
 
 
 def chebyshev_vandermonde(x: torch.Tensor, degree: int) -> torch.Tensor:
@@ -29,14 +29,15 @@ def chebyshev_vandermonde(x: torch.Tensor, degree: int) -> torch.Tensor:
     return torch.stack(columns[: degree + 1], dim=-1)
 
 
-def lagrange_basis(nodes: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
+def lagrange_basis(nodes: torch.Tensor, points: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``(..., P, n)`` matrix ``L_j(x_p) = prod_{m != j} (x_p - t_m) / (t_j - t_m)`` of the Lagrange basis of the
     distinct float64 ``nodes`` ``(..., n)`` at ``points`` ``(..., P)``: the interpolating polynomial's values are
-    ``L @ y``.
+    ``L @ y``. With ``valid`` ``(..., n)`` bool, only the valid nodes form the basis (the product skips the others,
+    whose columns are zero): node sets of different sizes padded to one width.
 
     The product runs over ``m`` with the running value kept as mantissa and binary exponent (``torch.frexp``, exact),
     so no intermediate product overflows or underflows when the entry itself is representable. O(P n^2) work,
-    O(P n) memory.
+    O(P n) memory, ``n`` steps.
     """
     n = nodes.shape[-1]
     x = points.unsqueeze(-1)  # (..., P, 1)
@@ -47,11 +48,28 @@ def lagrange_basis(nodes: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
     columns = torch.arange(n, device=nodes.device)
     for m in range(n):
         t_m = nodes[..., m : m + 1].unsqueeze(-2)  # (..., 1, 1)
-        factor = (x - t_m) / (t - t_m)  # column m divides by zero: replaced by 1 below
-        factor = torch.where(columns == m, torch.ones_like(factor), factor)
+        skip = columns == m  # column m divides by zero: replaced by 1
+        if valid is not None:
+            skip = skip | ~valid[..., m : m + 1].unsqueeze(-2)
+        factor = torch.where(skip, 1.0, (x - t_m) / torch.where(skip, 1.0, t - t_m))
         mantissa, step = torch.frexp(mantissa * factor)
         exponent = exponent + step
-    return torch.ldexp(mantissa, exponent.to(torch.float64))
+    basis = torch.ldexp(mantissa, exponent.to(torch.float64))
+    return basis if valid is None else torch.where(valid.unsqueeze(-2), basis, 0.0)
+
+
+def padded_lagrange_matrices(
+    knots: torch.Tensor, counts: torch.Tensor, valid: torch.Tensor, points: torch.Tensor, degree: int
+) -> torch.Tensor:
+    """Matrices ``(B, P, W)`` of the degree ``min(degree, n - 1)`` polynomial fit to each set of nodes (the ``valid``
+    entries of ``knots`` ``(B, W)``, ``counts`` ``(B,)`` of them), at ``points`` ``(P,)``; zero in the padding
+    columns. Sets with more than ``degree + 1`` nodes get the least-squares fit in the Chebyshev basis, the others
+    the interpolating polynomial through all their nodes; both are computed for every set (static shapes)."""
+    points = points.to(torch.float64)
+    interpolate = lagrange_basis(knots, points.expand(knots.shape[0], -1), valid)
+    rows = chebyshev_vandermonde(torch.where(valid, knots, 0.0), degree) * valid.unsqueeze(-1)  # (B, W, r + 1)
+    fit = chebyshev_vandermonde(points, degree) @ torch.linalg.pinv(rows)  # (B, P, W); padding rows are zero
+    return torch.where((counts > degree + 1).view(-1, 1, 1), fit, interpolate)
 
 
 def lagrange_matrix(nodes: torch.Tensor, points: torch.Tensor, degree: Optional[int] = None) -> torch.Tensor:

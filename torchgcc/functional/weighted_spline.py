@@ -19,7 +19,8 @@ from typing import Union
 
 import torch
 
-from torchgcc.functional.banded import pentadiagonal_ldl, pentadiagonal_solve
+from torchgcc.functional.banded import solve_pentadiagonal
+from torchgcc.functional.spline import reinsch_bands, spline_plan
 
 __all__ = ["weighted_smoothing_spline", "huber_weights"]
 
@@ -53,24 +54,24 @@ def weighted_smoothing_spline(
     if n == 2:  # no interior knot: the line through both points, whatever the weights and lambda
         b = ((points - knots[:, :1]) / (knots[:, 1:] - knots[:, :1])).unsqueeze(-1)
         return y, (1 - b) * y[:, :1] + b * y[:, 1:]
-    mu = (n * torch.as_tensor(lam, dtype=torch.float64, device=knots.device)).expand(g_count).unsqueeze(-1)
-    h = knots.diff(dim=-1)
-    inv_h = 1.0 / h
-    q_lo, q_mid, q_hi = inv_h[:, :-1], -(inv_h[:, :-1] + inv_h[:, 1:]), inv_h[:, 1:]  # column j: rows j, j+1, j+2
+    mu = (n * torch.as_tensor(lam, dtype=torch.float64, device=knots.device)).expand(g_count)
+    counts = torch.full((g_count,), n, device=knots.device)
+    plan = spline_plan(n, knots.device)
     s = 1.0 / weights
-    s0, s1, s2 = s[:, :-2], s[:, 1:-1], s[:, 2:]
-    diag = (h[:, :-1] + h[:, 1:]) / 3 + mu * (q_lo**2 * s0 + q_mid**2 * s1 + q_hi**2 * s2)
-    off1 = h[:, 1:-1] / 6 + mu * (q_mid[:, :-1] * q_lo[:, 1:] * s1[:, :-1] + q_hi[:, :-1] * q_mid[:, 1:] * s2[:, :-1])
-    off2 = mu * q_hi[:, :-2] * q_lo[:, 2:] * s2[:, :-2]
+    bands = reinsch_bands(knots, counts, mu, plan, inverse_weights=s)
+    inv_h = bands.inv_h[:, : n - 1, 0]
+    q_lo, q_mid, q_hi = inv_h[:, :-1], -(inv_h[:, :-1] + inv_h[:, 1:]), inv_h[:, 1:]  # column j: rows j, j+1, j+2
     qty = q_lo.unsqueeze(-1) * y[:, :-2] + q_mid.unsqueeze(-1) * y[:, 1:-1] + q_hi.unsqueeze(-1) * y[:, 2:]
-    gamma = pentadiagonal_solve(pentadiagonal_ldl(diag, off1, off2), qty)  # (G, n - 2, d)
+    rhs = torch.nn.functional.pad(qty, (0, 0, 0, plan.size - (n - 2)))
+    gamma = solve_pentadiagonal(bands.bands, rhs, plan.solve)[:, : n - 2]  # (G, n - 2, d)
     q_gamma = torch.zeros_like(y)
     q_gamma[:, :-2] += q_lo.unsqueeze(-1) * gamma
     q_gamma[:, 1:-1] += q_mid.unsqueeze(-1) * gamma
     q_gamma[:, 2:] += q_hi.unsqueeze(-1) * gamma
-    fitted = y - mu.unsqueeze(-1) * s.unsqueeze(-1) * q_gamma
+    fitted = y - mu.view(-1, 1, 1) * s.unsqueeze(-1) * q_gamma
     second = torch.nn.functional.pad(gamma, (0, 0, 1, 1))  # zero second derivative at the end knots
 
+    h = bands.h[:, : n - 1, 0]
     idx = (torch.searchsorted(knots, points, right=True) - 1).clamp(0, n - 2)
     t_left, h_at = knots.gather(-1, idx), h.gather(-1, idx)
     a = (t_left + h_at - points) / h_at

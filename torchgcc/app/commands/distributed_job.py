@@ -18,11 +18,14 @@ from typing import Sequence
 
 import torch
 
+from torchgcc.app.results import plain
+from torchgcc.distributed.heartbeat import EXIT_COORDINATOR_LOST
 from torchgcc.distributed.job import EXIT_USAGE, JobSettings, run_job
 from torchgcc.distributed.layout import LAYOUTS
 from torchgcc.distributed.links import TRANSPORTS
 from torchgcc.distributed.tasks import TASKS
 from torchgcc.distributed.transport import STORE_VALUE_LIMIT
+from torchgcc.distributed.worker import CoordinatorLost
 from torchgcc.stragglers import LATENCY_MODELS, PLACEMENTS
 
 __all__ = ["JOB_PROG", "add_job_arguments", "main", "parse_value", "settings_from"]
@@ -57,6 +60,20 @@ def _key_value(text: str) -> tuple[str, int | float | bool | str | None]:
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The options of a distributed run (``python -m torchgcc.distributed`` under torchrun or the local launcher)."""
+    engine = parser.add_argument_group("engine")
+    engine.add_argument(
+        "--engine",
+        choices=("torchrun", "ray"),
+        default=DEFAULTS.engine,
+        help="torchrun: ranks of torchrun or the local launcher; ray: this one process coordinates N Ray actors "
+        "(no torchrun; needs the ray extra)",
+    )
+    engine.add_argument(
+        "--max-restarts",
+        type=int,
+        default=DEFAULTS.max_restarts,
+        help="--engine ray: how often Ray restarts a crashed actor (0: a dead actor stays lost)",
+    )
     code = parser.add_argument_group("code")
     code.add_argument(
         "--scheme",
@@ -275,7 +292,7 @@ def settings_from(args: argparse.Namespace) -> JobSettings:
 
 def _print_record(record: dict) -> None:
     """A JSON line on stdout (valid JSON: NaN becomes null); an error record also as one line on stderr."""
-    print(json.dumps(record), flush=True)
+    print(json.dumps(plain(record), allow_nan=False), flush=True)
     if record.get("event") == "error":
         print(f"[torchgcc] error: {record['error']}", file=sys.stderr, flush=True)
 
@@ -308,6 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _is_rank0():
             print(f"torchgcc.distributed: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except CoordinatorLost as error:  # a worker rank whose coordinator died: one line, non-zero
+        print(f"[torchgcc] {error}; exiting", file=sys.stderr)
+        return EXIT_COORDINATOR_LOST
     finally:
         if progress is not None:
             progress.close()

@@ -145,6 +145,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         saved = {"parameters": outcome.parameters, "arrivals": outcome.arrivals, "args": vars(args)}
         if job.policy is not None:
             saved.update(S_by_step=outcome.S_by_step, finish_s=outcome.finish_s, wait_policy=outcome.wait_policy)
+        args.save.parent.mkdir(parents=True, exist_ok=True)
         torch.save(saved, args.save)
     # The data plane's receiver threads stay blocked in gloo until the peers close; tearing the process groups down
     # under them during interpreter finalisation can abort the process, so rank 0 leaves without finalising.

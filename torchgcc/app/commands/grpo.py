@@ -42,9 +42,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write records and controller state to this JSON file")
     args = parser.parse_args(argv)
+    try:
+        sizes = (args.group_size,) if args.group_size is not None else tuple(int(g) for g in args.sagc.split(","))
+    except ValueError:
+        parser.error(f"--sagc takes comma-separated integers, got {args.sagc!r}")
+    if min(sizes) < 1 or len(set(sizes)) != len(sizes):
+        parser.error(f"group sizes must be distinct and at least 1, got {list(sizes)}")
+    if not 0 < args.budget < 1 or not args.kappa > 1 or args.steps < 1:
+        parser.error("--budget must lie in (0, 1), --kappa be above 1 and --steps be at least 1")
     torch.set_num_threads(1)
     config = replace(GRPOConfig(), steps=args.steps, seed=args.seed)
-    sizes = (args.group_size,) if args.group_size else tuple(int(g) for g in args.sagc.split(","))
     hook = GroupSizeHook(
         group_size_controller(
             sizes,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from typing import Sequence
 
@@ -16,6 +17,14 @@ from torchgcc.distributed import launcher
 from torchgcc.distributed.job import EXIT_USAGE
 
 __all__ = ["main"]
+
+
+def _stop(signum: int, frame: object) -> None:
+    """SIGTERM or SIGINT: unwind into the launcher's clean-up (which kills every rank's process group and removes
+    the temp folder); further signals are ignored so they cannot interrupt it."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt(signum)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for rank, pid in enumerate(pids):
             print(f"rank {rank} pid {pid}", file=sys.stderr, flush=True)
 
+    previous = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         run = launcher.launch(
             job,
@@ -54,9 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TimeoutError as error:
         print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
         return 124
-    except KeyboardInterrupt:
-        print("interrupted: every process of the job was stopped", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as interrupt:
+        print("interrupted: every process of the job was stopped and its temp folder removed", file=sys.stderr)
+        return 143 if interrupt.args[:1] == (signal.SIGTERM,) else 130
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     print(run.stderr, file=sys.stderr)
     print(f"exit codes by rank: {run.returncodes}", file=sys.stderr)
     return run.returncodes[0]

@@ -4,11 +4,9 @@ For a timm model, K inputs per group, N workers, S stragglers and B groups, it t
 
 - ``encode``: ``code.encoder`` on ``(B, K, C, H, W)`` images,
 - ``forward``: the model on the ``B * N`` coded images (one batch),
-- ``decode_construct``: building the decode matrices for the ``B`` masks from a cold cache
-  (``code.decoder.clear_cache()`` before every run),
-- ``decode_apply``: decoding with the matrices already cached,
-- ``decode``: cold-cache decoding end to end (construction + application), the number in the ratio
-  ``decode / forward``,
+- ``decode_construct``: building the decode matrices for the ``B`` masks (nothing is cached between calls),
+- ``decode_apply``: applying matrices built beforehand to the results,
+- ``decode``: decoding end to end (construction + application), the number in the ratio ``decode / forward``,
 
 with warm-up runs, ``time.perf_counter`` on CPU and CUDA events on CUDA. ``--trace FILE`` records one more pass
 of every stage under ``torch.profiler`` and exports a Chrome trace (open it in chrome://tracing or Perfetto).
@@ -28,6 +26,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
+from torchgcc.codes.maps import apply_linear
 from torchgcc.optional import require
 from torchgcc.timing import make_timer, summarize
 
@@ -111,12 +110,14 @@ def profile_coded_inference(
         coded = code.encoder(images)
         results = model(coded.flatten(0, 1)).unflatten(0, (num_groups, num_workers))
         flat = results.reshape(num_groups, num_workers, -1)
+        code.decoder(results, mask)  # a calibrating decoder chooses its smoothing on the first call
+        matrices = code.decoder.matrices(flat, mask)
         stages: dict[str, tuple[Callable[[], Any], Callable[[], Any] | None]] = {
             "encode": (lambda: code.encoder(images), None),
             "forward": (lambda: model(coded.flatten(0, 1)), None),
-            "decode_construct": (lambda: code.decoder.matrices(flat, mask), code.decoder.clear_cache),
-            "decode_apply": (lambda: code.decoder(results, mask), lambda: code.decoder(results, mask)),  # warm cache
-            "decode": (lambda: code.decoder(results, mask), code.decoder.clear_cache),
+            "decode_construct": (lambda: code.decoder.matrices(flat, mask), None),
+            "decode_apply": (lambda: apply_linear(matrices, flat), None),
+            "decode": (lambda: code.decoder(results, mask), None),
         }
         timer = make_timer(device)
         summaries = {}
@@ -161,7 +162,11 @@ def _export_trace(
 
 
 def _environment(device: torch.device) -> dict[str, Any]:
+    import os
+
     return {
+        "load_average": list(os.getloadavg()),
+        "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -172,8 +177,9 @@ def _environment(device: torch.device) -> dict[str, Any]:
 
 def print_report(report: dict[str, Any]) -> None:
     """Print the stage table and the decode / forward ratio with rich."""
-    from rich.console import Console
     from rich.table import Table
+
+    from torchgcc.app.tables import make_console
 
     s = report["settings"]
     forward = report["stages"]["forward"]["median_ms"]
@@ -192,7 +198,7 @@ def print_report(report: dict[str, Any]) -> None:
             f"{report['per_group_ms'][name]:.4g}",
             f"{100 * summary['median_ms'] / forward:.3g}",
         )
-    console = Console()
+    console = make_console()
     console.print(table)
     console.print(f"decode / forward = {100 * report['decode_over_forward']:.3g}%")
 
@@ -200,7 +206,7 @@ def print_report(report: dict[str, Any]) -> None:
 def _check_arguments(args: argparse.Namespace) -> None:
     """Turn the user errors the run would hit late (after model creation) into one-line usage errors."""
     from torchgcc.app.cli import UsageError
-    from torchgcc.codes import list_codes
+    from torchgcc.codes import list_codes, make_code
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(
@@ -209,6 +215,23 @@ def _check_arguments(args: argparse.Namespace) -> None:
         )
     if args.code.lower() not in list_codes():
         raise UsageError(f"unknown --code {args.code!r}; choose one of {list_codes()}")
+    for option in ("num_inputs", "num_workers", "groups", "repeats", "num_classes", "image_size"):
+        given = getattr(args, option)
+        if given is not None and given < 1:
+            raise UsageError(f"--{option.replace('_', '-')} must be at least 1, got {given}")
+    if args.warmup is not None and args.warmup < 0:
+        raise UsageError(f"--warmup must be at least 0, got {args.warmup}")
+    try:
+        code = make_code(args.code, num_inputs=args.num_inputs, num_workers=args.num_workers)
+    except ValueError as error:
+        raise UsageError(f"--num-inputs {args.num_inputs} --num-workers {args.num_workers}: {error}") from None
+    stragglers = args.num_workers // 8 if args.num_stragglers is None else args.num_stragglers
+    most = args.num_workers - code.min_arrived
+    if not 0 <= stragglers <= most:
+        raise UsageError(
+            f"--num-stragglers must lie in [0, {most}] ({args.code} decodes from at least {code.min_arrived} of "
+            f"N={args.num_workers} results), got {stragglers}"
+        )
     timm = require("timm")
     if not timm.is_model(args.model):
         import difflib
@@ -255,30 +278,32 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction, argv: Sequence[str] = ()) -> None:
     """Add the ``profile`` subcommand (with the run options and ``--lambda-dec`` / ``--lambda-enc``)."""
-    from torchgcc.app.options import add_gcc_arguments, add_run_arguments
+    from torchgcc.app.options import DefaultsHelpFormatter, add_gcc_arguments, add_run_arguments
 
     defaults = ProfileSettings()
     parser = subparsers.add_parser(
         "profile",
         help="time encode, decode and the model forward of coded inference",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     parser.add_argument("--model", default=defaults.model, help="timm model name (random weights)")
     parser.add_argument("--num-inputs", type=int, default=defaults.num_inputs, help="K, inputs per group")
     parser.add_argument("--num-workers", type=int, default=defaults.num_workers, help="N, workers per group")
-    parser.add_argument("--num-stragglers", type=int, default=None, help="S, random stragglers per group (N // 8)")
+    parser.add_argument(
+        "--num-stragglers", type=int, default=None, help="S, random stragglers per group (default: N // 8)"
+    )
     parser.add_argument("--groups", type=int, default=defaults.groups, help="B, groups in one batch")
     parser.add_argument("--code", default=defaults.code, help="registered code name")
     parser.add_argument("--device", default=defaults.device, help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--dtype", default=defaults.dtype, choices=sorted(DTYPES), help="model and data dtype")
-    parser.add_argument("--image-size", type=int, default=None, help="image size (the model's default input size)")
+    parser.add_argument("--image-size", type=int, default=None, help="image size (default: the model's input size)")
     parser.add_argument("--num-classes", type=int, default=defaults.num_classes, help="model outputs")
     parser.add_argument(
-        "--warmup", type=int, default=None, help=f"untimed runs per stage ({defaults.warmup}; --quick: 1)"
+        "--warmup", type=int, default=None, help=f"untimed runs per stage (default {defaults.warmup}; --quick: 1)"
     )
     parser.add_argument(
-        "--repeats", type=int, default=None, help=f"timed runs per stage ({defaults.repeats}; --quick: 2)"
+        "--repeats", type=int, default=None, help=f"timed runs per stage (default {defaults.repeats}; --quick: 2)"
     )
     parser.add_argument("--trace", default=None, help="export a torch.profiler Chrome trace to this file")
     add_run_arguments(parser, name="profile")

@@ -17,19 +17,12 @@ from torchgcc.app.options import add_run_arguments, apply_threads, output_dir
 __all__ = ["register", "run", "run_and_report"]
 
 
-def _description() -> str:
-    lines = [__doc__.split("\n\n")[0], "", "experiments:"]
-    lines += [f"  {name:<14} {summary}" for name, (_, summary) in EXPERIMENTS.items()]
-    return "\n".join(lines)
-
-
 def register(subparsers: argparse._SubParsersAction, argv: Sequence[str] = ()) -> None:
     """Add ``reproduce`` and its experiments; only the experiment named in ``argv`` is imported (for its options)."""
     parser = subparsers.add_parser(
         "reproduce",
         help="reproduce the papers' and the seeds' experiments",
-        description=_description(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=__doc__.split("\n\n")[0],
     )
     experiments = parser.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
     chosen = next((arg for arg in argv if arg in EXPERIMENTS), None)
@@ -50,10 +43,10 @@ def run(args: argparse.Namespace) -> int:
 
 def run_and_report(experiment: ModuleType, config: Any, args: argparse.Namespace) -> int:
     """Run ``experiment`` with ``config``, report it into ``--out`` and print what was written."""
-    from rich.console import Console
+    from torchgcc.app.tables import make_console
 
     result = experiment.run(config, progress=args.progress)
-    console = Console()
+    console = make_console()
     out = output_dir(args)
     paths = experiment.report(result, out, console=console)
     console.print(f"wrote {out}/ ({', '.join(path.name for path in paths)})", soft_wrap=True)

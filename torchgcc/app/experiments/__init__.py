@@ -36,6 +36,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "manifold": ("manifold_study", "manifold-aware GCC vs standard GCC: LeNet5, ViT, Swiss-roll polynomial"),
     "training": ("training_study", "gradient coding: DGD, IS-SGD, GC, IS-GC, PGC trained under stragglers"),
     "sagc": ("sagc_study", "SAGC: synchronous GRPO with static group sizes vs straggler-aware adaptive G"),
+    "serving": (
+        "serving_study",
+        "coded serving under open-loop load: median/p99/p99.9 vs rate for uncoded, replication, hedging, codes",
+    ),
     "adaptive-wait": (
         "adaptive_wait_study",
         "coded inference with an adaptive wait count N - S vs every fixed S as the latency tail changes",

@@ -39,14 +39,14 @@ from torchgcc.app.model_cache import load_or_train
 from torchgcc.app.options import add_gcc_arguments, gcc_options
 from torchgcc.app.plots import plt, save_figure
 from torchgcc.app.results import ExperimentResult
-from torchgcc.app.tables import publish_rows, value_ci
+from torchgcc.app.tables import Column, markdown_rows, publish_rows, value_ci
 from torchgcc.app.wait_count_verdict import compare_with_fixed
 from torchgcc.coded_module import group_samples
 from torchgcc.control.wait_count import WaitCountController
 from torchgcc.metrics import mean_ci
 from torchgcc.stragglers import FixedStragglers, LatencyStragglers
 
-__all__ = ["DEFAULT", "QUICK", "Config", "add_arguments", "configure", "report", "run"]
+__all__ = ["COLUMNS", "DEFAULT", "QUICK", "Config", "add_arguments", "configure", "docs_table", "report", "run"]
 
 
 @dataclass(frozen=True)
@@ -246,6 +246,25 @@ def _number(key: str, digits: int):
     return lambda record: "-" if record.get(key) is None else f"{record[key]:.{digits}f}"
 
 
+#: The columns of ``table.md`` (and of the docs' table): one row per fixed S, then the adaptive row.
+COLUMNS: list[Column] = [
+    ("scheme", lambda record: record["scheme"]),
+    ("mean S", _number("mean_S", 1)),
+    ("p50 (s)", _number("p50", 3)),
+    ("p99 (s)", _number("p99", 3)),
+    ("p99 2nd half (s)", _number("p99_after", 3)),
+    ("over deadline", _number("miss_rate", 4)),
+    ("RelAcc", value_ci("agreement", 4)),
+    ("RelAcc 1st / 2nd half", lambda r: f"{r['agreement_before']:.4f} / {r['agreement_after']:.4f}"),
+    ("accuracy vs labels", _number("accuracy", 4)),
+]
+
+
+def docs_table(data: Mapping[str, Any]) -> str:
+    """The table ``report`` writes to ``table.md``, from a committed ``results.json`` (for :mod:`torchgcc.app.docs`)."""
+    return markdown_rows(data["records"], COLUMNS)
+
+
 def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:
     """The table and the verdict; results, table and ``adaptive_wait.png`` in ``out``."""
     config, verdict = result.config, result.extra["verdict"]
@@ -255,19 +274,8 @@ def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:
         f"K={config['num_inputs']}, {config['steps']} steps, deadline {config['deadline']:g} s, budget "
         f"{config['budget']}\nlatency {before[0]}{dict(before[1])} -> {after[0]}{dict(after[1])} at mid-run"
     )
-    columns = [
-        ("scheme", lambda record: record["scheme"]),
-        ("mean S", _number("mean_S", 1)),
-        ("p50 (s)", _number("p50", 3)),
-        ("p99 (s)", _number("p99", 3)),
-        ("p99 2nd half (s)", _number("p99_after", 3)),
-        ("over deadline", _number("miss_rate", 4)),
-        ("RelAcc", value_ci("agreement", 4)),
-        ("RelAcc 1st / 2nd half", lambda r: f"{r['agreement_before']:.4f} / {r['agreement_after']:.4f}"),
-        ("accuracy vs labels", _number("accuracy", 4)),
-    ]
     paths = publish_rows(
-        out, config=config, records=result.records, columns=columns, title=title, console=console, **result.extra
+        out, config=config, records=result.records, columns=COLUMNS, title=title, console=console, **result.extra
     )
     plot = plot_adaptive_wait(
         result.records,

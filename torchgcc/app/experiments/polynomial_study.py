@@ -21,10 +21,20 @@ from torchgcc.app.evaluate import evaluate_sweep
 from torchgcc.app.options import add_gcc_arguments, gcc_options
 from torchgcc.app.plots import draw_schemes, plt, save_figure
 from torchgcc.app.results import ExperimentResult
-from torchgcc.app.tables import lambda_label, publish
+from torchgcc.app.tables import lambda_label, markdown_table, publish
 from torchgcc.stragglers import FixedStragglers
 
-__all__ = ["DEFAULT", "QUICK", "Config", "QuadraticMap", "add_arguments", "configure", "report", "run"]
+__all__ = [
+    "DEFAULT",
+    "QUICK",
+    "Config",
+    "QuadraticMap",
+    "add_arguments",
+    "configure",
+    "docs_table",
+    "report",
+    "run",
+]
 
 
 class QuadraticMap(nn.Module):
@@ -153,3 +163,9 @@ def plot_polynomial(records: Sequence[dict], path: str | Path, *, threshold_stra
     full.legend()
     fig.suptitle(title)
     return save_figure(fig, path)
+
+
+def docs_table(data: Mapping[str, Any]) -> str:
+    """The table ``report`` writes to ``table.md``, made from a committed ``results.json`` (for
+    :mod:`torchgcc.app.docs`)."""
+    return markdown_table(data["records"], setting="S")

@@ -17,7 +17,7 @@ import argparse
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -27,11 +27,11 @@ import torchgcc
 from torchgcc.app.plots import plt, save_figure
 from torchgcc.app.results import ExperimentResult
 from torchgcc.app.statistics import seed_mean_ci
-from torchgcc.app.tables import publish_rows, value_ci
+from torchgcc.app.tables import markdown_rows, publish_rows, value_ci
 from torchgcc.control.group_size import GroupSizeHook, group_size_controller
 from torchgcc.rl.loop import GRPOConfig, train_grpo
 
-__all__ = ["DEFAULT", "QUICK", "Config", "add_arguments", "configure", "report", "run", "time_to_target"]
+__all__ = ["DEFAULT", "QUICK", "Config", "add_arguments", "configure", "docs_table", "report", "run", "time_to_target"]
 
 
 @dataclass(frozen=True)
@@ -195,6 +195,12 @@ def _columns(*, reward_target: float, window: int) -> list:
         ("mean G", value_ci("mean_G", 1)),
         ("answer tokens", value_ci("answer_tokens", 2)),
     ]
+
+
+def docs_table(data: Mapping[str, Any]) -> str:
+    """The table ``report`` writes to ``table.md``, from a committed ``results.json`` (for :mod:`torchgcc.app.docs`)."""
+    config = data["config"]
+    return markdown_rows(data["records"], _columns(reward_target=config["reward_target"], window=config["window"]))
 
 
 def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:

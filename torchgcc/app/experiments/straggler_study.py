@@ -24,10 +24,21 @@ from torchgcc.app.models import list_models
 from torchgcc.app.options import add_gcc_arguments, gcc_options, int_list
 from torchgcc.app.plots import plot_straggler_sweep
 from torchgcc.app.results import ExperimentResult
-from torchgcc.app.tables import lambda_label, publish
+from torchgcc.app.tables import lambda_label, markdown_table, publish
 from torchgcc.stragglers import FixedStragglers
 
-__all__ = ["DEFAULT", "QUICK", "SCHEMES", "Config", "add_arguments", "configure", "report", "run", "verdict"]
+__all__ = [
+    "DEFAULT",
+    "QUICK",
+    "SCHEMES",
+    "Config",
+    "add_arguments",
+    "configure",
+    "docs_table",
+    "report",
+    "run",
+    "verdict",
+]
 
 #: Schemes compared, in table order.
 SCHEMES: tuple[str, ...] = ("gcc", "natural", "bacc")
@@ -177,3 +188,9 @@ def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:
         f"[bold]{'yes' if found['gcc_agreement_within_half_a_point_of_bacc'] else 'no'}[/]"
     )
     return [*paths.values(), plot]
+
+
+def docs_table(data: Mapping[str, Any]) -> str:
+    """The table ``report`` writes to ``table.md``, made from a committed ``results.json`` (for
+    :mod:`torchgcc.app.docs`)."""
+    return markdown_table(data["records"], setting="S")

@@ -1,0 +1,108 @@
+"""``torchgcc serve-bench`` end to end on real worker processes (small sizes), and stopped by Ctrl-C with either
+engine: no process (Ray's included) and no temp folder is left, nothing is written."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from torchgcc.app.cli import main
+
+pytestmark = pytest.mark.distributed
+
+SMALL = ["--queries", "24", "--rates", "100,1000", "--trials", "2", "--no-progress", "--threads", "1"]
+
+
+def _strict(text: str) -> dict:
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not valid JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_serve_bench_writes_every_rate_and_scheme_with_latency_quantiles_and_both_accuracies(tmp_path, capsys):
+    schemes = "uncoded,replication,hedged,gcc:S=2"
+    assert main(["serve-bench", *SMALL, "--schemes", schemes, "--out", str(tmp_path)]) == 0
+    assert f"wrote {tmp_path}" in capsys.readouterr().out
+    result = _strict((tmp_path / "results.json").read_text())
+    records = result["records"]
+    assert [(r["rate_qps"], r["scheme"]) for r in records] == [(r, s) for r in (100, 1000) for s in schemes.split(",")]
+    for record in records:
+        assert record["trials"] == 2 and record["median_s"] <= record["p99_s"] <= record["p999_s"]
+        assert 0 <= record["accuracy"] <= 1 and 0 <= record["agreement"] <= 1 and record["missing"] == 0
+        if record["scheme"] != "gcc:S=2":  # the baselines are exact: they agree with the base model everywhere
+            assert record["agreement"] == 1.0 and record["accuracy"] == pytest.approx(record["base_accuracy"])
+    tasks = {r["scheme"]: r["tasks_per_batch"] for r in records if r["rate_qps"] == 100}
+    assert tasks["gcc:S=2"] == 8  # the same N = 8 workers for all; a code sends all N coded inputs
+    assert 1 <= tasks["uncoded"] <= 8 and 1 <= tasks["replication"] <= 8  # not the shares of padding rows
+    assert tasks["hedged"] >= tasks["uncoded"]
+    assert len(result["runs"]) == 16 and result["config"]["real_execution"] is True
+    assert len(result["config"]["loadavg_before"]) == 3
+    for name in ("results.csv", "table.md", "latency_vs_load.png", "frontier.png"):
+        assert (tmp_path / name).stat().st_size > 0
+
+
+def _session(sid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-s", str(sid)], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found]
+
+
+def _ray_processes(folder_prefix: str) -> list[int]:
+    """Processes whose command line names one of our Ray temp folders (Ray starts its own sessions)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and folder_prefix in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.parametrize("engine", ["processes", "ray"])
+def test_ctrl_c_of_serve_bench_leaves_no_process_and_no_temp_folder(tmp_path, engine):
+    if engine == "ray":
+        pytest.importorskip("ray")
+    before = {p.name for p in Path("/tmp").glob("torchgcc-ray-*")}
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "torchgcc", "serve-bench", "--engine", engine, "-N", "4", "-K", "2"]
+    command += ["--queries", "4000", "--rates", "50", "--trials", "1", "--no-progress", "--out", str(out)]
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), OMP_NUM_THREADS="1")
+    (tmp_path / "tmp").mkdir()
+    bench = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until the 4 workers run
+            workers = _session(bench.pid) if engine == "processes" else _ray_processes("ray::_ModelWorker")
+            if len(workers) >= 4 + (engine == "processes") * 2:  # processes: + serve-bench + its forkserver
+                break
+            time.sleep(0.2)
+        time.sleep(1.0)  # serving
+        started = [p.name for p in Path("/tmp").glob("torchgcc-ray-*") if p.name not in before]
+        os.killpg(bench.pid, signal.SIGINT)  # Ctrl-C: SIGINT to the whole foreground group
+        output, _ = bench.communicate(timeout=60)
+    finally:
+        if bench.poll() is None:
+            os.killpg(bench.pid, signal.SIGKILL)
+    assert bench.returncode == 130, output[-3000:]
+    assert "interrupted" in output
+    deadline = time.monotonic() + 10  # the forkserver and resource tracker exit once serve-bench has
+    while _session(bench.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _session(bench.pid) == []
+    assert not out.exists()
+    # no pymp-* (forkserver) folder; torchinductor_* is torch's own cache, made when the classifier is trained
+    assert [p.name for p in (tmp_path / "tmp").iterdir() if not p.name.startswith("torchinductor_")] == []
+    if engine == "ray":
+        assert len(started) == 1  # the run's own Ray folder existed ...
+        assert not (Path("/tmp") / started[0]).exists()  # ... and is gone
+        assert _ray_processes(started[0]) == []

@@ -1,0 +1,120 @@
+"""Stopping a job from outside: SIGTERM or SIGINT of the local launcher or of torchrun ends every rank and leaves
+no temp folder; the summary still comes (valid JSON, completed steps); worker ranks whose coordinator is killed
+exit non-zero."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from torchgcc.distributed.heartbeat import EXIT_COORDINATOR_LOST
+from torchgcc.distributed.launcher import launch
+
+pytestmark = pytest.mark.distributed
+
+#: a long job (about 30 s of steps), so that a signal always finds it running
+LONG = ["-N", "4", "-K", "2", "-S", "1", "--steps", "300", "--mode", "injected", "--latency-param", "shift=0.1"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _strict_json(line: str) -> dict:
+    """``json.loads`` that refuses NaN and Infinity (not JSON)."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not valid JSON: {constant}")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signalling_the_local_launcher_ends_every_rank_and_removes_its_temp_folder(tmp_path, signum):
+    command = [sys.executable, "-m", "torchgcc.distributed.launch", "--nproc", "3", "--", *LONG]
+    env = dict(os.environ, TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
+    launcher = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=None,
+    )
+    try:
+        pids = [int(launcher.stderr.readline().split()[-1]) for _ in range(3)]  # "rank r pid X"
+        while launcher.stdout.readline().startswith('{"event"'):  # the start record; then a first step
+            pass
+        assert all(_alive(pid) for pid in pids)
+        launcher.send_signal(signum)
+        _, err = launcher.communicate(timeout=30)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert launcher.returncode == (143 if signum == signal.SIGTERM else 130), err
+    assert "interrupted" in err
+    assert not any(_alive(pid) for pid in pids)
+    assert [p.name for p in tmp_path.iterdir()] == []  # no torchgcc-launch-* folder
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_stopping_torchrun_ends_every_rank_and_still_writes_the_summary(tmp_path, how):
+    """Ctrl-C (SIGINT to the whole foreground group: torchrun and every rank) or SIGTERM to torchrun alone: the
+    coordinator writes an error and a valid summary counting the steps it completed, each rank says at most one
+    line (no KeyboardInterrupt traceback), nothing is left running, and no torchelastic folder is left."""
+    command = [
+        *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"),
+        *("--log-dir", str(tmp_path / "logs"), "-m", "torchgcc.distributed", *LONG),
+    ]
+    env = dict(os.environ, TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
+    agent = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        lines = []
+        while not any(line.startswith('{"step": 2') for line in lines):
+            lines.append(agent.stdout.readline())
+        if how == "ctrl-c":
+            os.killpg(agent.pid, signal.SIGINT)
+        else:
+            agent.send_signal(signal.SIGTERM)
+        out, err = agent.communicate(timeout=60)
+    finally:
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+    records = [_strict_json(line) for line in [*lines, *out.splitlines()] if line.startswith("{")]
+    summary = records[-1]
+    steps = [r for r in records if "step" in r]
+    assert summary["event"] == "summary", err[-3000:]
+    assert summary["status"] == (130 if how == "ctrl-c" else 143)
+    assert summary["steps"] == len(steps) and summary["steps_requested"] == 300
+    assert [r for r in records if r.get("event") == "error"], records[-3:]
+    assert "KeyboardInterrupt" not in err
+    assert len([line for line in err.splitlines() if line.startswith("[torchgcc]")]) <= 3, err[-3000:]
+    assert subprocess.run(["pgrep", "-s", str(agent.pid)], capture_output=True).stdout == b""
+    assert not [p.name for p in tmp_path.iterdir() if p.name != "logs"]
+
+
+def test_worker_ranks_exit_non_zero_when_their_coordinator_is_killed():
+    pids: list[int] = []
+
+    def kill_the_coordinator(record: dict) -> None:
+        if record.get("step") == 2:
+            os.kill(pids[0], signal.SIGKILL)
+
+    start = time.monotonic()
+    run = launch(LONG, nproc=3, timeout_s=60, on_start=pids.extend, on_record=kill_the_coordinator, grace_s=10)
+    assert run.returncodes == [-signal.SIGKILL, EXIT_COORDINATOR_LOST, EXIT_COORDINATOR_LOST], run.stderr
+    assert time.monotonic() - start < 60
+    assert "the coordinator is gone" in run.stderr

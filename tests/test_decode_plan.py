@@ -1,0 +1,121 @@
+"""The decode plan's launch and sync budget, counted with torch.profiler on CPU: every aten op recorded (each is a
+kernel launch on CUDA) and every op that reads device memory back to the host (a synchronisation on CUDA).
+
+The counts must not depend on the batch, on how many distinct survivor counts it holds, or on which masks it holds,
+so that the decode is one static sequence of launches (capturable in a CUDA graph); the default check reads one
+flag, ``check=False`` none.
+"""
+
+import pytest
+import torch
+from torch.profiler import profile
+
+import torchgcc
+from torchgcc.stragglers import BernoulliStragglers, FixedStragglers
+
+#: Ops that read device memory back to the host (``item``, ``bool()``, ``float()``, ``.tolist()`` all end in
+#: ``_local_scalar_dense``).
+READS = {
+    "aten::_local_scalar_dense",
+    "aten::nonzero",
+    "aten::unique",
+    "aten::_unique",
+    "aten::_unique2",
+    "aten::unique_dim",
+    "aten::unique_consecutive",
+}
+#: Ops per decode call allowed (issue 17).
+OPS_BUDGET = 300
+
+
+def profiled(fn):
+    """``(aten ops, reads)`` recorded while ``fn()`` runs (after one call to warm up)."""
+    fn()
+    with profile() as recorded:
+        fn()
+    names = [event.name for event in recorded.events() if event.name.startswith("aten::")]
+    return len(names), sum(name in READS for name in names)
+
+
+def masks(kind: str, batch: int, workers: int) -> torch.Tensor:
+    if kind == "fixed":
+        return FixedStragglers(workers // 4, seed=0).sample(batch, workers)
+    return BernoulliStragglers(0.25, seed=0, min_arrived=2).sample(batch, workers)
+
+
+def test_the_bernoulli_masks_hold_many_survivor_counts():
+    """The premise of the comparisons below: 1 distinct count for fixed masks, at least 9 for Bernoulli ones."""
+    assert len(torch.unique(masks("fixed", 512, 64).sum(-1))) == 1
+    assert len(torch.unique(masks("bernoulli", 512, 64).sum(-1))) >= 9
+
+
+@pytest.mark.parametrize("rule", ["adaptive", "spacing", 0.0])
+@pytest.mark.parametrize("check", [True, False])
+def test_decode_ops_do_not_depend_on_the_batch_or_the_masks(rule, check):
+    code = torchgcc.GCC(16, 64, lambda_dec=rule, check=check)
+    y = torch.randn(512, 64, 100)
+    code.decoder(y, masks("fixed", 512, 64))  # the adaptive rule calibrates on its first batch
+    counts = {}
+    for batch in (8, 512):
+        for kind in ("fixed", "bernoulli"):
+            results, mask = y[:batch], masks(kind, batch, 64)
+            counts[batch, kind] = profiled(lambda results=results, mask=mask: code.decoder(results, mask))
+    assert len(set(counts.values())) == 1, counts
+    ops, reads = counts[512, "bernoulli"]
+    assert ops <= OPS_BUDGET
+    assert reads == (1 if check else 0)
+
+
+@pytest.mark.parametrize("num_workers", [8, 33, 257])
+def test_decode_ops_do_not_depend_on_the_number_of_workers_beyond_the_layout(num_workers):
+    """Other N change the sizes of the blocks, not the sequence of ops."""
+    reference, code = torchgcc.GCC(4, 16, lambda_dec="spacing"), torchgcc.GCC(4, num_workers, lambda_dec="spacing")
+    y16, mask16 = torch.randn(8, 16, 3), masks("fixed", 8, 16)
+    y, mask = torch.randn(8, num_workers, 3), masks("bernoulli", 8, num_workers)
+    assert profiled(lambda: code.decoder(y, mask)) == profiled(lambda: reference.decoder(y16, mask16))
+
+
+def test_the_first_adaptive_call_calibrates_and_later_ones_are_mask_only():
+    code = torchgcc.GCC(16, 64, check=False)
+    y, mask = torch.randn(64, 64, 50), masks("bernoulli", 64, 64)
+    first, _ = profiled(lambda: code.decoder.recalibrate() or code.decoder(y, mask))
+    later = profiled(lambda: code.decoder(y, mask))
+    spacing = torchgcc.GCC(16, 64, lambda_dec="spacing", check=False)
+    assert later == profiled(lambda: spacing.decoder(y, mask))
+    assert first > later[0]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda check: torchgcc.GCC(8, 32, check=check),
+        lambda check: torchgcc.BACC(8, 32, check=check),
+        lambda check: torchgcc.GCC(8, 32, lambda_dec="spacing", check=check),
+    ],
+)
+@pytest.mark.parametrize("check", [True, False])
+def test_encoder_decoder_and_coded_module_reads(make, check):
+    """check=False: no read in encoder, decoder or CodedModule.forward; check=True: at most one per forward."""
+    torch.manual_seed(0)
+    code = make(check)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    coded = torchgcc.CodedModule(model, code)
+    x, mask = torch.randn(40, 6), masks("bernoulli", 5, 32)
+    assert profiled(lambda: code.encoder(torch.randn(5, 8, 6)))[1] == 0
+    assert profiled(lambda: coded(x, mask=mask))[1] == (1 if check else 0)
+
+
+def test_a_model_with_three_outputs_is_decoded_in_one_call():
+    """The decoder's work is done once for a dict of three tensors: the same ops as for one tensor of all three
+    outputs side by side, plus the split."""
+    torch.manual_seed(0)
+
+    class Three(torch.nn.Module):
+        def forward(self, x):
+            return {"a": x[:, :2], "b": x[:, 2:5] * 2, "c": x.sum(-1, keepdim=True)}
+
+    code = torchgcc.GCC(4, 16, lambda_dec="spacing", check=False)
+    calls = []
+    code.decoder.register_forward_hook(lambda module, args, out: calls.append(args[0].shape))
+    out = torchgcc.CodedModule(Three(), code)(torch.randn(12, 6), mask=masks("fixed", 3, 16))
+    assert set(out) == {"a", "b", "c"} and calls == [torch.Size([3, 16, 6])]

@@ -1,0 +1,244 @@
+"""The serving loop's parts on a virtual clock: arrivals, batching, hedging, and the dispatch/decode loop checked
+against queueing theory (Pollaczek-Khinchine for M/D/1 and M/M/1) and against the single-process CodedModule."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from torch import nn
+
+from torchgcc import CodedModule, make_code
+from torchgcc.distributed.schemes import make_execution_scheme
+from torchgcc.serving import HedgePolicy, PoissonArrivals, VirtualPool, form_batches, serve_open_loop
+from torchgcc.serving.pool import Task
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 5)).eval()
+
+
+def test_poisson_arrivals_are_seeded_and_have_exponential_gaps():
+    times = PoissonArrivals(40.0, seed=1).times(5000)
+    assert torch.equal(times, PoissonArrivals(40.0, seed=1).times(5000))
+    assert not torch.equal(times, PoissonArrivals(40.0, seed=2).times(5000))
+    gaps = torch.diff(times, prepend=times.new_zeros(1)).numpy()
+    assert (gaps > 0).all()
+    assert stats.kstest(gaps, stats.expon(scale=1 / 40.0).cdf).pvalue > 1e-3
+    with pytest.raises(ValueError, match="rate"):
+        PoissonArrivals(0.0, seed=0)
+
+
+def _reference_batches(times: list[float], batch_size: int, timeout_s: float) -> list[tuple[list[int], float]]:
+    """The batching rule replayed event by event: a queue that empties when full or when its head times out."""
+    out, queue = [], []
+    for i, t in enumerate(times):
+        if queue and t > times[queue[0]] + timeout_s:
+            out.append((queue, times[queue[0]] + timeout_s))
+            queue = []
+        queue.append(i)
+        if len(queue) == batch_size:
+            out.append((queue, t))
+            queue = []
+    if queue:
+        out.append((queue, times[queue[0]] + timeout_s))
+    return out
+
+
+def test_batches_are_full_or_leave_at_the_timeout():
+    times = torch.tensor([0.0, 0.1, 0.2, 1.0, 1.05, 1.06, 3.0], dtype=torch.float64)
+    batches = form_batches(times, batch_size=2, timeout_s=0.5)
+    assert [(b.queries, b.formed_s) for b in batches] == [
+        ([0, 1], 0.1),
+        ([2], 0.7),
+        ([3, 4], 1.05),
+        ([5], 1.56),
+        ([6], 3.5),
+    ]
+    random = PoissonArrivals(30.0, seed=4).times(500)
+    for size, timeout in ((4, 0.05), (3, 0.0), (8, 1.0)):
+        mine = [(b.queries, b.formed_s) for b in form_batches(random, batch_size=size, timeout_s=timeout)]
+        assert mine == _reference_batches(random.tolist(), size, timeout)
+    assert [b.formed_s for b in form_batches(times[:3], batch_size=2, timeout_s=math.inf)] == [0.1, 0.2]
+    with pytest.raises(ValueError, match="increasing"):
+        form_batches(times.flip(0), batch_size=2, timeout_s=0.1)
+
+
+def test_hedge_threshold_is_the_percentile_of_the_recent_window():
+    policy = HedgePolicy(0.9, window=50, warmup=10)
+    latencies = np.random.default_rng(0).exponential(0.1, size=80)
+    for i, latency in enumerate(latencies):
+        if i < 10:
+            assert policy.threshold_s() == math.inf
+        policy.observe(latency)
+    assert policy.threshold_s() == pytest.approx(np.quantile(latencies[-50:], 0.9), rel=1e-12)
+    assert HedgePolicy(fixed_s=0.25).threshold_s() == 0.25
+
+
+def _batch_means_ci(values: torch.Tensor, batches: int = 20) -> tuple[float, float]:
+    """Mean and a 4-sigma half-width from batch means (consecutive waiting times in a queue are correlated)."""
+    means = values[: len(values) // batches * batches].reshape(batches, -1).mean(1)
+    return float(means.mean()), 4 * float(means.std()) / math.sqrt(batches)
+
+
+@pytest.mark.parametrize("service", ["deterministic", "exponential"])
+def test_one_worker_queue_matches_pollaczek_khinchine(service):
+    """One query per batch, one worker: an M/D/1 or M/M/1 queue; mean sojourn = 1/mu + rho E[S^2] / (2 E[S] (1-rho))."""
+    rate, mean_service, count = 5.0, 0.1, 20_000
+    arrivals = PoissonArrivals(rate, seed=0).times(count)
+    batches = form_batches(arrivals, batch_size=1, timeout_s=0.0)
+    if service == "deterministic":
+        pool, delays, second_moment = VirtualPool(nn.Identity(), 1, service_s=mean_service), None, mean_service**2
+    else:
+        generator = torch.Generator().manual_seed(1)
+        uniform = torch.rand(len(batches), 1, generator=generator, dtype=torch.float64)
+        pool, delays, second_moment = (
+            VirtualPool(nn.Identity(), 1),
+            -mean_service * torch.log1p(-uniform),
+            2 * mean_service**2,
+        )
+    scheme = make_execution_scheme("uncoded", num_inputs=1, num_workers=1)
+    run = serve_open_loop(pool, scheme, torch.zeros(count, 1), arrivals, batches, delays=delays)
+    rho = rate * mean_service
+    expected = mean_service + rate * second_moment / (2 * (1 - rho))
+    mean, half_width = _batch_means_ci(run.latency_s)
+    assert abs(mean - expected) < half_width, (mean, expected, half_width)
+
+
+def test_a_code_decodes_from_the_fastest_and_cancels_the_straggler_so_no_queue_builds():
+    """Worker 2 takes 10 s per task: the code never waits for it, cancels its tasks (it keeps up), and every batch
+    equals CodedModule with the batch's mask; uncoded waits for it and its queue grows without bound."""
+    model, count = _mlp(), 60
+    arrivals = PoissonArrivals(20.0, seed=2).times(count)
+    batches = form_batches(arrivals, batch_size=4, timeout_s=0.05)
+    queries = torch.randn(count, 6)
+    delays = torch.zeros(len(batches), 4, dtype=torch.float64)
+    delays[:, 2] = 10.0
+    code = make_execution_scheme("gcc", num_inputs=2, num_workers=4)
+    run = serve_open_loop(
+        VirtualPool(model, 4, service_s=0.01), code, queries, arrivals, batches, num_stragglers=1, delays=delays
+    )
+    assert all(record.arrived == [0, 1, 3] for record in run.batches)
+    assert float(run.latency_s.max()) < 0.05 + 0.011  # batching wait + one service time: no queueing
+    single = CodedModule(model, make_code("gcc", num_inputs=2, num_workers=4))
+    for batch in batches:
+        mask = torch.tensor([True, True, False, True]).expand(math.ceil(len(batch.queries) / 2), -1)
+        with torch.no_grad():
+            expected = single(queries[batch.queries], mask=mask)
+        torch.testing.assert_close(run.outputs[batch.queries], expected, rtol=0, atol=1e-6)
+
+    full = form_batches(arrivals, batch_size=4, timeout_s=math.inf)  # every share holds a query: none is padding
+    delays = torch.zeros(len(full), 4, dtype=torch.float64)
+    delays[:, 2] = 10.0
+    uncoded = serve_open_loop(
+        VirtualPool(model, 4, service_s=0.01),
+        make_execution_scheme("uncoded", num_inputs=2, num_workers=4),
+        queries,
+        arrivals,
+        full,
+        delays=delays,
+        give_up_s=math.inf,
+    )
+    assert uncoded.missing == []
+    done = torch.tensor([r.done_s for r in uncoded.batches], dtype=torch.float64)
+    torch.testing.assert_close(torch.diff(done), torch.full((len(full) - 1,), 10.01, dtype=torch.float64))
+    with torch.no_grad():
+        torch.testing.assert_close(uncoded.outputs, model(queries), rtol=0, atol=1e-6)
+
+
+def test_replication_is_exact_and_waits_for_one_copy_of_each_query():
+    model, count = _mlp(), 24
+    arrivals = torch.arange(1, count + 1, dtype=torch.float64)  # one query per second: no queueing
+    batches = form_batches(arrivals, batch_size=2, timeout_s=10.0)
+    delays = torch.zeros(len(batches), 4, dtype=torch.float64)
+    delays[:, 0] = 0.5  # the first copy of query 0 is slow; worker 1 holds the other copy
+    run = serve_open_loop(
+        VirtualPool(model, 4, service_s=0.01),
+        make_execution_scheme("replication", num_inputs=2, num_workers=4),
+        torch.randn(count, 6),
+        arrivals,
+        batches,
+        delays=delays,
+    )
+    assert all(record.arrived == [1, 2] for record in run.batches)
+    torch.testing.assert_close(run.latency_s[1::2], torch.full((count // 2,), 0.01, dtype=torch.float64))
+
+
+def test_hedging_sends_a_backup_to_an_idle_worker_after_the_threshold():
+    """Two workers, worker 1 takes 1 s longer: its share gets a backup on worker 0 at 0.3 s, done at 0.3 + 0.1."""
+    model, count = _mlp(), 10
+    arrivals = 5.0 * torch.arange(1, count // 2 + 1, dtype=torch.float64).repeat_interleave(2)  # pairs, far apart
+    batches = form_batches(arrivals, batch_size=2, timeout_s=0.0)
+    delays = torch.zeros(len(batches), 2, dtype=torch.float64)
+    delays[:, 1] = 1.0
+    queries = torch.randn(count, 6)
+    run = serve_open_loop(
+        VirtualPool(model, 2, service_s=0.1),
+        make_execution_scheme("uncoded", num_inputs=1, num_workers=2),
+        queries,
+        arrivals,
+        batches,
+        delays=delays,
+        hedge=HedgePolicy(fixed_s=0.3),
+    )
+    torch.testing.assert_close(run.latency_s, torch.full((count,), 0.4, dtype=torch.float64))
+    assert run.backups == count // 2 and all(r.hedged == [1] and r.backups_won == 1 for r in run.batches)
+    with torch.no_grad():
+        torch.testing.assert_close(run.outputs, model(queries), rtol=0, atol=1e-6)
+
+
+def test_a_deadline_decodes_from_what_arrived():
+    model = _mlp()
+    arrivals = torch.tensor([1.0, 1.0 + 1e-9], dtype=torch.float64)
+    batches = form_batches(arrivals, batch_size=2, timeout_s=1.0)
+    delays = torch.tensor([[0.0, 0.0, 5.0, 5.0]], dtype=torch.float64)
+    run = serve_open_loop(
+        VirtualPool(model, 4, service_s=0.01),
+        make_execution_scheme("gcc", num_inputs=2, num_workers=4),
+        torch.randn(2, 6),
+        arrivals,
+        batches,
+        num_stragglers=0,
+        delays=delays,
+        deadline_s=0.2,
+    )
+    assert run.batches[0].arrived == [0, 1]
+    assert run.batches[0].done_s == pytest.approx(1.0 + 1e-9 + 0.2)
+
+
+def test_virtual_pool_cancellation_drops_queued_tasks_and_stops_a_running_delay():
+    pool = VirtualPool(nn.Identity(), 1, service_s=0.1)
+    for key in range(3):
+        pool.submit(Task(key, 0, torch.zeros(1), delay_s=1.0))
+    pool.cancel([0, 2])  # 0 is running: its delay stops; 2 is queued: dropped
+    (first,) = pool.wait(math.inf)
+    assert first.key == 1 and first.finished_s == pytest.approx(0.1 + 1.1)
+    assert pool.wait(math.inf) == []
+
+
+@pytest.mark.parametrize("name", ["uncoded", "replication"])
+def test_slots_holding_only_padding_are_not_sent_nor_waited_for(name):
+    """Batches of one query (the timeout fired): uncoded needs only worker 0's share, replication only the copies
+    of input 0 (workers 0 and 1); worker 3 is 10 s slow and is neither sent work nor waited for."""
+    model = _mlp()
+    arrivals = torch.tensor([1.0, 3.0, 5.0], dtype=torch.float64)
+    batches = form_batches(arrivals, batch_size=4, timeout_s=0.1)
+    delays = torch.zeros(len(batches), 4, dtype=torch.float64)
+    delays[:, 3] = 10.0
+    queries = torch.randn(3, 6)
+    run = serve_open_loop(
+        VirtualPool(model, 4, service_s=0.01),
+        make_execution_scheme(name, num_inputs=2, num_workers=4),
+        queries,
+        arrivals,
+        batches,
+        delays=delays,
+    )
+    assert run.tasks == 3 * (1 if name == "uncoded" else 2)
+    torch.testing.assert_close(run.latency_s, torch.full((3,), 0.1 + 0.01, dtype=torch.float64))
+    with torch.no_grad():
+        torch.testing.assert_close(run.outputs, model(queries), rtol=0, atol=1e-6)

@@ -1,0 +1,62 @@
+"""Hedged requests ("The Tail at Scale", Dean and Barroso, 2013): a backup copy of a request that is still
+outstanding after a high percentile of the usual latency.
+
+The policy only decides *when*: :meth:`HedgePolicy.threshold_s` is the ``percentile`` of the latencies of the
+last ``window`` primary tasks that completed (no backup before ``warmup`` of them have been seen; ``fixed_s``
+replaces the estimate by a constant). The dispatcher sends at most one backup per task, to another worker, and
+uses whichever copy answers first.
+
+The estimate only sees primaries that completed: one cancelled because its backup answered first is not observed,
+which biases the percentile down (more hedging) when backups often win.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import torch
+
+__all__ = ["HedgePolicy"]
+
+
+class HedgePolicy:
+    """When to send a backup: after the ``percentile`` of recent primary latencies (or after ``fixed_s``).
+
+    Args:
+        percentile: in (0, 1), e.g. 0.95 (the p95 of "The Tail at Scale").
+        window: how many recent primary latencies the percentile is taken over.
+        warmup: no backups until this many primaries have completed (the percentile is meaningless before).
+        fixed_s: a constant threshold in seconds instead of the running percentile (then ``warmup`` is unused).
+    """
+
+    def __init__(
+        self, percentile: float = 0.95, *, window: int = 1000, warmup: int = 20, fixed_s: float | None = None
+    ) -> None:
+        if not 0 < percentile < 1:
+            raise ValueError(f"percentile must be in (0, 1), got {percentile!r}")
+        if window < 1 or warmup < 0:
+            raise ValueError(f"window must be >= 1 and warmup >= 0, got window={window}, warmup={warmup}")
+        if fixed_s is not None and not fixed_s >= 0:
+            raise ValueError(f"fixed_s must be >= 0 seconds, got {fixed_s!r}")
+        self.percentile, self.window, self.warmup, self.fixed_s = percentile, window, warmup, fixed_s
+        self._latencies: collections.deque[float] = collections.deque(maxlen=window)
+        self.observed = 0
+
+    def observe(self, latency_s: float) -> None:
+        """Record a completed primary task's latency (dispatch to result, seconds)."""
+        self._latencies.append(float(latency_s))
+        self.observed += 1
+
+    def threshold_s(self) -> float:
+        """Seconds after dispatch at which an unfinished task gets its backup (``inf``: none yet)."""
+        if self.fixed_s is not None:
+            return self.fixed_s
+        if self.observed < max(self.warmup, 1):
+            return math.inf
+        return float(torch.tensor(list(self._latencies), dtype=torch.float64).quantile(self.percentile))
+
+    def __repr__(self) -> str:
+        if self.fixed_s is not None:
+            return f"HedgePolicy(fixed_s={self.fixed_s})"
+        return f"HedgePolicy(percentile={self.percentile}, window={self.window}, warmup={self.warmup})"

@@ -1,0 +1,227 @@
+"""A :class:`~torchgcc.serving.pool.WorkerPool` of local processes: one per worker, each holding the model.
+
+Workers are forked from a forkserver that has imported torch once (fast starts, no torch state inherited from
+the coordinator). Each worker reads tasks and cancellations from its pipe on a reader thread and runs its queue in
+order on the main thread: model, then the injected delay (cut short if the task is cancelled meanwhile; a
+cancelled task delivers nothing). A worker ignores SIGINT (Ctrl-C is the coordinator's to handle; it then closes
+the pool) and exits with status 1 as soon as its coordinator is gone (its pipe closes), so it never outlives it.
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import threading
+import time
+
+import torch
+from torch import nn
+
+from torchgcc.serving.pool import Completion, Task
+
+__all__ = ["ProcessPool"]
+
+_TASK, _CANCEL, _STOP = "task", "cancel", "stop"
+#: exit status of a worker whose coordinator vanished.
+EXIT_ORPHANED = 1
+
+
+class ProcessPool:
+    """N worker processes running ``model``.
+
+    Args:
+        model: the network (pickled to every worker; its class must be importable there).
+        num_workers: N.
+        cpus: per worker, the CPU cores it is pinned to (``os.sched_setaffinity``); None: not pinned.
+        threads: torch threads per worker.
+        start_timeout_s: the longest to wait for every worker to report ready.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        num_workers: int,
+        *,
+        cpus: list[list[int]] | None = None,
+        threads: int = 1,
+        start_timeout_s: float = 120.0,
+    ) -> None:
+        if cpus is not None and len(cpus) != num_workers:
+            raise ValueError(f"cpus needs one list of cores per worker ({num_workers}), got {len(cpus)}")
+        self.num_workers = num_workers
+        self._lost: set[int] = set()
+        self._processes: list[multiprocessing.Process] = []
+        self._tasks: list[multiprocessing.connection.Connection] = []
+        self._results: dict[multiprocessing.connection.Connection, int] = {}
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["torchgcc.serving.process_pool"])
+        try:
+            for worker in range(num_workers):
+                task_reader, task_writer = context.Pipe(duplex=False)
+                result_reader, result_writer = context.Pipe(duplex=False)
+                process = context.Process(
+                    target=_worker_main,
+                    args=(worker, model, task_reader, result_writer, None if cpus is None else cpus[worker], threads),
+                    name=f"torchgcc-worker-{worker}",
+                    daemon=True,
+                )
+                process.start()
+                task_reader.close()
+                result_writer.close()
+                self._processes.append(process)
+                self._tasks.append(task_writer)
+                self._results[result_reader] = worker
+            self._wait_ready(start_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        """The worker processes' ids, by worker."""
+        return [process.pid for process in self._processes]
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        waiting = dict(self._results)
+        while waiting:
+            ready = multiprocessing.connection.wait(list(waiting), max(deadline - time.monotonic(), 0))
+            if not ready:
+                raise TimeoutError(f"workers {sorted(waiting.values())} did not start in {timeout_s:.0f} s")
+            for connection in ready:
+                try:
+                    connection.recv()
+                except EOFError:
+                    worker = waiting[connection]
+                    raise RuntimeError(f"worker {worker} exited while starting") from None
+                del waiting[connection]
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def submit(self, task: Task) -> None:
+        if task.worker not in self._lost:
+            self._send(task.worker, (_TASK, task.key, task.inputs, float(task.delay_s)))
+
+    def cancel(self, keys: list) -> None:
+        if not keys:
+            return
+        for worker in range(self.num_workers):
+            if worker not in self._lost:
+                self._send(worker, (_CANCEL, list(keys)))
+
+    def _send(self, worker: int, message: tuple) -> None:
+        try:
+            self._tasks[worker].send(message)
+        except (BrokenPipeError, OSError):
+            pass  # the worker died; its result pipe reports that
+
+    def wait(self, until_s: float) -> list[Completion]:
+        live = [c for c, worker in self._results.items() if worker not in self._lost]
+        if not live:
+            return []
+        remaining = until_s - time.monotonic()
+        ready = multiprocessing.connection.wait(live, None if remaining == float("inf") else max(remaining, 0.0))
+        completions = []
+        for connection in ready:
+            worker = self._results[connection]
+            try:
+                while connection.poll():
+                    _, key, output, compute_s = connection.recv()
+                    completions.append(Completion(key, worker, output, time.monotonic(), compute_s))
+            except (EOFError, OSError):
+                self._lost.add(worker)
+                process = self._processes[worker]
+                process.join(timeout=1.0)
+                completions.append(
+                    Completion(
+                        None,
+                        worker,
+                        None,
+                        time.monotonic(),
+                        error=f"worker {worker} (pid {process.pid}) exited with status {process.exitcode}",
+                    )
+                )
+        return completions
+
+    def lost_workers(self) -> set[int]:
+        return set(self._lost)
+
+    def close(self, *, grace_s: float = 2.0) -> None:
+        """Ask every worker to stop, wait up to ``grace_s``, then kill the rest; idempotent."""
+        for worker in range(len(self._tasks)):
+            self._send(worker, (_STOP,))
+        deadline = time.monotonic() + grace_s
+        for process in self._processes:
+            process.join(timeout=max(deadline - time.monotonic(), 0.0))
+            if process.is_alive():
+                process.kill()
+                process.join()
+        for connection in [*self._tasks, *self._results]:
+            connection.close()
+        self._tasks, self._results, self._processes = [], {}, []
+
+    def __enter__(self) -> "ProcessPool":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _worker_main(worker: int, model: nn.Module, tasks, results, cores: list[int] | None, threads: int) -> None:
+    """A worker process: a reader thread fills the queue, the main thread runs it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if cores is not None:
+        os.sched_setaffinity(0, cores)
+    torch.set_num_threads(threads)
+    model = model.eval()
+    queue: collections.deque[tuple] = collections.deque()
+    cancelled: set = set()
+    pending: set = set()  # keys queued or running (cancellations of others are ignored)
+    state = {"stop": False}
+    changed = threading.Condition()
+
+    def read() -> None:
+        try:
+            while True:
+                message = tasks.recv()
+                with changed:
+                    if message[0] == _TASK:
+                        queue.append(message)
+                        pending.add(message[1])
+                    elif message[0] == _CANCEL:
+                        cancelled.update(key for key in message[1] if key in pending)
+                    else:
+                        state["stop"] = True
+                    changed.notify_all()
+        except (EOFError, OSError):  # the coordinator is gone: never outlive it
+            os._exit(EXIT_ORPHANED)
+
+    threading.Thread(target=read, name="torchgcc-worker-reader", daemon=True).start()
+    results.send(("ready", os.getpid()))
+    while True:
+        with changed:
+            changed.wait_for(lambda: queue or state["stop"])
+            if state["stop"]:
+                return
+            _, key, inputs, delay_s = queue.popleft()
+            skip = key in cancelled
+        if not skip:
+            start = time.monotonic()
+            with torch.inference_mode():
+                output = model(inputs)
+            compute_s = time.monotonic() - start
+            with changed:
+                changed.wait_for(lambda key=key: key in cancelled or state["stop"], timeout=delay_s)
+                skip = key in cancelled
+        with changed:
+            cancelled.discard(key)
+            pending.discard(key)
+        if not skip:
+            try:
+                results.send(("done", key, output, compute_s))
+            except (BrokenPipeError, OSError):
+                os._exit(EXIT_ORPHANED)

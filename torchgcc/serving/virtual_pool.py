@@ -1,0 +1,112 @@
+"""A :class:`~torchgcc.serving.pool.WorkerPool` on a virtual clock: a discrete-event simulation of N FIFO workers.
+
+Each task occupies its worker for ``service_s + task.delay_s`` virtual seconds from the moment the worker is free;
+the model really runs (in zero virtual time) so the outputs and accuracies are real, the latencies simulated.
+Encoding, decoding and transport take no virtual time. Use it for sweeps too large for real time, validated
+against a real pool on the same settings, and label its numbers as simulated.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import math
+from typing import Hashable
+
+import torch
+from torch import nn
+
+from torchgcc.serving.pool import Completion, Task
+
+__all__ = ["VirtualPool"]
+
+
+class VirtualPool:
+    """N simulated workers running ``model``.
+
+    Args:
+        model: the network every worker runs, ``(b, *in) -> (b, *out)``.
+        num_workers: N.
+        service_s: virtual seconds every task takes before its injected delay (the model's compute time).
+    """
+
+    def __init__(self, model: nn.Module, num_workers: int, *, service_s: float = 0.0) -> None:
+        if not service_s >= 0:
+            raise ValueError(f"service_s must be >= 0 seconds, got {service_s!r}")
+        self.model = model.eval()
+        self.num_workers = num_workers
+        self.service_s = service_s
+        self.clock = 0.0
+        self._queues: list[collections.deque[Task]] = [collections.deque() for _ in range(num_workers)]
+        self._running: list[tuple[Task, float, int] | None] = [None] * num_workers  # task, start, event sequence
+        self._events: list[tuple[float, int, int]] = []  # (finish, sequence, worker) of running tasks
+        self._sequence = 0
+        self._stopped_early: set[Hashable] = set()
+
+    def now(self) -> float:
+        return self.clock
+
+    def submit(self, task: Task) -> None:
+        self._queues[task.worker].append(task)
+        if self._running[task.worker] is None:
+            self._start_next(task.worker)
+
+    def cancel(self, keys: list) -> None:
+        drop = set(keys)
+        for worker, queue in enumerate(self._queues):
+            self._queues[worker] = collections.deque(t for t in queue if t.key not in drop)
+            running = self._running[worker]
+            if running is not None and running[0].key in drop and running[0].key not in self._stopped_early:
+                task, start, _ = running
+                finish = max(self.clock, start + self.service_s)  # the model runs to the end, the delay stops
+                self._stopped_early.add(task.key)
+                self._running[worker] = (task, start, self._push(finish, worker))
+
+    def wait(self, until_s: float) -> list[Completion]:
+        while self._events:
+            finish, sequence, worker = self._events[0]
+            running = self._running[worker]
+            if running is None or running[2] != sequence:  # stale: the task was stopped early and re-scheduled
+                heapq.heappop(self._events)
+                continue
+            if finish > until_s:
+                break
+            heapq.heappop(self._events)
+            self.clock = max(self.clock, finish)
+            task = running[0]
+            self._running[worker] = None
+            self._start_next(worker)
+            if task.key in self._stopped_early:
+                self._stopped_early.discard(task.key)
+                continue  # a cancelled task delivers nothing
+            with torch.inference_mode():
+                output = self.model(task.inputs)
+            return [Completion(task.key, worker, output, self.clock, compute_s=self.service_s)]
+        if math.isfinite(until_s):
+            self.clock = max(self.clock, until_s)
+        return []
+
+    def lost_workers(self) -> set[int]:
+        return set()
+
+    def close(self) -> None:
+        self._queues = [collections.deque() for _ in range(self.num_workers)]
+
+    def _start_next(self, worker: int) -> None:
+        if not self._queues[worker]:
+            return
+        task = self._queues[worker].popleft()
+        finish = self.clock + self.service_s + task.delay_s
+        self._running[worker] = (task, self.clock, self._push(finish, worker))
+
+    def _push(self, finish: float, worker: int) -> int:
+        """Schedule the end of ``worker``'s running task; returns the event's sequence number."""
+        self._sequence += 1
+        heapq.heappush(self._events, (finish, self._sequence, worker))
+        return self._sequence
+
+    def __enter__(self) -> "VirtualPool":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
