@@ -14,7 +14,6 @@ import torch
 from torchgcc.app import cli, model_cache
 from torchgcc.app.experiments import polynomial_study, straggler_study
 from torchgcc.app.results import read_results
-from torchgcc.app.tables import markdown_table
 
 SCHEMA = ("scheme", "N", "K", "mse", "mse_ci")
 
