@@ -28,7 +28,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 import torch
@@ -39,14 +39,26 @@ from torchgcc.app.evaluate import model_outputs
 from torchgcc.app.plots import plt, save_figure
 from torchgcc.app.results import ExperimentResult
 from torchgcc.app.statistics import loglog_slope
-from torchgcc.app.tables import publish
+from torchgcc.app.tables import markdown_grid, publish
 from torchgcc.coded_module import group_samples
 from torchgcc.codes.robust import RobustGCC
 from torchgcc.metrics import mean_ci
 from torchgcc.oracles.attacks import FAMILIES, SHIFT_FRACTIONS, worst_attacks
 from torchgcc.stragglers import FixedStragglers
 
-__all__ = ["DEFAULT", "QUICK", "SCHEMES", "Config", "add_arguments", "configure", "fit_slopes", "report", "run"]
+__all__ = [
+    "DEFAULT",
+    "DOCS_TABLES",
+    "QUICK",
+    "SCHEMES",
+    "Config",
+    "add_arguments",
+    "configure",
+    "docs_table",
+    "fit_slopes",
+    "report",
+    "run",
+]
 
 #: Decoders compared, in table order: the seed's first, those beyond the seed last.
 SCHEMES = ("smoothing", "natural", "gcc", "bacc", "huber", "trim")
@@ -353,3 +365,109 @@ def plot_adversarial(records: list[dict[str, Any]], slopes: dict, path: Path, *,
     axes[1][-1].legend(fontsize=6)
     fig.suptitle(title, fontsize=9)
     return save_figure(fig, path)
+
+
+def _worst_case_table(data: Mapping[str, Any], *, workload: str = "xsinx") -> str:
+    """Per (a, N) of ``workload``: q, the seed's rate ``(q/N)^(6/5)`` and each decoder's worst-case MSE over the attack
+    search, with the family of its worst attack and, for the locating decoders, the share of groups that flagged it."""
+    cells: dict[tuple, dict[str, str]] = {}
+    for r in data["records"]:
+        if r["workload"] == workload:
+            flagged = f", {r['detection']:.0%}" if "detection" in r else ""
+            row = cells.setdefault((r["a"], r["N"], r["q"], r["theory"]), {})
+            row[r["scheme"]] = f"{r['mse']:.3g} ({r['worst_family']}{flagged})"
+    schemes = data["config"]["schemes"]
+    rows = [
+        [f"{a:g}", str(n), str(q), f"{theory:.3g}"] + [by.get(scheme, "-") for scheme in schemes]
+        for (a, n, q, theory), by in sorted(cells.items())
+    ]
+    return markdown_grid(["a", "N", "q", "(q/N)^(6/5)", *schemes], rows, left=0)
+
+
+def _slopes_table(data: Mapping[str, Any]) -> str:
+    """Every fitted slope of the worst-case MSE against N, beside the seed's ``(6/5)(a - 1)``, with the exponent of
+    q/N it implies in brackets."""
+    cells: dict[tuple, dict[str, Mapping[str, float]]] = {}
+    for key, slope in data["slopes"].items():
+        workload, a, scheme = key.split()
+        cells.setdefault((workload, float(a.removeprefix("a="))), {})[scheme] = slope
+    schemes = data["config"]["schemes"]
+    rows = []
+    for (workload, a), by in cells.items():
+        theory = next(iter(by.values()))["theory"]
+        cells_row = [f"{by[s]['slope']:.2f} ({by[s]['q_over_n']:.2f})" if s in by else "-" for s in schemes]
+        rows.append([workload, f"{a:g}", f"{theory:.2f}", *cells_row])
+    return markdown_grid(["workload", "a", "(6/5)(a-1)", *schemes], rows)
+
+
+def _evading_table(data: Mapping[str, Any]) -> str:
+    """The locating decoders' failure mode: per (workload, a) at its largest N, the shift size they did not flag
+    that hurt most, with its MSE, beside the smoothing decoder's worst case."""
+    by = {(r["workload"], r["a"], r["N"], r["scheme"]): r for r in data["records"] if r["workload"] != "lenet5_case"}
+    largest: dict[tuple, int] = {}
+    for workload, a, n, _ in by:
+        largest[workload, a] = max(n, largest.get((workload, a), n))
+    header = ["workload", "a", "N", "smoothing worst"] + [f"{scheme}: size, MSE" for scheme in LOCATING]
+    rows = []
+    for (workload, a), n in largest.items():
+        row = [workload, f"{a:g}", str(n), f"{by[workload, a, n, 'smoothing']['mse']:.3g}"]
+        for scheme in LOCATING:
+            evading = by[workload, a, n, scheme].get("evading_shift")
+            row.append("-" if evading is None else f"{evading['size']:.3g}, {evading['mse']:.3g}")
+        rows.append(row)
+    return markdown_grid(header, rows, left=1)
+
+
+def _lenet5_case_table(data: Mapping[str, Any]) -> str:
+    """The LeNet5 case (stragglers and adversaries together): each decoder's worst-case MSE, the family and RelAcc at
+    that attack, its lowest RelAcc over every attack, its sign-flip MSE, and (locating decoders) the share of groups
+    that flagged the worst attack, the worst sign flip and the worst random ``+-M`` values."""
+    header = [
+        "decoder",
+        "worst-case MSE",
+        "worst family",
+        "RelAcc at that attack %",
+        "lowest RelAcc over every attack %",
+        "sign-flip MSE",
+        "flagged: worst attack / worst sign flip / worst random +-M",
+    ]
+    rows = []
+    for r in data["records"]:
+        if r["workload"] != "lenet5_case":
+            continue
+        flagged = (
+            " / ".join(
+                f"{share:.0%}" for share in (r["detection"], *map(r["family_detection"].get, ("signflip", "random_pm")))
+            )
+            if "detection" in r
+            else "-"
+        )
+        rows.append(
+            [
+                r["scheme"],
+                f"{r['mse']:.3g}",
+                r["worst_family"],
+                f"{100 * r['agreement']:.1f}",
+                f"{100 * r['min_agreement']:.1f}",
+                f"{r['family_mse']['signflip']:.3g}",
+                flagged,
+            ]
+        )
+    return markdown_grid(header, rows, left=1)
+
+
+#: The tables :func:`docs_table` makes, by name.
+DOCS_TABLES: dict[str, Callable[..., str]] = {
+    "worst_case": _worst_case_table,
+    "slopes": _slopes_table,
+    "evading": _evading_table,
+    "lenet5_case": _lenet5_case_table,
+}
+
+
+def docs_table(data: Mapping[str, Any], *, table: str = "worst_case", **options: Any) -> str:
+    """One whole table of a committed ``adversarial.json`` (for :mod:`torchgcc.app.docs`): ``table`` is a key of
+    :data:`DOCS_TABLES` (``"worst_case"`` takes ``workload="xsinx" | "lenet5"``)."""
+    if table not in DOCS_TABLES:
+        raise ValueError(f"table: {table!r} is not one of {sorted(DOCS_TABLES)}")
+    return DOCS_TABLES[table](data, **options)

@@ -34,7 +34,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
@@ -43,7 +43,7 @@ from torchgcc.app.evaluate import evaluate_coded, model_outputs
 from torchgcc.app.plots import plt, save_figure
 from torchgcc.app.results import ExperimentResult
 from torchgcc.app.statistics import seed_mean_ci
-from torchgcc.app.tables import publish
+from torchgcc.app.tables import markdown_grid, publish
 from torchgcc.coded_module import group_samples
 from torchgcc.manifold import ManifoldGCC, ReferenceGraph, manifold_order
 from torchgcc.stragglers import FixedStragglers
@@ -57,6 +57,7 @@ __all__ = [
     "add_arguments",
     "configure",
     "cubic_polynomial",
+    "docs_table",
     "group_hash",
     "make_workload",
     "report",
@@ -341,3 +342,31 @@ def plot_manifold(records: list[dict[str, Any]], path: Path, *, title: str) -> P
     axes[0][-1].legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
     return save_figure(fig, path)
+
+
+def docs_table(data: Mapping[str, Any], *, workload: str) -> str:
+    """The ablation of ``workload`` from a committed ``manifold.json`` (for :mod:`torchgcc.app.docs`): per row,
+    whether it coded the same groups as standard GCC, per S the MSE ± 95% CI over seeds, the mean ratio to
+    standard's and (classifiers) RelAcc %, then the coded samples' distances to the data, to their own group's
+    inputs and (synthetic workloads) to the manifold, in nearest-neighbour spacings."""
+    records = [r for r in data["records"] if r["workload"] == workload]
+    stragglers = sorted({r["S"] for r in records})
+    by = {(r["scheme"], r["S"]): r for r in records}
+    relacc = records[0].get("agreement") is not None
+    manifold = records[0].get("distance_to_manifold") is not None
+    per_s = "MSE / ratio / RelAcc" if relacc else "MSE / ratio"
+    header = ["row", "same groups"] + [f"S={s}: {per_s}" for s in stragglers] + ["distance to data", "to own group"]
+    header += ["to the manifold"] if manifold else []
+    distances = ("distance_to_data", "distance_to_group") + (("distance_to_manifold",) if manifold else ())
+    rows = []
+    for row in dict.fromkeys(r["scheme"] for r in records):
+        first = by[row, stragglers[0]]
+        cells = [row, "yes" if first["same_groups_as_standard"] else "no"]
+        for s in stragglers:
+            r = by[row, s]
+            cell = f"{r['mse']:.3g} ± {r['mse_ci']:.1g} / {r['ratio']:.3f}"
+            cells.append(cell + (f" / {100 * r['agreement']:.1f}" if relacc else ""))
+        # The coded samples do not depend on S: their distances are the same in every S's record.
+        cells += [f"{first[key]:.2f}" for key in distances]
+        rows.append(cells)
+    return markdown_grid(header, rows, left=2)

@@ -38,19 +38,21 @@ from torchgcc.app.options import add_gcc_arguments, gcc_options
 from torchgcc.app.plots import SCHEME_LABELS, log_errorbar, plt, reference_curve, save_figure, series
 from torchgcc.app.results import ExperimentResult
 from torchgcc.app.statistics import loglog_slope, seed_mean_ci
-from torchgcc.app.tables import publish
+from torchgcc.app.tables import markdown_grid, publish
 from torchgcc.coded_module import group_samples
 from torchgcc.oracles import worst_stragglers
 from torchgcc.stragglers import BernoulliStragglers, FixedStragglers
 
 __all__ = [
     "DEFAULT",
+    "DOCS_TABLES",
     "QUICK",
     "Config",
     "SmoothMLP",
     "add_arguments",
     "brute_force_block_mse",
     "configure",
+    "docs_table",
     "fit_slopes",
     "report",
     "run",
@@ -384,3 +386,81 @@ def plot_rates(
         ax.legend(fontsize=6)
     fig.suptitle(title, fontsize=9)
     return save_figure(fig, path)
+
+
+def _cell(record: Mapping[str, Any] | None) -> str:
+    return "-" if record is None else f"{record['mse']:.3g} ± {record['mse_ci']:.1g}"
+
+
+def _series_table(data: Mapping[str, Any], setting: str, columns: Sequence[tuple[str, Any]]) -> str:
+    """MSE ± 95% CI against ``setting`` (``"N"`` or ``"S"``), one column per ``(label, predicate of a record)``."""
+    values = sorted({r[setting] for r in data["records"] if setting in r})
+    rows = []
+    for value in values:
+        found = [next((r for r in data["records"] if r.get(setting) == value and keep(r)), None) for _, keep in columns]
+        if any(found):
+            rows.append([str(value)] + [_cell(record) for record in found])
+    return markdown_grid([setting] + [label for label, _ in columns], rows, left=0)
+
+
+def _against_n_table(data: Mapping[str, Any], *, stragglers: int) -> str:
+    """Worst-case MSE against N at ``stragglers`` stragglers: every scheme under the oracle and the widest gap."""
+    columns = [
+        (
+            f"{scheme} {adversary.replace('_', ' ')}",
+            lambda r, scheme=scheme, adversary=adversary: (
+                (r["scheme"], r["adversary"], r.get("S")) == (scheme, adversary, stragglers)
+            ),
+        )
+        for scheme in data["config"]["schemes"]
+        for adversary in ("oracle", "widest_gap")
+    ]
+    return _series_table(data, "N", columns)
+
+
+def _against_s_table(data: Mapping[str, Any]) -> str:
+    """Worst-case MSE under the oracle against S, one column per (scheme, N of ``stragglers_at``)."""
+    columns = [
+        (
+            f"{scheme} N={n}",
+            lambda r, scheme=scheme, n=n: (r["scheme"], r["adversary"], r["N"]) == (scheme, "oracle", n),
+        )
+        for n in data["config"]["stragglers_at"]
+        for scheme in data["config"]["schemes"]
+    ]
+    return _series_table(data, "S", columns)
+
+
+def _bernoulli_table(data: Mapping[str, Any]) -> str:
+    """GCC's MSE under Bernoulli stragglers against N, one column per p."""
+    columns = [
+        (f"gcc Bernoulli p={p:g}", lambda r, p=p: r["adversary"] == "bernoulli" and r["p"] == p)
+        for p in data["config"]["probabilities"]
+    ]
+    return _series_table(data, "N", columns)
+
+
+def _slopes_table(data: Mapping[str, Any]) -> str:
+    """Every fitted slope (mean ± 95% CI over seeds) beside the bound's slope on the same grid."""
+    rows = [
+        [name, f"{s['slope']:.2f} ± {s['ci']:.2f}", f"{s['bound_slope']:.2f} ({s['bound']})"]
+        for name, s in data["slopes"].items()
+    ]
+    return markdown_grid(["series", "slope ± 95% CI over seeds", "the bound's slope on the same grid"], rows)
+
+
+#: The tables :func:`docs_table` makes, by name.
+DOCS_TABLES: dict[str, Any] = {
+    "against_N": _against_n_table,
+    "against_S": _against_s_table,
+    "bernoulli": _bernoulli_table,
+    "slopes": _slopes_table,
+}
+
+
+def docs_table(data: Mapping[str, Any], *, table: str = "slopes", **options: Any) -> str:
+    """One whole table of a committed ``rates.json`` (for :mod:`torchgcc.app.docs`): ``table`` is a key of
+    :data:`DOCS_TABLES` (``"against_N"`` takes ``stragglers=S``)."""
+    if table not in DOCS_TABLES:
+        raise ValueError(f"table: {table!r} is not one of {sorted(DOCS_TABLES)}")
+    return DOCS_TABLES[table](data, **options)

@@ -61,6 +61,7 @@ from torchgcc.app.data import DataSplit, list_datasets, load_dataset
 from torchgcc.app.models import build_model
 from torchgcc.app.plots import plt, save_figure
 from torchgcc.app.results import ExperimentResult, write_results
+from torchgcc.app.tables import markdown_grid
 from torchgcc.control.wait_count import WaitCountController
 from torchgcc.gradient_coding import (
     DelaySchedule,
@@ -75,7 +76,20 @@ from torchgcc.metrics import mean_ci
 from torchgcc.optional import require
 from torchgcc.stragglers import Exponential
 
-__all__ = ["DEFAULT", "LABELS", "QUICK", "Config", "TrainingRun", "add_arguments", "configure", "report", "run"]
+__all__ = [
+    "DEFAULT",
+    "LABELS",
+    "QUICK",
+    "RIVALS",
+    "Config",
+    "TrainingRun",
+    "add_arguments",
+    "configure",
+    "docs_table",
+    "report",
+    "run",
+    "verdicts",
+]
 
 
 @dataclass(frozen=True)
@@ -461,6 +475,7 @@ def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:
 LABELS = {
     "dgd": "DGD",
     "is-sgd": "IS-SGD",
+    "is-sgd:adaptive": "IS-SGD adaptive",
     "gc-fr": "GC-FR",
     "gc-cr": "GC-CR",
     "is-gc": "IS-GC",
@@ -752,3 +767,21 @@ def _wait_summary(run: TrainingRun) -> dict:
         "S_by_step": run.wait_stragglers,
         "wait_policy": _jsonable(run.wait_policy),
     }
+
+
+def docs_table(data: dict, *, model: str) -> str:
+    """Where PGC wins and loses for ``model``, from a committed ``results.json`` (for :mod:`torchgcc.app.docs`): per
+    (m, clock, s), every PGC scheme's time to target over each rival's (:data:`RIVALS`) with its outcome."""
+    cells: dict[tuple, dict[tuple[str, str], str]] = {}
+    for v in data["verdicts"]:
+        if v["model"] == model:
+            ratio = "-" if v["ratio"] is None else f"{v['ratio']:.2f}"
+            cells.setdefault((v["m"], v["clock"], v["s"]), {})[v["pgc"], v["rival"]] = f"{ratio} {v['outcome']}"
+    pairs = list(dict.fromkeys(pair for row in cells.values() for pair in row))
+    clocks = list(data["config"]["compute_times"][model])
+    header = ["m", "clock", "s"] + [f"{LABELS.get(p, p)} vs {LABELS.get(r, r)}" for p, r in pairs]
+    rows = [
+        [f"{m:g}", clock, str(s)] + [cells[m, clock, s].get(pair, "-") for pair in pairs]
+        for m, clock, s in sorted(cells, key=lambda key: (key[0], clocks.index(key[1]), key[2]))
+    ]
+    return markdown_grid(header, rows, left=2)
