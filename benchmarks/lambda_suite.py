@@ -28,7 +28,7 @@ cell where natural-spline GCC is not. Writes JSON (settings, seeds, load average
 cell, every rule's worst ratio, the failing cells), progress on stderr:
 
     python benchmarks/lambda_suite.py                 # ./torchgcc-results/lambda_suite/results.json
-    python benchmarks/lambda_suite.py --quick         # about a minute: fewer samples, one mask per group
+    python benchmarks/lambda_suite.py --quick         # seconds: 400 MLP inputs, one mask per group
 """
 
 from __future__ import annotations
@@ -197,13 +197,13 @@ def summarise(rows: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=int, default=1200, help="MLP inputs (groups: samples / K)")
+    parser.add_argument("--samples", type=int, default=2400, help="MLP inputs (groups: samples / K)")
     parser.add_argument("--digits-samples", type=int, default=359, help="digits test images used (at most 359)")
-    parser.add_argument("--repeats", type=int, default=4, help="masks per measured group")
+    parser.add_argument("--repeats", type=int, default=8, help="masks per measured group")
     parser.add_argument("--calibration-groups", type=int, default=16, help="held-out first batch the default sees")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
-    parser.add_argument("--quick", action="store_true", help="a ~1 minute run: 400 MLP inputs, 1 mask per group")
+    parser.add_argument("--quick", action="store_true", help="a run of seconds: 400 MLP inputs, 1 mask per group")
     parser.add_argument("--out", type=Path, default=Path("torchgcc-results/lambda_suite/results.json"))
     args = parser.parse_args(argv)
     if args.quick:
