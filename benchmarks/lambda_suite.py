@@ -13,8 +13,10 @@ Workloads (inputs: Gaussian for the MLPs, scikit-learn's digits for the classifi
 
 Settings (K, N): every workload at (4, 8) and (8, 16) with S = 0, 1, ..., N - K stragglers, and at its large
 setting, (10, 40) for the MLPs and (8, 32) for the classifiers, with S in {0, N/8, N/4, N/2}. A cell is one
-(workload, K, N, S). Stragglers are placed at random (:class:`~torchgcc.stragglers.FixedStragglers`, seeded per
-cell, the same masks for every rule).
+(workload, K, N, S). Stragglers are placed at random (:class:`~torchgcc.stragglers.FixedStragglers`, the same masks
+for every rule and workload: seed ``10^6 seed + 1000 N + S``, ``+ 500`` for the calibration batch); the noise is
+seeded by ``10^6 seed + 1000 N + K`` (``+ 1`` for BACC's results); ``--seed`` also seeds the MLP weights and inputs
+and the classifiers' training.
 
 Rules: ``natural`` (lambda_dec = 0), ``spacing``, ``gcv`` (per group, every call), the default ``adaptive``, and
 the practitioner's alternative BACC (Berrut encoder and decoder, its own coded inputs and worker results, the same
