@@ -13,12 +13,14 @@ from torchgcc.app.tables import markdown_grid
 
 __all__ = [
     "DECODE_RULES",
+    "LAMBDA_SUITE_RULES",
     "NOISY_DECODERS",
     "adaptive_wait_seeds",
     "adversarial_lambda",
     "decode",
     "exports",
     "lambda_suite",
+    "lambda_suite_worst",
     "latency",
     "latency_adaptive",
     "noisy",
@@ -73,16 +75,53 @@ def exports(data: None, *, modules: list[str]) -> str:
     return "\n".join(lines)
 
 
+#: The rules of ``benchmarks/lambda_suite.py``, in table order, with their column headings.
+LAMBDA_SUITE_RULES: dict[str, str] = {
+    "natural": "natural",
+    "spacing": "spacing",
+    "gcv": "GCV",
+    "adaptive": "default",
+    "bacc": "BACC",
+}
+
+
 def lambda_suite(data: Data) -> str:
-    """``benchmarks/lambda_suite.py``: every rule's MSE per workload and S, with its ratio to the best baseline."""
-    rules = list(data["config"]["rules"])
-    cells: dict[tuple, dict[str, str]] = {}
-    for r in data["records"]:
-        cells.setdefault((r["workload"], r["S"]), {})[r["rule"]] = f"{r['mse']:.3g} ({r['ratio_to_best']:.2f})"
-    labels = {"natural": "natural (0)", "gcv": "GCV", "adaptive": "adaptive (default)"}
-    header = ["workload", "S"] + [labels.get(rule, rule) for rule in rules]
-    rows = [[workload, str(s)] + [by_rule.get(rule, "-") for rule in rules] for (workload, s), by_rule in cells.items()]
+    """``benchmarks/lambda_suite.py``: every cell (workload, K, N, S), each rule's MSE as a ratio to the best of
+    natural / spacing / GCV, the ratio the default calibrated, and whether the default passes there."""
+    header = ["workload", "K", "N", "S", *LAMBDA_SUITE_RULES.values(), "default's r", "default passes"]
+    rows = [
+        [r["workload"], str(r["K"]), str(r["N"]), str(r["S"])]
+        + [f"{r['ratio_to_best'][rule]:.2f}" for rule in LAMBDA_SUITE_RULES]
+        + [f"{r['adaptive_ratio_chosen']:g}", _suite_verdict(r)]
+        for r in data["records"]
+    ]
     return markdown_grid(header, rows)
+
+
+def lambda_suite_worst(data: Data) -> str:
+    """``benchmarks/lambda_suite.py`` per workload: each rule's worst ratio to the best of natural / spacing / GCV
+    over the workload's cells, and the default's failing cells."""
+    workloads: dict[str, list] = {}
+    for r in data["records"]:
+        workloads.setdefault(r["workload"], []).append(r)
+    header = ["workload", "cells", *LAMBDA_SUITE_RULES.values(), "default fails"]
+    rows = []
+    for name, cells in workloads.items():
+        worst = [f"{max(r['ratio_to_best'][rule] for r in cells):.2f}" for rule in LAMBDA_SUITE_RULES]
+        failing = [f"K={r['K']} N={r['N']} S={r['S']}" for r in cells if not r["passes"]]
+        rows.append([name, str(len(cells)), *worst, ", ".join(failing) or "none"])
+    return markdown_grid(header, rows)
+
+
+def _suite_verdict(cell: Data) -> str:
+    if cell["passes"]:
+        return "yes"
+    reasons = []
+    if not cell["within_tolerance"]:
+        reasons.append("above 1.10")
+    if not cell["not_worse_than_bacc"]:
+        reasons.append("worse than BACC")
+    return "**no** (" + ", ".join(reasons) + ")"
 
 
 def adversarial_lambda(data: Data) -> str:
