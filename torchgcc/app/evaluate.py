@@ -9,6 +9,7 @@ Every scheme in a sweep decodes the SAME masks at a given setting, so the compar
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Callable, Mapping, Sequence
 
@@ -84,7 +85,9 @@ def evaluate_sweep(
     """Evaluate every code under every straggler setting, all codes on the same masks per setting.
 
     ``codes`` maps scheme names to codes sharing ``(K, N)``; ``settings`` pairs a record label such as
-    ``{"S": 3}`` or ``{"p": 0.1}`` with a straggler model. Returns one record per (setting, scheme):
+    ``{"S": 3}`` or ``{"p": 0.1}`` with a straggler model. Each setting decodes with a fresh copy of each code, so a
+    decoder that calibrates on its first batch (GCC's default) calibrates under that setting's stragglers, as one
+    deployed there would. Returns one record per (setting, scheme):
     ``{"scheme", "N", "K", **label, "repeats", "mse", "mse_ci", ["agreement", "agreement_ci"], "groups"}``.
     """
     tqdm = require("tqdm").tqdm
@@ -101,7 +104,8 @@ def evaluate_sweep(
         masks = stragglers.sample(num_groups * repeats, num_workers).view(repeats, num_groups, num_workers)
         for scheme, code in codes.items():
             bar.set_postfix(scheme=scheme, **label)
-            stats = evaluate_coded(model, code, inputs, masks, reference=reference, classification=classification)
+            fresh = copy.deepcopy(code)
+            stats = evaluate_coded(model, fresh, inputs, masks, reference=reference, classification=classification)
             records.append({"scheme": scheme, "N": num_workers, "K": num_inputs, **label, "repeats": repeats, **stats})
             bar.update()
     bar.close()
