@@ -449,12 +449,29 @@ def _slopes_table(data: Mapping[str, Any]) -> str:
     return markdown_grid(["series", "slope ± 95% CI over seeds", "the bound's slope on the same grid"], rows)
 
 
+def _by_s_table(data: Mapping[str, Any]) -> str:
+    """Per S, GCC's and BACC's slopes in N under the oracle adversary (mean ± 95% CI over seeds) beside the bound's."""
+    rows = []
+    for s in data["config"]["stragglers"]:
+        gcc, bacc = (data["slopes"][f"{scheme} oracle S={s} vs N"] for scheme in ("gcc", "bacc"))
+        rows.append(
+            [
+                str(s),
+                f"{gcc['slope']:.2f} ± {gcc['ci']:.2f}",
+                f"{bacc['slope']:.2f} ± {bacc['ci']:.2f}",
+                f"{gcc['bound_slope']:.0f}",
+            ]
+        )
+    return markdown_grid(["S", "GCC slope in N", "BACC slope in N", "bound (S^3 N^-3)"], rows, left=0)
+
+
 #: The tables :func:`docs_table` makes, by name.
 DOCS_TABLES: dict[str, Any] = {
     "against_N": _against_n_table,
     "against_S": _against_s_table,
     "bernoulli": _bernoulli_table,
     "slopes": _slopes_table,
+    "by_S": _by_s_table,
 }
 
 

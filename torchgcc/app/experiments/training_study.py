@@ -86,6 +86,7 @@ __all__ = [
     "add_arguments",
     "configure",
     "docs_table",
+    "docs_time_table",
     "report",
     "run",
     "verdicts",
@@ -767,6 +768,25 @@ def _wait_summary(run: TrainingRun) -> dict:
         "S_by_step": run.wait_stragglers,
         "wait_policy": _jsonable(run.wait_policy),
     }
+
+
+def docs_time_table(data: dict, *, model: str, clock: str, m: float) -> str:
+    """Every scheme's time to the target loss (s) for ``model`` on ``clock`` at mean delay ``m``, one row per s, the
+    fastest in bold (for :mod:`torchgcc.app.docs`)."""
+    cells = {
+        (r["s"], r["scheme"]): r["time_to_target"]
+        for r in data["records"]
+        if (r["model"], r["clock"], r["m"]) == (model, clock, m)
+    }
+    schemes = [scheme for scheme in data["config"]["schemes"] if any(key[1] == scheme for key in cells)]
+    rows = []
+    for s in sorted({key[0] for key in cells}):
+        times = {scheme: cells.get((s, scheme)) for scheme in schemes}
+        best = min((t for t in times.values() if t is not None), default=None)
+        rows.append(
+            [str(s)] + ["-" if t is None else (f"**{t:.0f}**" if t == best else f"{t:.0f}") for t in times.values()]
+        )
+    return markdown_grid(["s"] + [LABELS.get(scheme, scheme) for scheme in schemes], rows, left=0)
 
 
 def docs_table(data: dict, *, model: str) -> str:
