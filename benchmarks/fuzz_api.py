@@ -194,9 +194,9 @@ def compare(
     ``terms``, for products that underflow in the data's dtype), else the worst entry. ``env`` is the absolute sum
     the rounding errors scale with; ``nan_ok`` marks entries whose non-finite value is documented; with
     ``overflow_ok`` an entry whose ``env`` exceeds the compute dtype's range may be non-finite, and an entry whose
-    ``|ref|`` exceeds the output dtype's range may be infinite. ``build_terms`` ``(B,)`` adds ``2 build u64 env`` where ``ref`` is an exact value rather than
-    the product of the code's own float64 matrices: those come from solves whose rounding grows with their condition
-    (:func:`solve_terms`)."""
+    ``|ref|`` exceeds the output dtype's range may be infinite. ``build_terms`` ``(B,)`` adds ``2 build u64 env``
+    where ``ref`` is an exact value rather than the product of the code's own float64 matrices: those come from
+    solves whose rounding grows with their condition (:func:`solve_terms`)."""
     if tuple(out.shape) != tuple(ref.shape):
         return f"shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
     if out.dtype != dtype:
