@@ -254,8 +254,10 @@ def times_power_of_two(t: torch.Tensor, k: int) -> torch.Tensor:
 
 def scale_exponent(rng: random.Random, scale: float, dtype: str) -> int:
     """An exponent ``k`` such that data of ``scale`` times ``2**k`` have another scale of the dtype's range (at most
-    1e-8 of its largest value, so that estimates, weighted sums of the data, still fit)."""
-    scales = [s for s in scales_of(dtype) if s <= 1e-8 * torch.finfo(getattr(torch, dtype)).max] or [1.0]
+    1e-8 of its largest value, so that estimates, weighted sums of the data, still fit; float16: 0.1 or 10)."""
+    if dtype == "int64":
+        return 0
+    scales = [s for s in scales_of(dtype) if s <= 1e-8 * torch.finfo(getattr(torch, dtype)).max] or [0.1, 10.0]
     return round(math.log2(rng.choice(scales)) - math.log2(scale))
 
 
@@ -864,6 +866,7 @@ def draw_coded_module(rng: random.Random, seed: int) -> Case:
     meta = x_kind == "meta"
     if meta:
         setup.append("x = x.to('meta')")
+        invalid = without_backend(invalid)
         if model_name == "linear":
             setup.append("model = model.to('meta')")
     invalid += tokens
