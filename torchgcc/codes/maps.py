@@ -282,6 +282,10 @@ class Decoder(_Float64Buffers):
         if y.ndim < 2 or y.shape[1] != self.num_workers:
             raise ValueError(f"decoder expects results of shape (B, N={self.num_workers}, *out), got {tuple(y.shape)}")
         mask = check_mask(mask, tuple(y.shape[:2]))
+        if mask.is_meta and not y.is_meta:
+            raise ValueError(
+                f"mask is a meta tensor (no values) but the results y are on {y.device}; pass the mask on y's device"
+            )
         if mask.device != y.device:
             mask = mask.to(y.device)
         if y.is_meta:  # shape inference: nothing to compute
@@ -302,7 +306,7 @@ class Decoder(_Float64Buffers):
         :meth:`scatter`)."""
         if out.numel() == 0:
             return bool((mask.sum(dim=-1) >= self.min_arrived).all())
-        low, high = torch.aminmax(out)  # NaN propagates to both ends, an Inf shows at one: no overflow, unlike a sum
+        low, high = torch.aminmax(out.detach())  # NaN propagates to both ends, an Inf shows at one: no overflow, unlike a sum
         return float((low - low) + (high - high)) == 0.0  # x - x is 0 for finite x, NaN for NaN and +-Inf
 
     def _repair(self, flat: torch.Tensor, mask: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
@@ -343,6 +347,8 @@ class Decoder(_Float64Buffers):
                 "itself, or pick a mask-only rule (lambda_dec='spacing' or a number)"
             )
         mask = check_mask(mask, (mask.shape[0] if isinstance(mask, torch.Tensor) else -1, self.num_workers))
+        if mask.is_meta:  # shape inference: nothing to compute
+            return torch.empty(len(mask), self.num_inputs, self.num_workers, dtype=torch.float64, device="meta")
         if self.check if check is None else check:
             self._check_counts(mask)
         if self.uses_fused_kernel(mask.device):
