@@ -164,6 +164,8 @@ def judge(case: Case, ns: dict, error: Optional[BaseException]) -> dict[str, Any
         problem = None if case.oracle is None else case.oracle(ns)
     except Expected as expected:
         problem = f"returned a result where a ValueError naming {expected.tokens} is documented"
+    except Exception as error:  # noqa: BLE001 - an oracle's follow-up call of the API (a copy, a variant) failed
+        problem = f"a follow-up call of the oracle raised {type(error).__name__}: {str(error).splitlines()[0]}"
     if problem:
         return {"category": "silent_wrong", "error": problem[:600]}
     return {"category": "ok"}
