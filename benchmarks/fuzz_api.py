@@ -276,6 +276,14 @@ def reproduced_degree(code: torchgcc.Code, side: str, count: Optional[torch.Tens
     return torch.full_like(count, 1 if name == "GCC" else 0)
 
 
+def chebyshev_envelope(matrix: torch.Tensor, coefficients: torch.Tensor) -> torch.Tensor:
+    """The absolute sum for ``matrix @ p(points)`` against ``p`` evaluated directly, ``p`` of ``coefficients``
+    ``(B, J, d)``: both evaluations round relative to ``sum_j |c_j| >= |T_j|``, not to ``|p|`` (which cancellation
+    can make far smaller): ``(|matrix| @ 1 + 1) sum_j |c_j|``, ``(B, M, d)``."""
+    size = coefficients.abs().sum(1, keepdim=True)  # (B, 1, d)
+    return (matrix.abs().sum(-1, keepdim=True) + 1) * size
+
+
 def chebyshev(points: torch.Tensor, coefficients: torch.Tensor) -> torch.Tensor:
     """``sum_j c_j T_j(points)``: ``points`` ``(P,)``, ``coefficients`` ``(B, J, d)`` -> ``(B, P, d)``."""
     basis = torch.cos(torch.arange(coefficients.shape[1], dtype=F64).view(1, -1) * torch.acos(points.view(-1, 1)))
@@ -316,7 +324,7 @@ def draw_code(rng: random.Random) -> tuple[str, str]:
         if rng.random() < 0.3:
             options["below_threshold"] = "interpolate"
     else:
-        n = k + rng.choice([0, 1, 2, 4, 8, 16, 28])
+        n = k + rng.choice([0, 1, 2, 4, 8, 16, 28, 120])
     n = max(n, 2)  # the default worker points (chebyshev2) need two
     if name == "gcc":
         options["lambda_dec"] = rng.choice(["adaptive", "adaptive", "gcv", "spacing", 0.0, 1e-4, 0.3])
@@ -333,6 +341,12 @@ def draw_code(rng: random.Random) -> tuple[str, str]:
     if name != "lcc" and rng.random() < 0.03:
         options["backend"] = "triton"
     args = "".join(f", {key}={value!r}" for key, value in options.items())
+    if rng.random() < 0.08:  # explicit worker points: random, sorted, on [-1, 1] (unevenly spaced)
+        args += (
+            f", beta=torch.rand({n}, generator=torch.Generator().manual_seed({rng.randrange(10**6)}), "
+            "dtype=torch.float64).mul(2).sub(1).sort().values"
+        )
+        args = args.replace(f", beta={options.get('beta')!r}", "") if "beta" in options else args
     source = f"code = torchgcc.make_code({name!r}, num_inputs={k}, num_workers={n}{args})"
     if rng.random() < 0.05:  # the code cast along with a model: its float64 points and matrices must stay float64
         source += f".to(torch.{rng.choice(['bfloat16', 'float16', 'float32'])})"
@@ -522,7 +536,9 @@ def draw_decoder(rng: random.Random, seed: int) -> Case:
             if exact.any():
                 truth = chebyshev(code.alpha, ns["coef"])
                 build = solve_terms(code, eff)[exact]
-                problem = compare(flat_out[exact], truth[exact], env[exact], n, y.dtype, build_terms=build)
+                matrix, _, _ = decode_plan(code, y.detach(), mask, check=False)
+                size = env + chebyshev_envelope(matrix, ns["coef"])
+                problem = compare(flat_out[exact], truth[exact], size[exact], n, y.dtype, build_terms=build)
                 if problem:
                     return "polynomial data not recovered: " + problem
         fresh = ns["fresh"]
@@ -623,7 +639,7 @@ def draw_decode_matrix(rng: random.Random, seed: int) -> Case:
         problem = compare(
             out[ok] @ values[ok],
             chebyshev(code.alpha, coef)[ok],
-            out[ok].abs() @ values[ok].abs(),
+            chebyshev_envelope(out[ok], coef[ok]),
             n,
             F64,
             build_terms=solve_terms(code, mask)[ok],
@@ -686,8 +702,9 @@ def draw_encoder(rng: random.Random, seed: int) -> Case:
             return "encoder(x) vs E @ x: " + problem
         if "coef" in ns:
             build = solve_terms(code, torch.ones(1, k, dtype=torch.bool), code.alpha)
+            size = env + chebyshev_envelope(matrix.expand(x.shape[0], n, k), ns["coef"])
             problem = compare(
-                out.reshape(out.shape[0], n, -1), chebyshev(code.beta, ns["coef"]), env, k, x.dtype, build_terms=build
+                out.reshape(out.shape[0], n, -1), chebyshev(code.beta, ns["coef"]), size, k, x.dtype, build_terms=build
             )
             if problem:
                 return "E @ p(alpha) != p(beta) for a reproduced degree: " + problem
