@@ -52,6 +52,7 @@ that reproduces each) to ``--out``; progress on stderr::
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
 import json
 import math
@@ -76,6 +77,8 @@ from torchgcc.codes.maps import compute_dtype
 CATEGORIES = ("ok", "clear_error", "silent_wrong", "raw_error")
 ENTRY_POINTS = ("make_code", "encoder", "decoder", "decode_matrix", "coded_module")
 MAX_EXAMPLES = 20
+#: How often each oracle property was checked (on valid calls), reset by :func:`fuzz`.
+CHECKED: collections.Counter = collections.Counter()
 #: Numbers in error messages, replaced by ``#`` to group outcomes by their message.
 NUMBER = re.compile(r"\d[\d.]*(e[+-]?\d+)?")
 PACKAGE_DIR = str(Path(torchgcc.__file__).resolve().parent)
@@ -526,6 +529,7 @@ def draw_decoder(rng: random.Random, seed: int) -> Case:
         flat_out = out.reshape(out.shape[0], k, -1) if out.ndim >= 2 else out
         if tuple(out.shape) != (y.shape[0], k) + tuple(y.shape[2:]):
             return f"shape {tuple(out.shape)}, expected {(y.shape[0], k) + tuple(y.shape[2:])}"
+        CHECKED["decoder: decoder(y, mask) = decode_matrix(mask) @ y"] += 1
         problem = compare(flat_out, ref, env, n, y.dtype, nan_ok=nan_ok, overflow_ok=not check)
         if problem:
             return "decoder(y, mask) vs decode_matrix(mask) @ y: " + problem
@@ -538,6 +542,7 @@ def draw_decoder(rng: random.Random, seed: int) -> Case:
                 build = solve_terms(code, eff)[exact]
                 matrix, _, _ = decode_plan(code, y.detach(), mask, check=False)
                 size = env + chebyshev_envelope(matrix, ns["coef"])
+                CHECKED["decoder: polynomial results recovered"] += 1
                 problem = compare(flat_out[exact], truth[exact], size[exact], n, y.dtype, build_terms=build)
                 if problem:
                     return "polynomial data not recovered: " + problem
@@ -550,6 +555,7 @@ def draw_decoder(rng: random.Random, seed: int) -> Case:
                 noise = torch.where(noise > 1.5, float("nan"), torch.where(noise < -1.5, float("inf"), noise))
             swapped = torch.where(mask.unsqueeze(-1), flat, noise * size).to(y.dtype)
             other = copy.deepcopy(fresh).decoder(swapped.reshape(y.shape), mask)
+            CHECKED["decoder: straggler values ignored"] += 1
             problem = compare(
                 other.reshape(flat_out.shape), flat_out.to(F64), env, n, y.dtype, nan_ok=nan_ok, overflow_ok=not check
             )
@@ -564,11 +570,13 @@ def draw_decoder(rng: random.Random, seed: int) -> Case:
             reloaded = namespace["code"]
             reloaded.load_state_dict(code.state_dict())
             again = reloaded.decoder(y, mask)
+            CHECKED["decoder: state_dict reload"] += 1
             problem = compare(again.reshape(flat_out.shape), flat_out.to(F64), env, n, y.dtype, nan_ok=nan_ok)
             if problem:
                 return f"a code loading code.state_dict() decodes differently: {problem}"
         if rng_flags["scale"] and finite and fresh.decoder.depends_on_results:
             scaled = times_power_of_two(copy.deepcopy(fresh).decoder(times_power_of_two(y, scale_k), mask), -scale_k)
+            CHECKED["decoder: scale invariance"] += 1
             problem = compare(
                 scaled.reshape(flat_out.shape), flat_out.to(F64), env, n, y.dtype, nan_ok=nan_ok, overflow_ok=True
             )
@@ -625,6 +633,7 @@ def draw_decode_matrix(rng: random.Random, seed: int) -> Case:
             return "non-finite matrix for a group with enough results"
         if (good * ~mask[~short].unsqueeze(1)).abs().sum() > 0:
             return "non-zero weight in a straggler column"
+        CHECKED["decode_matrix: a group's matrix alone as in its batch"] += 1
         for row in range(rows):  # a group's matrix alone as in its batch
             alone = code.decoder.decode_matrix(mask[row : row + 1], check=False)[0]
             if not short[row] and not torch.allclose(
@@ -636,6 +645,7 @@ def draw_decode_matrix(rng: random.Random, seed: int) -> Case:
         coef = coef * (torch.arange(coef.shape[1]).view(1, -1, 1) <= degree.view(-1, 1, 1))
         values = chebyshev(code.beta, coef)
         ok = ~short
+        CHECKED["decode_matrix: D @ p(beta) = p(alpha)"] += 1
         problem = compare(
             out[ok] @ values[ok],
             chebyshev(code.alpha, coef)[ok],
@@ -697,12 +707,14 @@ def draw_encoder(rng: random.Random, seed: int) -> Case:
         clean = torch.where(torch.isfinite(flat), flat, 0.0)
         ref, env = matrix @ clean, matrix.abs() @ clean.abs()
         nan_ok = (~torch.isfinite(flat)).any(1, keepdim=True)
+        CHECKED["encoder: encoder(x) = E @ x"] += 1
         problem = compare(out.reshape(out.shape[0], n, -1), ref, env, k, x.dtype, nan_ok=nan_ok, overflow_ok=False)
         if problem:
             return "encoder(x) vs E @ x: " + problem
         if "coef" in ns:
             build = solve_terms(code, torch.ones(1, k, dtype=torch.bool), code.alpha)
             size = env + chebyshev_envelope(matrix.expand(x.shape[0], n, k), ns["coef"])
+            CHECKED["encoder: E @ p(alpha) = p(beta)"] += 1
             problem = compare(
                 out.reshape(out.shape[0], n, -1), chebyshev(code.beta, ns["coef"]), size, k, x.dtype, build_terms=build
             )
@@ -842,6 +854,10 @@ MODELS: dict[str, tuple[str, Optional[list], list[str]]] = {
 }
 
 
+#: The polynomial degree of each model of :data:`MODELS` (and ``"linear"``) in its input.
+MODEL_DEGREES = {"identity": 1, "affine": 1, "square": 2, "cube": 3, "dict": 1, "tuple": 2, "list": 1, "linear": 1}
+
+
 def draw_coded_module(rng: random.Random, seed: int) -> Case:
     source, name = draw_code(rng)
     ns: dict[str, Any] = {"torch": torch, "torchgcc": torchgcc}
@@ -949,9 +965,10 @@ def draw_coded_module(rng: random.Random, seed: int) -> Case:
         kind = {"dict": dict, "tuple": tuple, "list": list}.get(model_name, torch.Tensor)
         if not isinstance(out, kind) or len(got) != len(pairs):
             return f"output container {type(out).__name__} of {len(got)}, expected {kind.__name__} of {len(pairs)}"
-        parts = zip(ref.split(widths, -1), env.split(widths, -1), nan_ok.expand(ref.shape).split(widths, -1))
+        parts = list(zip(ref.split(widths, -1), env.split(widths, -1), nan_ok.expand(ref.shape).split(widths, -1)))
         for index, (leaf, (r, e, bad)) in enumerate(zip(got, parts)):
             shape = (groups, k) + tuple(actual[index].shape[1:])
+            CHECKED["coded_module: closed form D f(E X)"] += 1
             problem = compare(
                 leaf,
                 *(ungroup_samples(t.reshape(shape), x.shape[0]) for t in (r, e)),
@@ -962,6 +979,19 @@ def draw_coded_module(rng: random.Random, seed: int) -> Case:
             )
             if problem:
                 return f"output leaf {index} vs the closed form D f(E X): {problem}"
+        degree = MODEL_DEGREES.get(model_name)
+        recovered = name == "lcc" and degree is not None and degree <= code.degree and not nan_ok.any()
+        if recovered and (mask.sum(-1) >= code.threshold).all():  # LCC's promise: f(x) itself
+            x64 = x.to(F64)
+            truths = [x64 @ weight.T + bias] if model_name == "linear" else [fn(x64) for fn, _ in leaves]
+            build = solve_terms(code, mask).repeat_interleave(k)[: x.shape[0]]
+            for index, (leaf, truth, (_, e, _)) in enumerate(zip(got, truths, parts)):
+                shape = (groups, k) + tuple(actual[index].shape[1:])
+                size = ungroup_samples(e.reshape(shape), x.shape[0])
+                CHECKED["coded_module: LCC recovers f(x)"] += 1
+                problem = compare(leaf, truth, size, terms, x.dtype, build_terms=build)
+                if problem:
+                    return f"LCC did not recover f(x) (output leaf {index}) from {code.threshold}+ results: {problem}"
         return None
 
     return Case("coded_module", setup, call, invalid, oracle)
@@ -992,6 +1022,7 @@ def fuzz(calls: int, seed: int, *, progress: bool = True) -> dict[str, Any]:
     signatures: dict[str, dict[str, int]] = {category: {} for category in examples}
     warned: dict[str, int] = {}  # warnings raised during the calls, by entry point and message
     flags = {"clear_error_on_valid_call": 0, "clear_error_not_naming_the_argument": 0}
+    CHECKED.clear()
     start = time.perf_counter()
     for index in range(calls):
         case = draw(seed, index)
@@ -1026,6 +1057,7 @@ def fuzz(calls: int, seed: int, *, progress: bool = True) -> dict[str, Any]:
         "counts": counts,
         "by_entry_point": by_entry,
         "flags": flags,
+        "oracle_checks": dict(sorted(CHECKED.items())),
         "signatures": signatures,
         "warnings": warned,
         "examples": examples,
