@@ -93,7 +93,9 @@ F64 = torch.float64
 class Case:
     """One drawn call: ``setup`` (lines building its arguments, valid Python) and ``call`` (the lines under test);
     ``invalid`` names the arguments the draw broke (the tokens a clear error should contain), empty for a valid
-    draw. ``oracle(ns)`` judges a returned result from the namespace the snippet ran in: None if right, else why."""
+    draw. ``oracle(ns)`` judges a returned result from the namespace the snippet ran in: None if right, else why.
+    Every call that raises must leave the code as it was: a decoder that had not chosen its smoothing has not chosen
+    it after the error (a first batch that fails the check must not calibrate the default rule)."""
 
     entry: str
     setup: list[str]
@@ -134,6 +136,7 @@ def run_case(case: Case) -> dict[str, Any]:
     """Run ``case`` from its snippet and classify the outcome."""
     ns: dict[str, Any] = {"copy": copy, "torch": torch, "torchgcc": torchgcc}
     exec("\n".join(case.setup), ns)  # a failure here is the fuzzer's own bug: let it propagate
+    before = calibration(ns.get("code"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -142,9 +145,25 @@ def run_case(case: Case) -> dict[str, Any]:
         except Exception as raised:  # noqa: BLE001 - classifying every exception is the point
             error = raised
     outcome = judge(case, ns, error)
+    if error is not None and outcome["category"] == "clear_error" and calibration(ns.get("code")) != before:
+        outcome = {
+            "category": "silent_wrong",
+            "error": f"a call that raised changed the decoder's calibration from {before} to "
+            f"{calibration(ns.get('code'))} (later calls decode with a smoothing chosen from the rejected batch): "
+            f"{outcome['error'][:200]}",
+        }
     if caught:
         outcome["warnings"] = sorted({f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught})
     return outcome
+
+
+def calibration(code: object) -> Optional[tuple]:
+    """``(calibrated, ratio)`` of a code whose decoder calibrates (the default GCC rule), else None."""
+    decoder = getattr(code, "decoder", None)
+    if not getattr(decoder, "calibrates", False):
+        return None
+    ratio = float(decoder.ratio)
+    return decoder.calibrated, None if math.isnan(ratio) else ratio
 
 
 def judge(case: Case, ns: dict, error: Optional[BaseException]) -> dict[str, Any]:
