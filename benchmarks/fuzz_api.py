@@ -75,7 +75,7 @@ from torchgcc.coded_module import group_samples, ungroup_samples
 from torchgcc.codes.maps import compute_dtype
 
 CATEGORIES = ("ok", "clear_error", "silent_wrong", "raw_error")
-ENTRY_POINTS = ("make_code", "encoder", "decoder", "decode_matrix", "coded_module")
+ENTRY_POINTS = ("make_code", "encoder", "decoder", "decode_matrix", "calibrate", "coded_module")
 MAX_EXAMPLES = 20
 #: How often each oracle property was checked (on valid calls), reset by :func:`fuzz`.
 CHECKED: collections.Counter = collections.Counter()
@@ -678,6 +678,45 @@ def draw_decode_matrix(rng: random.Random, seed: int) -> Case:
     return Case("decode_matrix", setup, call, invalid, oracle)
 
 
+def draw_calibrate(rng: random.Random, seed: int) -> Case:
+    """The data-adaptive rules' own entry points: ``calibrate(y, mask)`` of the default rule and ``matrices(y,
+    mask)`` of per-group GCV (the call ``decode_matrix``'s TypeError recommends)."""
+    rule = rng.choice(["adaptive", "gcv"])
+    k = rng.choice([2, 3, 4, 8])
+    n = k + rng.choice([1, 4, 12])
+    b = rng.choice([1, 3, 20])
+    source = f"code = torchgcc.GCC({k}, {n}, lambda_dec={rule!r})"
+    setup, invalid = [source], []
+    dtype = draw_dtype(rng)
+    shape_kind = rng.choice(["ok"] * 8 + ["wrong_n", "list", "two_dim"])
+    shape = {"wrong_n": (b, n + 1, 3), "two_dim": (b, n)}.get(shape_kind, (b, n, 3))
+    setup.append(data_source(rng, "y", repr(shape), dtype, seed)[0])
+    invalid += {"wrong_n": ["N="], "list": ["torch.Tensor"]}.get(shape_kind, [])
+    if shape_kind == "list":
+        setup.append("y = y.tolist()")
+    if dtype == "int64":
+        invalid += ["floating point"]
+    mask_line, mask_invalid = mask_source(rng, b, n, seed + 1)
+    setup.append(mask_line)
+    invalid += mask_invalid + (["mask", "meta"] if "device='meta'" in mask_line else [])
+    method = "calibrate" if rule == "adaptive" else "matrices"
+    call = [f"out = code.decoder.{method}(y, mask)"]
+
+    def oracle(ns: dict) -> Optional[str]:
+        code, out = ns["code"], ns["out"]
+        if method == "calibrate":
+            ratios = code.decoder.ratios
+            if not (out.ndim == 0 and bool((ratios == out).any()) and code.decoder.calibrated):
+                return f"calibrate returned {out}, not one of the candidate ratios {ratios.tolist()}"
+            return None
+        mask = ns["mask"]
+        if tuple(out.shape) != (mask.shape[0], k, n):
+            return f"matrices shape {tuple(out.shape)}, expected {(mask.shape[0], k, n)}"
+        return None
+
+    return Case("calibrate", setup, call, invalid, oracle)
+
+
 # --- the encoder ---------------------------------------------------------------------------------------------------
 
 
@@ -1021,10 +1060,11 @@ DRAWS: dict[str, Callable[[random.Random, int], Case]] = {
     "encoder": draw_encoder,
     "decoder": draw_decoder,
     "decode_matrix": draw_decode_matrix,
+    "calibrate": draw_calibrate,
     "coded_module": draw_coded_module,
 }
 #: How often each entry point is drawn.
-WEIGHTS = {"make_code": 1, "encoder": 1, "decoder": 3, "decode_matrix": 2, "coded_module": 3}
+WEIGHTS = {"make_code": 1, "encoder": 1, "decoder": 3, "decode_matrix": 2, "calibrate": 1, "coded_module": 3}
 
 
 def draw(seed: int, index: int) -> Case:

@@ -38,23 +38,25 @@ def slice_result(one_thread):
     return fuzz_api.fuzz(400, seed=0, progress=False)
 
 
-#: The one kind of silent wrong answer left, in torchgcc/codes/gcc.py (the lead's): see
-#: test_a_first_call_that_raises_leaves_the_default_rule_uncalibrated.
+#: What is left, all in torchgcc/codes/gcc.py (the lead's, reported; the xfail tests below document them): a first
+#: call that raises still calibrates the default rule, and ``calibrate``/``matrices`` validate nothing.
 KNOWN = "a call that raised changed the decoder's calibration"
+UNVALIDATED = "calibrate: "
 
 
 def test_a_seeded_slice_finds_no_silent_wrong_answer_and_no_raw_error(slice_result):
-    counts = slice_result["counts"]
-    unknown = [e for e in slice_result["examples"]["silent_wrong"] if KNOWN not in e["error"]]
-    assert not unknown and all(KNOWN in signature for signature in slice_result["signatures"]["silent_wrong"])
-    assert counts["raw_error"] == 0, slice_result["examples"]["raw_error"]
+    signatures = slice_result["signatures"]
+    silent = [s for s in signatures["silent_wrong"] if KNOWN not in s and not s.startswith(UNVALIDATED)]
+    raw = [s for s in signatures["raw_error"] if not s.startswith(UNVALIDATED)]
+    assert silent == [] and raw == [], slice_result["examples"]
+    assert slice_result["by_entry_point"]["coded_module"]["raw_error"] == 0
     assert slice_result["flags"]["clear_error_not_naming_the_argument"] == 0, slice_result["examples"]["clear_error"]
     assert slice_result["warnings"] == {}
 
 
 def test_the_slice_reaches_every_entry_point_with_valid_and_invalid_calls(slice_result):
     for entry, counts in slice_result["by_entry_point"].items():
-        assert counts["ok"] > 0 and counts["clear_error"] > 0, (entry, counts)
+        assert 0 < counts["ok"] < sum(counts.values()), (entry, counts)
 
 
 def test_the_same_seed_draws_the_same_calls():
@@ -122,6 +124,22 @@ def test_a_first_call_that_raises_leaves_the_default_rule_uncalibrated(trouble):
     with pytest.raises(ValueError):
         code.decoder(y, mask)
     assert not code.decoder.calibrated
+
+
+@pytest.mark.xfail(strict=True, reason="GCVSplineDecoder.calibrate and .matrices do not validate (gcc.py)")
+@pytest.mark.parametrize(
+    "args",
+    [
+        lambda: ([[0.0] * 12] * 3, torch.ones(3, 12, dtype=torch.bool)),  # a list: AttributeError
+        lambda: (torch.randn(3, 11), torch.ones(3, 12, dtype=torch.bool)),  # wrong N: a raw reshape error
+        lambda: (torch.randn(3, 12), torch.ones(3, 12, dtype=torch.long)),  # an int mask: a raw torch.where error
+        lambda: (torch.ones(3, 12, dtype=torch.long), torch.ones(3, 12, dtype=torch.bool)),  # int results: accepted
+    ],
+)
+def test_calibrate_rejects_bad_arguments_like_the_decoder(args):
+    y, mask = args()
+    with pytest.raises((TypeError, ValueError), match="mask|results|y "):
+        torchgcc.GCC(4, 12).decoder.calibrate(y, mask)
 
 
 # --- regressions of what the fuzzer found --------------------------------------------------------------------------
