@@ -1,4 +1,4 @@
-"""Measuring the constant c of the adversarial lambda ``lambda_d = c (q/n)^(8/5)`` of the plain spline decoder.
+"""Measuring the constant c of the adversarial lambda ``lambda_d = c (q/n)^(8/5)`` of the seed's smoothing decoder.
 
 f(x) = x sin x at K = 20 inputs ``x_k = 10 alpha_k``, M = 100, no stragglers, q = round(N^a) adversaries, N from 100 to
 3200; the error is the worst case over the concentrated and random (+M) attacks of the MSE at the regression points.
@@ -34,7 +34,7 @@ def main() -> None:
             errors = []
             for n in args.workers:
                 q = int(round(n**a))
-                code = RobustGCC(k, n, q=q, decoder="plain", c=c)
+                code = RobustGCC(k, n, q=q, decoder="smoothing", c=c)
                 y, truth = f(10 * code.beta).view(1, n, 1), f(10 * code.alpha).view(1, k, 1)
                 mask = torch.ones(1, n, dtype=torch.bool)
                 attacks = (ConcentratedAttack(q, 100.0), RandomAttack(q, 100.0, seed=n))

@@ -16,8 +16,8 @@ from torchgcc import metrics
 from torchgcc.app import model_cache
 from torchgcc.app.data import load_dataset
 from torchgcc.app.evaluate import evaluate_coded, evaluate_sweep
+from torchgcc.app.experiments import rates_study
 from torchgcc.app.experiments.polynomial_study import QuadraticMap
-from torchgcc.app.experiments.rates_study import fit_slopes
 from torchgcc.app.models import build_model
 from torchgcc.app.options import parse_lambda
 from torchgcc.app.results import read_results, write_results
@@ -173,11 +173,16 @@ def test_quadratic_map_has_degree_two():
     assert third_difference.abs().max() < 1e-12 and second_difference.abs().min() > 1e-6
 
 
-def test_fit_slopes_recovers_power_laws():
-    records = [{"scheme": "gcc", "N": n, "S": 2, "mse": 5.0 * n**-3.0} for n in (32, 64, 128)]
-    records += [{"scheme": "gcc", "N": n, "p": 0.1, "mse": 2.0 * n**-1.5} for n in (32, 64, 128)]
-    slopes = fit_slopes(records)
-    assert slopes == pytest.approx({"gcc": -3.0, "gcc_p0.1": -1.5})
+def test_fit_slopes_recovers_power_laws_per_seed():
+    config = rates_study.Config(workers=(32, 64, 128), stragglers=(2,), stragglers_at=(), seeds=(0, 1))
+    per_seed = {("gcc", "oracle", n, "S", 2): {0: 5.0 * n**-3.0, 1: 7.0 * n**-3.0} for n in (32, 64, 128)}
+    per_seed |= {("gcc", "bernoulli", n, "p", 0.1): {0: 2.0 * n**-1.5, 1: n**-1.5} for n in (32, 64, 128)}
+    slopes = rates_study.fit_slopes(per_seed, config)
+    assert slopes["gcc oracle S=2 vs N"]["slope"] == pytest.approx(-3.0)
+    assert slopes["gcc oracle S=2 vs N"]["ci"] == pytest.approx(0.0, abs=1e-9)
+    assert slopes["gcc bernoulli p=0.1 vs N"]["by_seed"] == pytest.approx([-1.5, -1.5])
+    bound = np.polyfit(np.log([32, 64, 128]), np.log([(np.log(n) / np.log(10)) ** 3 / n**3 for n in (32, 64, 128)]), 1)
+    assert slopes["gcc bernoulli p=0.1 vs N"]["bound_slope"] == pytest.approx(bound[0])
 
 
 def test_results_round_trip(tmp_path):

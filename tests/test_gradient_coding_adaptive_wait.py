@@ -16,7 +16,7 @@ from torchgcc.gradient_coding import (
     make_training_scheme,
     train_with_adaptive_wait,
 )
-from torchgcc.gradient_coding.clock import worker_times
+from torchgcc.gradient_coding.clock import WorkerClock
 from torchgcc.stragglers import ShiftedExponential, TailChange
 
 N = 6
@@ -31,23 +31,28 @@ def _setup(scheme: str, s: int, latency):
 
 
 def test_is_sgd_waits_for_n_minus_the_chosen_s_and_equals_replaying_those_arrivals():
+    """The arrivals are those of a separate carried-over WorkerClock fed the chosen wait counts; a twin controller
+    fed its finish times (from each step's start, inf for workers still busy with an older task) chooses the same S;
+    replaying the arrivals gives the same model."""
     deadline = 1.3
     simulation = _setup("is-sgd", 3, ShiftedExponential(1.0, 0.1))
     replay = copy.deepcopy(simulation)
     policy = WaitCountController(N, deadline=deadline, budget=0.05, candidates=range(4), warmup=2, seed=0)
     twin = WaitCountController(N, deadline=deadline, budget=0.05, candidates=range(4), warmup=2, seed=0)
     records, chosen = train_with_adaptive_wait(simulation, policy, 8, deadline=deadline)
-    assert chosen[:2] == [3, 3] and min(chosen) < 3  # warm-up at the fallback, then waits for more
-    clock = 0.0
+    assert chosen[:2] == [3, 3]  # warm-up at the fallback
+    clock, elapsed = WorkerClock(N), 0.0
     for step, (record, s) in enumerate(zip(records, chosen)):
         assert twin.choose() == s
-        times = worker_times([1] * N, simulation.delays.delays(step), 0.01)
-        fastest = torch.sort(times, stable=True).indices[: N - s].tolist()
-        assert record.arrived == fastest and record.used == sorted(fastest)  # IS-SGD uses what arrived
-        clock += float(times[fastest[-1]])
-        assert math.isclose(record.time, clock)
-        twin.observe(times.masked_fill(times > deadline, math.inf), num_stragglers=s, watched_until=deadline)
-        replay.step(step, fastest)
+        timing = clock.step([1] * N, simulation.delays.delays(step), 0.01, N - s)
+        assert record.arrived == timing.arrived and record.used == sorted(timing.arrived)  # IS-SGD uses what arrived
+        elapsed += timing.step_time
+        assert math.isclose(record.time, elapsed)
+        assert record.finish == timing.finish.tolist()
+        twin.observe(
+            timing.finish.masked_fill(timing.finish > deadline, math.inf), num_stragglers=s, watched_until=deadline
+        )
+        replay.step(step, timing.arrived)
     for mine, theirs in zip(simulation.model.parameters(), replay.model.parameters()):
         torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
     assert policy.state_dict()["controller"]["steps"] == 8

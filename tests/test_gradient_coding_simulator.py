@@ -1,4 +1,5 @@
-"""The virtual clock against the closed form, the delay models, and the simulator's bookkeeping."""
+"""The virtual clock against the closed form (without carry-over) and an event-driven reference (with it), the delay
+models, and the simulator's bookkeeping."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from torchgcc.gradient_coding import (
     DelaySchedule,
     PartitionedData,
     Simulation,
+    WorkerClock,
     expected_step_time,
     make_training_scheme,
 )
@@ -24,10 +26,10 @@ from torchgcc.stragglers import Exponential, PersistentSlow, ShiftedExponential,
 )
 @pytest.mark.parametrize("mean", [1.0, 2.0])
 def test_mean_step_time_matches_the_order_statistic_closed_form(scheme, s, mean):
-    """E[T] = c t_c + m (H_n - H_s) within 5% over 2000 simulated steps (n = 12, t_c = 0.3 s)."""
+    """Without carry-over, E[T] = c t_c + m (H_n - H_s) within 5% over 2000 simulated steps (n = 12, t_c = 0.3 s)."""
     n, t_c, steps = 12, 0.3, 2000
     code = make_training_scheme(scheme, num_workers=n, num_stragglers=s)
-    _, times = timeline(code, DelaySchedule(Exponential(mean), n, seed=7), t_c, steps)
+    _, times = timeline(code, DelaySchedule(Exponential(mean), n, seed=7), t_c, steps, carry_over=False)
     loads = [code.compute_load(t) for t in range(steps)]
     expected = (
         sum(
@@ -94,3 +96,89 @@ def test_simulation_waits_for_the_fastest_and_advances_the_clock():
     assert math.isclose(records[-1].time, sum(r.step_time for r in records))
     with pytest.raises(ValueError, match="no delays"):
         Simulation(code, model, data, lr=0.1, delays=None).step(0)
+
+
+def _event_driven(code, delays, compute_time, steps):
+    """An independent reference of the carried-over clock: a discrete-event simulation with a heap. The coordinator
+    broadcasts version t when step t - 1 closes; an idle worker starts the newest version; a result of the current
+    version counts, an older one is dropped; a step closes at its wait_for-th result."""
+    import heapq
+
+    n, events, now = code.num_workers, [], 0.0
+    version = [None] * n  # the version each worker is computing (None: idle)
+
+    def start(worker, v, at):
+        version[worker] = v
+        duration = code.compute_load(v) * compute_time + float(delays.delays(v)[worker])
+        heapq.heappush(events, (at + duration, worker, v))
+
+    for worker in range(n):
+        start(worker, 0, 0.0)
+    arrived_sets, step_times, current, arrived = [], [], 0, []
+    while current < steps:
+        at, worker, v = heapq.heappop(events)
+        version[worker] = None
+        if v == current:
+            arrived.append(worker)
+            if len(arrived) == code.wait_for:  # close the step, broadcast the next version
+                arrived_sets.append(arrived)
+                step_times.append(at - now)
+                now, current, arrived = at, current + 1, []
+                for idle in range(n):
+                    if version[idle] is None and current < steps:
+                        start(idle, current, at)
+                continue
+        if current < steps:  # a dropped (older) result, or one of this version beyond the first: start the newest
+            if v != current:
+                start(worker, current, at)
+    return arrived_sets, step_times
+
+
+@pytest.mark.parametrize("scheme,s", [("is-sgd", 3), ("gc-fr", 2), ("pgc-cr", 2)])
+def test_carried_over_clock_equals_an_event_driven_simulation(scheme, s):
+    n, t_c = 12, 0.4
+    code = make_training_scheme(scheme, num_workers=n, num_stragglers=s)
+    delays = DelaySchedule(Exponential(1.0), n, seed=3)
+    arrived, times = timeline(code, delays, t_c, 300)
+    ref_arrived, ref_times = _event_driven(code, delays, t_c, 300)
+    assert arrived == ref_arrived
+    assert times == pytest.approx(ref_times, rel=1e-12, abs=1e-12)
+    _, abandoned = timeline(code, delays, t_c, 300, carry_over=False)
+    assert all(c >= a - 1e-12 for c, a in zip(times, abandoned))  # a worker is never free earlier
+    assert sum(times) > 1.05 * sum(abandoned)  # and the stragglers' late work costs real time
+
+
+def test_a_straggler_starts_the_newest_step_when_it_finishes():
+    """By hand: n = 3, wait for 2, no compute time. Worker 2 takes 10 s at step 0, so it misses steps 0 and 1 and
+    starts step 2's task at t = 10, when it is free."""
+    clock = WorkerClock(3)
+    first = clock.step([1, 1, 1], torch.tensor([1.0, 2.0, 10.0], dtype=torch.float64), 0.0, 2)
+    assert first.arrived == [0, 1] and first.step_time == 2.0 and first.started == [0, 1, 2]
+    second = clock.step([1, 1, 1], torch.tensor([1.0, 1.5, 0.1], dtype=torch.float64), 0.0, 2)
+    assert second.arrived == [0, 1] and second.step_time == 1.5 and second.started == [0, 1]
+    assert second.finish[2] == math.inf  # still busy with step 0 when step 1 closed at t = 3.5
+    third = clock.step([1, 1, 1], torch.tensor([9.0, 9.0, 0.5], dtype=torch.float64), 0.0, 2)
+    assert third.started == [0, 1, 2] and third.arrived == [2, 0]  # 2 finishes at 10.5, 0 at 12.5
+    assert third.step_time == pytest.approx(9.0) and third.finish[2] == pytest.approx(7.0)
+    abandon = WorkerClock(3, carry_over=False)
+    abandon.step([1, 1, 1], torch.tensor([1.0, 2.0, 10.0], dtype=torch.float64), 0.0, 2)
+    assert abandon.step([1, 1, 1], torch.tensor([1.0, 1.5, 0.1], dtype=torch.float64), 0.0, 2).arrived == [2, 0]
+
+
+def test_carried_over_pipelined_stragglers_use_stale_caches():
+    """PGC-FR under exponential delays: on the carried-over clock a worker still busy when a step closes never
+    computes that step's slot, so the decoded sums carry slots older than s; replaying the same arrivals (the
+    runtime: every worker computes every step) keeps every slot within s, as the PGC schedule promises."""
+    n, s = 6, 2
+    torch.manual_seed(0)
+    data = PartitionedData(torch.randn(60, 4), torch.randint(0, 3, (60,)), num_partitions=n, batch_size=5)
+    code = make_training_scheme("pgc-fr", num_workers=n, num_stragglers=s)
+    delays = DelaySchedule(Exponential(1.0), n, seed=2)
+    carried = Simulation(code, torch.nn.Linear(4, 3), data, lr=0.1, delays=delays, compute_time=0.05)
+    records = carried.run(30)
+    assert sum(len(r.staleness) > s + 1 for r in records) >= 5 and all(len(r.staleness) >= s + 1 for r in records)
+    replay = Simulation(code, torch.nn.Linear(4, 3), data, lr=0.1, delays=None)
+    replayed = replay.run(30, arrivals=[r.arrived for r in records])
+    assert all(len(r.staleness) == s + 1 for r in replayed) and math.isnan(replayed[0].step_time)
+    for record in records:  # every used worker contributes its s + 1 slots
+        assert sum(record.staleness) == len(record.used) * (s + 1)

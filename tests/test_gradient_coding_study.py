@@ -19,8 +19,7 @@ def _run(argv: list[str]) -> None:
         torch.set_num_threads(threads)
 
 
-def test_reproduce_training_writes_consistent_results(tmp_path):
-    out = tmp_path / "training"
+def _tiny(out, *extra: str) -> dict:
     argv = [
         "reproduce",
         "training",
@@ -40,28 +39,54 @@ def test_reproduce_training_writes_consistent_results(tmp_path):
         "--out",
         str(out),
         "--no-progress",
+        *extra,
     ]
     _run(argv)
-    payload = json.loads((out / "results.json").read_text())
-    assert {p.name for p in out.iterdir()} >= {"results.json", "results.csv", "table.md", "training-mlp.png"}
-    records = payload["records"]
-    assert {(r["s"], r["m"], r["clock"]) for r in records} == {(s, m, "measured") for s in (1, 2) for m in (1.0, 2.0)}
-    by = {(r["scheme"], r["s"], r["m"]): r for r in records}
+    return json.loads((out / "results.json").read_text())
+
+
+def test_reproduce_training_writes_consistent_results_on_both_clocks(tmp_path):
+    """Without carry-over the old identities hold (GC = IS-SGD + s t_c per step; m = 2 doubles the delay part); with
+    it no step is shorter and the schemes that drop stragglers pay for their late work; DGD (no stragglers) and FR's
+    exact trajectory are the same on both clocks."""
+    carried = _tiny(tmp_path / "carry")
+    abandoned = _tiny(tmp_path / "abandon", "--no-carry-over")
+    assert carried["config"]["carry_over"] and not abandoned["config"]["carry_over"]
+    for payload in (carried, abandoned):
+        assert {"results.json", "results.csv", "table.md", "training-mlp.png"} <= {
+            p.name for p in (tmp_path / ("carry" if payload is carried else "abandon")).iterdir()
+        }
+    records = {
+        name: {(r["scheme"], r["s"], r["m"]): r for r in payload["records"]}
+        for name, payload in (("carry", carried), ("abandon", abandoned))
+    }
+    assert {(r["s"], r["m"], r["clock"]) for r in carried["records"]} == {
+        (s, m, "measured") for s in (1, 2) for m in (1.0, 2.0)
+    }
+    t_c = abandoned["config"]["compute_times"]["mlp"]["measured"]
+    by, carry = records["abandon"], records["carry"]
     for s in (1, 2):
         # one partition per worker per step for PGC after the warm-up, s + 1 for GC
         assert by[("pgc-fr", s, 1.0)]["load"] == 1 and by[("gc-fr", s, 1.0)]["load"] == s + 1
         assert by[("pgc-fr", s, 1.0)]["max_staleness"] == s and by[("gc-fr", s, 1.0)]["max_staleness"] == 0
-        # the same delays: IS-SGD and PGC wait for the same order statistic, GC adds s * t_c per step
-        t_c = payload["config"]["compute_times"]["mlp"]["measured"]
+        # the abandoning clock: IS-SGD and PGC wait for the same order statistic, GC adds s * t_c per step
         assert by[("gc-fr", s, 1.0)]["step_time"] == pytest.approx(by[("is-sgd", s, 1.0)]["step_time"] + s * t_c)
-        # m = 2 s doubles the delay part of every step
         delay_part = [by[("is-sgd", s, m)]["step_time"] - t_c for m in (1.0, 2.0)]
         assert delay_part[1] == pytest.approx(2 * delay_part[0])
-        # FR is exact: the same trajectory as DGD (float32 sums in a different order)
-        assert by[("gc-fr", s, 1.0)]["final_loss"] == pytest.approx(by[("dgd", s, 1.0)]["final_loss"], rel=1e-4)
-    assert by[("dgd", 1, 1.0)]["step_time"] > by[("is-sgd", 1, 1.0)]["step_time"]  # waits for all 12
-    curves = {(c["scheme"], c["s"]): c for c in payload["curves"]}
-    assert curves[("dgd", 0)]["steps"] == [5, 10] and len(curves[("pgc-cr", 2)]["train_loss"]) == 2
+        for scheme in ("is-sgd", "gc-fr", "pgc-fr", "pgc-cr"):
+            assert carry[(scheme, s, 1.0)]["step_time"] > by[(scheme, s, 1.0)]["step_time"]
+        for clock in (by, carry):  # FR is exact: DGD's trajectory (float32 sums in a different order)
+            assert clock[("gc-fr", s, 1.0)]["final_loss"] == pytest.approx(
+                clock[("dgd", s, 1.0)]["final_loss"], rel=1e-4
+            )
+    carry_t_c = carried["config"]["compute_times"]["mlp"]["measured"]  # measured in each run
+    dgd_delays = carry[("dgd", 1, 1.0)]["step_time"] - carry_t_c, by[("dgd", 1, 1.0)]["step_time"] - t_c
+    assert dgd_delays[0] == pytest.approx(dgd_delays[1])  # DGD waits for all: nothing carries over
+    assert by[("dgd", 1, 1.0)]["step_time"] > by[("is-sgd", 1, 1.0)]["step_time"]
+    curves = {(c["scheme"], c["s"], c["m"]): c for c in carried["curves"]}
+    assert curves[("dgd", 0, 1.0)]["steps"] == [5, 10] and len(curves[("pgc-cr", 2, 2.0)]["train_loss"]) == 2
+    verdict = {(v["pgc"], v["rival"], v["s"], v["m"]) for v in carried["verdicts"]}
+    assert ("pgc-fr", "gc-fr", 1, 1.0) in verdict and ("pgc-cr", "dgd", 2, 2.0) in verdict
 
 
 def test_imagenet32_loader_reads_the_official_npz_layout(tmp_path):

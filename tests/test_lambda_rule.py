@@ -6,7 +6,15 @@ import torch
 from scipy.interpolate import make_smoothing_spline
 
 import torchgcc
-from torchgcc.codes.gcc import GCV_POOL, GCV_RATIOS, GCVSplineDecoder, spacing_lambda
+from torchgcc.codes.gcc import (
+    BANDWIDTH_RATIO,
+    GCV_MIN_POINTS,
+    GCV_POOL,
+    GCV_RATIOS,
+    GCV_STEP_DOWN,
+    GCVSplineDecoder,
+    spacing_lambda,
+)
 from torchgcc.functional import compact_survivors, survivor_layout
 from torchgcc.functional.gcv import gcv_scores
 from torchgcc.stragglers import FixedStragglers
@@ -99,8 +107,10 @@ def test_per_group_gcv_picks_each_groups_own_best_ratio():
 
 
 def test_the_default_pools_the_scores_of_evenly_spaced_groups_of_the_batch():
-    """One ratio for the batch: the argmin of the mean score over min(B, 16) evenly spaced groups, checked against
-    scipy's hat matrices; every group is then decoded with it."""
+    """One ratio for the batch: the candidate GCV_STEP_DOWN below the argmin of the mean score over min(B, 16) evenly
+    spaced groups (the candidates in ascending order), checked against scipy's hat matrices; every group is then
+    decoded with it."""
+    assert list(GCV_RATIOS) == sorted(GCV_RATIOS)
     code = torchgcc.GCC(4, 16)
     assert isinstance(code.decoder, GCVSplineDecoder) and code.decoder.pool == GCV_POOL
     generator = torch.Generator().manual_seed(3)
@@ -121,8 +131,22 @@ def test_the_default_pools_the_scores_of_evenly_spaced_groups_of_the_batch():
             for r in GCV_RATIOS
         ]
     assert code.decoder.last_ratio.ndim == 0
-    assert code.decoder.last_ratio.item() == pytest.approx(GCV_RATIOS[int(np.argmin(mean))])
+    assert code.decoder.last_ratio.item() == pytest.approx(GCV_RATIOS[max(int(np.argmin(mean)) - GCV_STEP_DOWN, 0)])
     torch.testing.assert_close(code.decoder.last_lambda, spacing_lambda(mask.sum(-1), code.decoder.last_ratio))
+
+
+@pytest.mark.parametrize("lambda_dec", ["adaptive", "gcv"])
+def test_groups_too_small_to_score_get_the_spacing_ratio(lambda_dec):
+    """With fewer than GCV_MIN_POINTS results in every group, GCV has nothing to go on: the spacing rule's ratio."""
+    code = torchgcc.GCC(4, 16, lambda_dec=lambda_dec)
+    generator = torch.Generator().manual_seed(0)
+    y = torch.randn(6, 16, 3, generator=generator, dtype=torch.float64)
+    mask = torch.zeros(6, 16, dtype=torch.bool)
+    mask[:, [0, 5, 10, 15][: GCV_MIN_POINTS - 1]] = True
+    code.decoder(y, mask)
+    torch.testing.assert_close(
+        code.decoder.last_ratio, torch.full_like(code.decoder.last_ratio, BANDWIDTH_RATIO), rtol=0, atol=0
+    )
 
 
 @pytest.mark.parametrize("lambda_dec", ["adaptive", "gcv", "spacing"])

@@ -71,9 +71,11 @@ def test_batches_are_full_or_leave_at_the_timeout():
 def test_hedge_threshold_is_the_percentile_of_the_recent_window():
     policy = HedgePolicy(0.9, window=50, warmup=10)
     latencies = np.random.default_rng(0).exponential(0.1, size=80)
-    for i, latency in enumerate(latencies):
-        if i < 10:
-            assert policy.threshold_s() == math.inf
+    for latency in latencies[:10]:  # warm-up: no backups before 10 observations
+        assert policy.threshold_s() == math.inf
+        policy.observe(latency)
+    assert policy.threshold_s() == pytest.approx(np.quantile(latencies[:10], 0.9), rel=1e-12)
+    for latency in latencies[10:]:
         policy.observe(latency)
     assert policy.threshold_s() == pytest.approx(np.quantile(latencies[-50:], 0.9), rel=1e-12)
     assert HedgePolicy(fixed_s=0.25).threshold_s() == 0.25

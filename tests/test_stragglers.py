@@ -15,7 +15,7 @@ from torchgcc.stragglers import (
 )
 
 
-@pytest.mark.parametrize("placement", ["random", "contiguous", "worst"])
+@pytest.mark.parametrize("placement", ["random", "contiguous", "widest_gap"])
 def test_fixed_stragglers_drop_exactly_s_workers(placement):
     mask = FixedStragglers(5, placement, seed=0).sample(100, 20)
     assert mask.shape == (100, 20) and mask.dtype == torch.bool
@@ -37,9 +37,9 @@ def test_random_placement_is_uniform_over_workers():
 
 @pytest.mark.parametrize("points", ["chebyshev2", "equispaced"])
 @pytest.mark.parametrize("n, s", [(10, 3), (17, 4), (40, 10)])
-def test_worst_placement_leaves_the_largest_gap_by_brute_force(points, n, s):
+def test_widest_gap_placement_leaves_the_largest_gap_by_brute_force(points, n, s):
     beta = chebyshev_second_kind(n) if points == "chebyshev2" else equispaced(n)
-    mask = FixedStragglers(s, "worst", points=points).sample(3, n)
+    mask = FixedStragglers(s, "widest_gap", points=points).sample(3, n)
     assert torch.equal(mask[0], mask[1])  # deterministic
 
     def gap(m):

@@ -26,8 +26,10 @@ _EXPORTS: dict[str, str | None] = {
     "manifold": None,
     "metrics": None,
     "noise": None,
+    "oracles": None,
     "points": None,
     "register_code": "torchgcc.codes",
+    "serving": None,
     "stragglers": None,
 }
 

@@ -9,6 +9,8 @@ with ``+`` (applied left to right) and never touch straggler slots.
 - :class:`RandomAttack`: ``q`` random arrived workers return ``+M`` (or ``+-M`` with a random sign per worker);
 - :class:`ConcentratedAttack`: a block of ``q`` consecutive arrived workers at the middle of the points return ``+M``
   (the strongest attack on a smoothing spline in arXiv 2505.17356);
+- :class:`ShiftAttack`: a block of ``q`` consecutive arrived workers, at a chosen position, return ``y + delta``
+  (clipped to ``[-M, M]``): small shifts pass for honest residuals, which is how they evade locating decoders;
 - :class:`GreedyAttack`: ``q`` times, the currently best-fitting worker (smallest residual against a smoothing spline
   of the current results) is pushed by ``M * sign(fit - y)`` and clipped to ``[-M, M]`` (arXiv 2505.17356);
 - :class:`SignFlipAttack`: ``q`` random arrived workers return ``-y``;
@@ -16,6 +18,7 @@ with ``+`` (applied left to right) and never touch straggler slots.
   adversarial) return one constant.
 
 Positions are drawn among the arrived workers of each group from the attack's own generator (``seed=``).
+:mod:`torchgcc.oracles.attacks` searches these attacks for the one that hurts a decoder most.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ __all__ = [
     "ComposedAttack",
     "RandomAttack",
     "ConcentratedAttack",
+    "ShiftAttack",
     "GreedyAttack",
     "SignFlipAttack",
     "ConstantAttack",
@@ -139,15 +143,69 @@ class ConcentratedAttack(Attack):
         self.bound = _check_bound(bound)
 
     def positions(self, mask):
-        order = mask.long().cumsum(dim=1) - 1  # index of each arrived worker among the arrived ones
-        start = (mask.count_nonzero(dim=1).unsqueeze(1) - self.q) // 2
-        return mask & (order >= start) & (order < start + self.q)
+        return block_positions(mask, self.q, (mask.count_nonzero(dim=1) - self.q) // 2)
 
     def values(self, results, corrupted):
         return torch.full_like(results, self.bound)
 
     def __repr__(self) -> str:
         return f"ConcentratedAttack(q={self.q}, bound={self.bound:g})"
+
+
+def block_positions(mask: torch.Tensor, q: int, start: torch.Tensor) -> torch.Tensor:
+    """``(B, N)`` bool: the arrived workers ``start .. start + q - 1`` in the order of the arrived workers of each
+    group (``start`` ``(B,)`` int64, at most ``arrived - q``)."""
+    order = mask.long().cumsum(dim=1) - 1  # index of each arrived worker among the arrived ones
+    start = start.view(-1, 1)
+    return mask & (order >= start) & (order < start + q)
+
+
+class ShiftAttack(Attack):
+    """A block of ``q`` consecutive arrived workers returns ``y + shift`` in every output, clipped to
+    ``[-bound, bound]`` when ``bound`` is given.
+
+    Args:
+        q: the block's length.
+        shift: ``delta``, a number or a ``(B,)`` tensor (one per group).
+        start: the block's first worker, counted among the arrived workers of each group: an int or a ``(B,)``
+            tensor (one per group); ``None`` centres the block, as :class:`ConcentratedAttack`. Deterministic.
+        bound: ``M``; None leaves the shifted results unclipped.
+    """
+
+    def __init__(
+        self,
+        q: int,
+        shift: float | torch.Tensor,
+        *,
+        start: int | torch.Tensor | None = None,
+        bound: float | None = None,
+        seed: Optional[int] = None,
+    ) -> None:
+        super().__init__(q, seed=seed)
+        self.shift = shift
+        self.start = start
+        self.bound = None if bound is None else _check_bound(bound)
+
+    def positions(self, mask):
+        arrived = mask.count_nonzero(dim=1)
+        if self.start is None:
+            start = (arrived - self.q) // 2
+        else:
+            start = torch.as_tensor(self.start, dtype=torch.long).expand(len(mask))
+            if ((start < 0) | (start > arrived - self.q)).any():
+                raise ValueError(f"start must lie in [0, arrived - q] for every group, got {self.start!r}")
+        return block_positions(mask, self.q, start)
+
+    def values(self, results, corrupted):
+        shift = torch.as_tensor(self.shift, dtype=results.dtype, device=results.device)
+        if shift.dim() == 1:  # one per group
+            shift = shift.view((-1,) + (1,) * (results.ndim - 1))
+        shifted = results + shift
+        return shifted if self.bound is None else shifted.clamp(-self.bound, self.bound)
+
+    def __repr__(self) -> str:
+        start = "centre" if self.start is None else self.start
+        return f"ShiftAttack(q={self.q}, shift={self.shift}, start={start}, bound={self.bound})"
 
 
 class GreedyAttack(Attack):

@@ -57,7 +57,7 @@ class CodedTrainer(Trainer):
             num_workers: N, workers per group.
             stragglers: straggler counts S to sweep.
             repeats: straggler masks drawn per group and S.
-            placement: straggler placement (random, contiguous, worst).
+            placement: straggler placement (random, contiguous, widest_gap).
             code_kwargs: per code, extra keyword arguments (e.g. ``{gcc: {lambda_dec: 1e-6}}``).
             seed: straggler seed.
             output_dir: folder for results.json, results.csv and coded_eval.png; ``auto``: a fresh

@@ -48,7 +48,7 @@ class CodedEvaluation(Callback):
         num_workers: N, workers per group.
         stragglers: the straggler counts S to sweep.
         repeats: masks drawn per group and S (the decode is cheap: the model runs once per code and batch).
-        placement: where the stragglers fall (``random``, ``contiguous``, ``worst``).
+        placement: where the stragglers fall (``random``, ``contiguous``, ``widest_gap``).
         code_kwargs: per code name, extra keyword arguments of the code (e.g. ``{"gcc": {"lambda_dec": 1e-6}}``).
         seed: straggler seed (rank r uses ``seed + r``).
         output_dir: where rank zero writes ``results.json``, ``results.csv`` and ``coded_eval.png``;

@@ -37,7 +37,7 @@ class CodedTraining:
         num_inputs: K, inputs per group.
         num_workers: N, coded inputs (workers) per group.
         num_stragglers: S, workers whose results are dropped in every group and step.
-        placement: where the stragglers fall (``random``, ``contiguous``, ``worst``).
+        placement: where the stragglers fall (``random``, ``contiguous``, ``widest_gap``).
         code_kwargs: extra keyword arguments of the code (e.g. ``lambda_dec``).
         plain_loss_weight: weight of the plain (uncoded) cross-entropy added to the decoded one.
         seed: straggler seed; rank r of a multi-device run uses ``seed + r`` so ranks draw different masks.

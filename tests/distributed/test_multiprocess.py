@@ -120,12 +120,10 @@ def test_injected_latency_returns_early_and_survives_a_killed_rank(tmp_path):
     steps = run.steps
     assert [(s["step"], s["scheme"]) for s in steps] == [(t, c) for t in range(4) for c in ("gcc", "bacc")]
     saved = torch.load(path, weights_only=False)
-    for s, record in zip(saved["steps"], steps):
-        assert torch.equal(s["delays"][3] >= 60, torch.tensor(True))
-        if record["step"] < 2:  # the 5 fast workers are exactly the quorum N - S
-            assert record["arrived"] == [0, 1, 2, 4, 5]
-        else:  # rank 2 (workers 1, 3, 5) is gone: decode from the survivors
-            assert record["arrived"] == [0, 2, 4]
+    assert len(saved["steps"]) == len(steps) and all(bool(s["delays"][3] >= 60) for s in saved["steps"])
+    # steps 0 and 1 (two schemes each): the 5 fast workers are exactly the quorum N - S; then rank 2 (workers 1, 3,
+    # 5) is gone and steps 2 and 3 decode from the survivors
+    assert [r["arrived"] for r in steps] == [[0, 1, 2, 4, 5]] * 4 + [[0, 2, 4]] * 4
     assert steps[-1]["lost_workers"] == [1, 3, 5]
     assert "lost rank(s) [2] hosting workers [1, 3, 5]" in run.stderr
     assert run.of("summary")[0]["lost_workers"] == [1, 3, 5]

@@ -23,6 +23,7 @@ __all__ = [
     "Column",
     "make_console",
     "lambda_label",
+    "markdown_grid",
     "markdown_rows",
     "markdown_table",
     "pivot",
@@ -167,6 +168,13 @@ def value_ci(key: str, digits: int) -> Callable[[Mapping[str, Any]], str]:
         return f"{value:.{digits}f}" + ("" if ci is None or math.isnan(ci) else f" ± {ci:.{digits}f}")
 
     return cell
+
+
+def markdown_grid(header: Sequence[str], rows: Sequence[Sequence[str]], *, left: int = 1) -> str:
+    """A GitHub Markdown table of already formatted cells: the first ``left`` columns left-aligned, the others
+    right-aligned."""
+    rule = "|" + "---|" * left + "---:|" * (len(header) - left)
+    return "\n".join(["| " + " | ".join(header) + " |", rule] + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def markdown_rows(records: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> str:

@@ -6,5 +6,18 @@ from torchgcc.codes.catalog import CODES, list_codes, make_code, register_code
 from torchgcc.codes.gcc import GCC
 from torchgcc.codes.lcc import LCC
 from torchgcc.codes.maps import Decoder, Encoder
+from torchgcc.codes.robust import RobustGCC
 
-__all__ = ["BACC", "CODES", "Code", "Decoder", "Encoder", "GCC", "LCC", "list_codes", "make_code", "register_code"]
+__all__ = [
+    "BACC",
+    "CODES",
+    "Code",
+    "Decoder",
+    "Encoder",
+    "GCC",
+    "LCC",
+    "RobustGCC",
+    "list_codes",
+    "make_code",
+    "register_code",
+]

@@ -16,8 +16,10 @@ __all__ = [
     "BANDWIDTH_RATIO",
     "GCC",
     "GCVSplineDecoder",
+    "GCV_MIN_POINTS",
     "GCV_POOL",
     "GCV_RATIOS",
+    "GCV_STEP_DOWN",
     "LAMBDA_RULES",
     "SplineDecoder",
     "spacing_lambda",
@@ -33,6 +35,16 @@ GCV_RATIOS = (0.0, 0.05, 0.07, 0.1, 0.14, 0.2, 0.28, 0.4, 0.57, 0.8, 1.13, 1.6, 
 GCV_POOL = 16
 #: ... and at most about this many results in all (fewer, larger groups carry as much information for the choice).
 GCV_POOL_RESULTS = 1024
+
+#: A group's GCV scores count only with at least this many results: with four, the spline has two residual degrees
+#: of freedom and the scores chose over-smoothing on the small-n cells of ``benchmarks/lambda_suite.py``. A group (or
+#: a pooled choice) with no such group gets the ``"spacing"`` rule's :data:`BANDWIDTH_RATIO`.
+GCV_MIN_POINTS = 5
+
+#: A pooled choice takes the candidate ratio this many steps below (smoothing less than) the pooled GCV minimum. The
+#: pooled minimum of a few groups is a noisy estimate, and on ``benchmarks/lambda_suite.py`` too much smoothing cost
+#: far more than too little (a candidate step is a factor ~1.4 in the ratio, 4 in lambda).
+GCV_STEP_DOWN = 1
 
 #: Named decoder smoothing rules accepted by ``GCC(lambda_dec=...)`` besides explicit numbers.
 LAMBDA_RULES = ("adaptive", "gcv", "spacing")
@@ -120,15 +132,18 @@ class GCVSplineDecoder(SplineDecoder):
     choice is invariant to their scale):
 
     - ``pool=None`` (``lambda_dec="gcv"``): every group its own ``r``, from its own score, every call;
-    - ``pool=P``: one ``r`` per batch, minimising the mean score of ``min(B, P, 1024 // N)`` groups evenly spaced over
-      the batch. A group's results alone (``n`` close to K values) are a noisy basis for the choice; the groups of a
-      batch are coded the same way and share the model, so pooling them is a stabler estimate of the smoothing the
-      model's outputs need;
+    - ``pool=P``: one ``r`` per batch, the candidate :data:`GCV_STEP_DOWN` below the minimiser of the mean score of
+      ``min(B, P, max(1, 1024 // N))`` groups evenly spaced over the batch. A group's results alone (``n`` close to
+      K values) are a noisy basis for the choice; the groups of a batch are coded the same way and share the model,
+      so pooling them is a stabler estimate of the smoothing the model's outputs need;
     - ``pool=P, calibrate=True`` (``lambda_dec="adaptive"``, the default, ``P = 16``): that pooled choice made once,
       on the first batch decoded, and then kept (the ``ratio`` buffer, saved in the state dict): every later call is
       mask-only, as cheap as the ``"spacing"`` rule and capturable (no data-dependent branch). Like BatchNorm's
       statistics the choice belongs to the model it was made for: call :meth:`recalibrate` when the model changes
       materially (during training, say once an epoch), or :meth:`calibrate` on chosen results.
+
+    Only groups with at least :data:`GCV_MIN_POINTS` results are scored; a group (``pool=None``) or a pool without
+    any gets the ``"spacing"`` ratio :data:`BANDWIDTH_RATIO`.
 
     Until calibrated (and always without ``calibrate``) the matrices depend on the results: :meth:`decode_matrix`
     raises ``TypeError`` and :meth:`matrices` takes the results. ``last_lambda`` ``(B,)`` and ``last_ratio`` hold the
@@ -154,6 +169,7 @@ class GCVSplineDecoder(SplineDecoder):
         ratios = torch.as_tensor(ratios, dtype=torch.float64)
         if ratios.ndim != 1 or not len(ratios) or not (ratios >= 0).all() or not torch.isfinite(ratios).all():
             raise ValueError(f"ratios must be a non-empty list of finite bandwidth ratios >= 0, got {ratios.tolist()}")
+        ratios = ratios.sort().values  # ascending: a step down is less smoothing
         super().__init__(alpha, beta, lam=None, **kwargs)
         self.pool, self.calibrates = pool, calibrate
         self.register_buffer("ratios", ratios)
@@ -223,10 +239,14 @@ class GCVSplineDecoder(SplineDecoder):
         )
         candidates = spacing_lambda(scored.counts.unsqueeze(-1), self.ratios)  # (G, L)
         scores = gcv_scores(scored.knots[:, :width], scored.counts, compacted, scored.counts.unsqueeze(-1) * candidates)
-        informative = (scored.counts >= max(4, self.min_arrived)).unsqueeze(-1)  # fewer knots: scores carry nothing
-        scores = torch.where(informative & torch.isfinite(scores), scores, 0.0)
-        best = scores.argmin(dim=-1) if self.pool is None else scores.mean(dim=0).argmin()
-        self.last_ratio = self.ratios[best]
+        informative = scored.counts >= max(GCV_MIN_POINTS, self.min_arrived)
+        scores = torch.where(informative.unsqueeze(-1) & torch.isfinite(scores), scores, 0.0)
+        if self.pool is None:
+            chosen = self.ratios[scores.argmin(dim=-1)]
+        else:
+            best = (scores.mean(dim=0).argmin() - GCV_STEP_DOWN).clamp(min=0)
+            chosen, informative = self.ratios[best], informative.any()
+        self.last_ratio = torch.where(informative, chosen, BANDWIDTH_RATIO)  # no informative group: "spacing"
         self.last_lambda = spacing_lambda(survivors.counts, self.last_ratio)
 
     def extra_repr(self) -> str:
@@ -250,8 +270,9 @@ class GCC(Code):
     ``lambda_dec``: a number, or a rule of :data:`LAMBDA_RULES`:
 
     - ``"adaptive"`` (default): generalized cross-validation pooled over up to :data:`GCV_POOL` groups of the first
-      batch decoded chooses one bandwidth ratio among :data:`GCV_RATIOS`, interpolation included, kept for every
-      later batch (:class:`GCVSplineDecoder` with ``calibrate=True``; ``code.decoder.recalibrate()`` chooses again);
+      batch decoded chooses one bandwidth ratio among :data:`GCV_RATIOS`, interpolation included (the candidate
+      :data:`GCV_STEP_DOWN` below the pooled minimum), kept for every later batch (:class:`GCVSplineDecoder` with
+      ``calibrate=True``; ``code.decoder.recalibrate()`` chooses again);
     - ``"gcv"``: the same criterion per group, every call;
     - ``"spacing"``: :func:`spacing_lambda` at :data:`BANDWIDTH_RATIO`, a fixed rule of the mask only.
 

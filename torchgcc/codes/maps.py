@@ -306,8 +306,9 @@ class Decoder(_Float64Buffers):
         :meth:`scatter`)."""
         if out.numel() == 0:
             return bool((mask.sum(dim=-1) >= self.min_arrived).all())
-        low, high = torch.aminmax(out.detach())  # NaN propagates to both ends, an Inf shows at one: no overflow, unlike a sum
-        return float((low - low) + (high - high)) == 0.0  # x - x is 0 for finite x, NaN for NaN and +-Inf
+        with torch.no_grad():  # a check, not part of the graph (and no autograd warning on the read)
+            low, high = torch.aminmax(out)  # NaN propagates to both ends, an Inf shows at one: no overflow
+            return float((low - low) + (high - high)) == 0.0  # x - x is 0 for finite x, NaN for NaN and +-Inf
 
     def _repair(self, flat: torch.Tensor, mask: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
         """The slow path after a failed check: raise for too few or non-finite arrived results, else keep NaN/Inf

@@ -8,10 +8,20 @@ rule that ends the coordinator's wait. The masks and delays come from the core s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import torch
 
-__all__ = ["Injected", "Measured", "Simulated", "StepPlan", "usable_mask", "wait_is_over"]
+__all__ = [
+    "Injected",
+    "Measured",
+    "Simulated",
+    "StepPlan",
+    "decode_arrived",
+    "stack_results",
+    "usable_mask",
+    "wait_is_over",
+]
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,25 @@ def usable_mask(
     short = mask.sum(1) < min_arrived
     mask[short] = arrived  # the drawn survivors of these groups did not arrive: use whatever did
     return mask
+
+
+def stack_results(results: Mapping[int, torch.Tensor], num_workers: int) -> torch.Tensor:
+    """``(N, *out)``: each worker's result from ``results`` (worker -> ``(*out)``, not empty), zeros for the rest."""
+    first = next(iter(results.values()))
+    stacked = first.new_zeros(num_workers, *first.shape)
+    for worker, output in results.items():
+        stacked[worker] = output
+    return stacked
+
+
+def decode_arrived(
+    scheme, plan: StepPlan, results: Mapping[int, torch.Tensor], *, num_workers: int, num_groups: int, num_samples: int
+) -> tuple[torch.Tensor, list[int], torch.Tensor]:
+    """Decode a step from the ``results`` that arrived (worker -> ``(B, *out)``): the outputs ``(M, *out)``, the
+    samples left without a result, and the ``(B, N)`` mask of the results the decode used."""
+    usable = usable_mask(plan, results, num_workers=num_workers, num_groups=num_groups, min_arrived=scheme.min_arrived)
+    output, missing = scheme.decode(stack_results(results, num_workers), usable, num_samples)
+    return output, missing, scheme.used_mask(usable)
 
 
 def wait_is_over(

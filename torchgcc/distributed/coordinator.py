@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from torchgcc.distributed.arrival import StepPlan, usable_mask, wait_is_over
+from torchgcc.distributed.arrival import StepPlan, decode_arrived, wait_is_over
 from torchgcc.distributed.faults import FaultPlan
 from torchgcc.distributed.heartbeat import LivenessMonitor
 from torchgcc.distributed.layout import layout_workers
@@ -157,16 +157,9 @@ class Coordinator:
             round_, step, scheme, plan, num_groups, start=start, deadline=deadline
         )
 
-        mask = usable_mask(
-            plan, results, num_workers=self.num_workers, num_groups=num_groups, min_arrived=scheme.min_arrived
+        output, missing, mask = decode_arrived(
+            scheme, plan, results, num_workers=self.num_workers, num_groups=num_groups, num_samples=num_samples
         )
-        if isinstance(scheme, ReplicationScheme):
-            mask = scheme.used_mask(mask)
-        first = next(iter(results.values()))
-        stacked = first.new_zeros(self.num_workers, *first.shape)
-        for worker, output in results.items():
-            stacked[worker] = output
-        output, missing = scheme.decode(stacked, mask, num_samples)
         arrived = mask.any(0).nonzero().flatten().tolist()
         latency_s = time.monotonic() - start
         if watch_s is not None:

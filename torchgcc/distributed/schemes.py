@@ -75,6 +75,10 @@ class CodedScheme:
         with torch.no_grad():
             return ungroup_samples(self.code.decoder(results.movedim(0, 1), mask), num_samples), []
 
+    def used_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """The results :meth:`decode` reads: every arrived one."""
+        return mask
+
 
 class UncodedScheme:
     """The baseline: split the batch into N equal shares (the last padded) and wait for every worker."""
@@ -108,6 +112,10 @@ class UncodedScheme:
         if not bool(mask.all()):
             raise ValueError("the uncoded scheme needs every worker's result")
         return results.flatten(0, 1)[:num_samples], []
+
+    def used_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """The results :meth:`decode` reads: every worker's."""
+        return mask
 
 
 class ReplicationScheme:

@@ -9,8 +9,8 @@ and in the Reinsch form of :mod:`torchgcc.functional.spline` (Green and Silverma
 
     (R + mu Q^T W^-1 Q) gamma = Q^T y,      g = y - mu W^-1 Q gamma,
 
-a pentadiagonal solve per group and output batch. Unlike the unweighted maps, the fit depends on the data through the
-weights, so it is computed as values rather than cached as a matrix.
+a pentadiagonal solve per group and output batch (two knots: the straight line through both). Unlike the unweighted
+maps, the fit depends on the data through the weights, so it is computed as values rather than cached as a matrix.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def weighted_smoothing_spline(
     """Fit the weighted smoothing spline and evaluate it.
 
     Args:
-        knots: ``(G, n)`` strictly increasing, ``n >= 3``.
+        knots: ``(G, n)`` strictly increasing, ``n >= 2``.
         y: ``(G, n, d)`` data.
         weights: ``(G, n)`` positive weights.
         points: ``(P,)`` or ``(G, P)`` evaluation points (linear continuation beyond the outermost knots).
@@ -46,10 +46,14 @@ def weighted_smoothing_spline(
     """
     knots, y, weights = knots.to(torch.float64), y.to(torch.float64), weights.to(torch.float64)
     g_count, n = knots.shape
-    if n < 3:
-        raise ValueError(f"a weighted smoothing spline needs at least 3 knots, got {n}")
+    if n < 2:
+        raise ValueError(f"a weighted smoothing spline needs at least 2 knots, got {n}")
     if not (weights > 0).all():
         raise ValueError("weights must be positive (drop a point by leaving it out of the knots)")
+    points = points.to(torch.float64).expand(g_count, -1).contiguous()
+    if n == 2:  # no interior knot: the line through both points, whatever the weights and lambda
+        b = ((points - knots[:, :1]) / (knots[:, 1:] - knots[:, :1])).unsqueeze(-1)
+        return y, (1 - b) * y[:, :1] + b * y[:, 1:]
     mu = (n * torch.as_tensor(lam, dtype=torch.float64, device=knots.device)).expand(g_count)
     counts = torch.full((g_count,), n, device=knots.device)
     plan = spline_plan(n, knots.device)
@@ -68,7 +72,6 @@ def weighted_smoothing_spline(
     second = torch.nn.functional.pad(gamma, (0, 0, 1, 1))  # zero second derivative at the end knots
 
     h = bands.h[:, : n - 1, 0]
-    points = points.to(torch.float64).expand(g_count, -1).contiguous()
     idx = (torch.searchsorted(knots, points, right=True) - 1).clamp(0, n - 2)
     t_left, h_at = knots.gather(-1, idx), h.gather(-1, idx)
     a = (t_left + h_at - points) / h_at

@@ -12,7 +12,7 @@ torch.distributed runtime.
 """
 
 from torchgcc.gradient_coding.adaptive_wait import train_with_adaptive_wait
-from torchgcc.gradient_coding.clock import DelaySchedule, expected_step_time, first_arrivals
+from torchgcc.gradient_coding.clock import DelaySchedule, WorkerClock, expected_step_time, first_arrivals
 from torchgcc.gradient_coding.codes import (
     CyclicRepetitionCode,
     FractionalRepetitionCode,
@@ -45,6 +45,7 @@ __all__ = [
     "StepRecord",
     "UncodedCode",
     "UndecodableError",
+    "WorkerClock",
     "apply_update",
     "combine",
     "expected_step_time",

@@ -24,6 +24,7 @@ code                   worker i holds                                          w
 from __future__ import annotations
 
 import itertools
+import operator
 from abc import ABC, abstractmethod
 from typing import Sequence
 
@@ -38,6 +39,7 @@ __all__ = [
     "UncodedCode",
     "UndecodableError",
     "recovery_error",
+    "residual_tolerance",
 ]
 
 
@@ -92,10 +94,11 @@ class GradientCode(ABC):
         """Decoding vector ``a`` ``(n,)`` float64 from the workers that arrived, in arrival order.
 
         Raises:
+            TypeError: a worker index is not an integer (``0.5``, ``True``; numpy and 0-dim integer tensors are).
             ValueError: a worker index is out of range or repeated.
             UndecodableError: the arrived workers cannot recover the gradient sum (exact codes) or none arrived.
         """
-        arrived = [int(i) for i in arrived]
+        arrived = [_worker_index(i) for i in arrived]
         if len(set(arrived)) != len(arrived) or any(not 0 <= i < self.num_workers for i in arrived):
             raise ValueError(f"arrived must list distinct workers in [0, {self.num_workers}), got {arrived}")
         if not arrived:
@@ -107,6 +110,16 @@ class GradientCode(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.num_workers}, s={self.num_stragglers}, k={self.num_partitions})"
+
+
+def _worker_index(value: object) -> int:
+    """``value`` as a worker index: an integer (Python, numpy, or a 0-dim integer tensor), never a float or bool."""
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        raise TypeError(f"worker indices must be integers, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"worker indices must be integers, got {value!r} ({type(value).__name__})") from None
 
 
 def recovery_error(code: GradientCode, a: torch.Tensor) -> float:
@@ -207,23 +220,25 @@ class CyclicRepetitionCode(GradientCode):
     solve ``H[:, S_i \\ {i}] x = -H[:, i]``, so every row lies in ``null(H)`` (dimension ``n - s``, containing
     ``1``). Any ``n - s`` rows are then independent with probability 1 and span ``1``.
 
-    Decoding solves ``B_F^T a = 1`` by least squares over the arrived set and checks the residual
-    ``max |a^T B_F - 1| <= atol``; a set that cannot recover the sum raises :class:`UndecodableError`. The
-    construction is real-valued and grows ill-conditioned with ``s`` (cond(B_F) up to ~4e4 at n = 12, s = 3).
+    Decoding solves ``B_F^T a = 1`` by least squares (SVD) over the arrived set and checks the residual against the
+    backward-error bound of a consistent system, :func:`residual_tolerance`:
+    ``max |a^T B_F - 1| <= c * max(k, |F|) * eps * (||B_F||_F ||a||_2 + sqrt(k))`` with ``c = 10``. The tolerance
+    thus grows with the conditioning (``||B_F|| ||a||`` is of the order of cond(B_F)), which reaches ~1e6 at
+    n = 12, s = 3 and ~3e8 at n = 32, s = 6; a set that cannot recover the sum leaves a residual of order 1e-4 or
+    more and raises :class:`UndecodableError`.
 
     Args:
         num_workers: n (= k partitions).
         num_stragglers: s, with ``s < n``.
         seed: seed of the random ``H``.
-        atol: the residual tolerance of decoding.
     """
 
-    def __init__(self, num_workers: int, num_stragglers: int, *, seed: int = 0, atol: float = 1e-8) -> None:
+    def __init__(self, num_workers: int, num_stragglers: int, *, seed: int = 0) -> None:
         _check_count("num_workers", num_workers, 1)
         _check_count("num_stragglers", num_stragglers, 0)
         if num_stragglers >= num_workers:
             raise ValueError(f"num_stragglers must be < num_workers={num_workers}, got {num_stragglers}")
-        self.seed, self.atol = seed, atol
+        self.seed = seed
         super().__init__(num_workers, num_stragglers, self._construct(num_workers, num_stragglers, seed))
         self._cache: dict[frozenset, torch.Tensor] = {}
 
@@ -253,16 +268,39 @@ class CyclicRepetitionCode(GradientCode):
             ones = torch.ones(self.num_partitions, 1, dtype=torch.float64)
             solution = torch.linalg.lstsq(BF.T, ones, driver="gelsd").solution.flatten()
             residual = float((solution @ BF - 1).abs().max())
-            if not residual <= self.atol:
+            tolerance = residual_tolerance(BF, solution)
+            if not residual <= tolerance:
+                why = (
+                    f"it needs at least n - s = {self.wait_for} workers, {len(rows)} arrived"
+                    if len(rows) < self.wait_for
+                    else f"{len(rows)} >= n - s = {self.wait_for} arrived, but B_F is numerically rank-deficient "
+                    f"for this random construction (seed={self.seed})"
+                )
                 raise UndecodableError(
-                    f"cyclic repetition cannot recover the gradient sum from workers {rows}: "
-                    f"residual max|a^T B_F - 1| = {residual:.3g} > atol={self.atol:g}; it needs at least "
-                    f"n - s = {self.wait_for} workers"
+                    f"cyclic repetition cannot recover the gradient sum from workers {rows}: residual "
+                    f"max|a^T B_F - 1| = {residual:.3g} > tolerance {tolerance:.3g}; {why}"
                 )
             a = torch.zeros(self.num_workers, dtype=torch.float64)
             a[rows] = solution
             self._cache[key] = a
         return self._cache[key].clone()
+
+
+#: Constant ``c`` of :func:`residual_tolerance`.
+RESIDUAL_FACTOR = 10.0
+
+
+def residual_tolerance(BF: torch.Tensor, a: torch.Tensor) -> float:
+    """The largest residual ``max |a^T B_F - 1|`` that rounding explains for a least-squares ``a`` of a consistent
+    system: ``c * max(k, |F|) * eps * (||B_F||_F ||a||_2 + sqrt(k))``, ``c`` = :data:`RESIDUAL_FACTOR`.
+
+    A backward-stable solver returns the exact solution of ``(B_F + E)^T a = 1 + e`` with ``||E|| <= c' u ||B_F||``
+    and ``||e|| <= c' u ||1||`` (``c'`` of the order of the dimensions), so the residual is at most
+    ``||E|| ||a|| + ||e||``; ``||B_F||_F`` bounds the 2-norm from above.
+    """
+    rows, k = BF.shape
+    eps = torch.finfo(torch.float64).eps
+    return RESIDUAL_FACTOR * max(k, rows) * eps * (float(torch.linalg.norm(BF)) * float(a.norm()) + k**0.5)
 
 
 class IgnoreStragglersGCCode(GradientCode):

@@ -29,6 +29,7 @@ from typing import Callable
 
 import torch
 
+from torchgcc.distributed.arrival import stack_results
 from torchgcc.distributed.schemes import CodedScheme, ReplicationScheme, UncodedScheme
 from torchgcc.serving.batcher import Batch
 from torchgcc.serving.hedging import HedgePolicy
@@ -222,13 +223,8 @@ def serve_open_loop(
         if mask is None:  # given up: nothing decodable arrived in time
             decoded, lost_queries = None, list(range(len(batch.queries)))
         else:
-            first = next(iter(state.results.values()))
-            stacked = first.new_zeros(num_workers, *first.shape)
-            for slot, result in state.results.items():
-                stacked[slot] = result
-            decoded, lost_queries = scheme.decode(stacked, mask, len(batch.queries))
-            if isinstance(scheme, ReplicationScheme):
-                mask = scheme.used_mask(mask)
+            decoded, lost_queries = scheme.decode(stack_results(state.results, num_workers), mask, len(batch.queries))
+            mask = scheme.used_mask(mask)
         done = pool.now()
         index = torch.tensor(batch.queries)
         latency[index] = done - start - arrival[index]

@@ -9,26 +9,22 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from torchgcc.app.tables import markdown_table
+from torchgcc.app.tables import markdown_grid
 
 __all__ = [
-    "ADVERSARIAL_DECODERS",
-    "DECODE_ROWS",
+    "DECODE_RULES",
+    "LAMBDA_SUITE_RULES",
     "NOISY_DECODERS",
     "adaptive_wait_seeds",
-    "adversarial_acceptance",
     "adversarial_lambda",
-    "adversarial_lenet5_case",
-    "adversarial_worst_case",
     "decode",
     "exports",
     "lambda_suite",
+    "lambda_suite_worst",
     "latency",
     "latency_adaptive",
-    "manifold",
     "noisy",
     "profile",
-    "rates",
     "training",
     "training_adaptive",
 ]
@@ -36,30 +32,27 @@ __all__ = [
 Data = Mapping[str, Any]
 
 
-def rates(data: Data) -> str:
-    """``torchgcc reproduce rates``: its ``table.md`` (MSE against N, one column per series)."""
-    return markdown_table(data["records"], setting="N")
-
-
-#: What each timing of ``benchmarks/decode.py`` measures (a key it does not know is shown by name).
-DECODE_ROWS: dict[str, str] = {
-    "bmm": "bare `torch.bmm` applying {groups} precomputed `(K, N)` matrices",
-    "decode_cold": 'decode, `lambda_dec="spacing"`, empty cache ({groups} distinct matrices built in the call)',
-    "decode_cold_check_false": 'decode, `lambda_dec="spacing"`, empty cache, `check=False`',
-    "decode_warm": 'decode, `lambda_dec="spacing"`, the matrices cached',
-    "construct": "matrix construction alone ({groups} masks)",
-    "decode_adaptive_default": 'decode, the default `lambda_dec="adaptive"` (lambda per group, nothing cached)',
-    "scipy_loop": "a scipy loop fitting each group's results (spacing lambda)",
-}
+#: The rules of ``benchmarks/decode.py``, in the order of its table's columns.
+DECODE_RULES = ("default", "default_first_call", "spacing", "natural")
 
 
 def decode(data: Data) -> str:
-    """``benchmarks/decode.py``: every timing of its JSON, in ms and against the bare bmm."""
-    settings, seconds = data["settings"], data["seconds"]
-    lines = ["| what | time (ms) | against the bare bmm |", "|---|---:|---:|"]
-    for key, value in seconds.items():
-        label = DECODE_ROWS.get(key, f"`{key}`").format(groups=settings["groups"])
-        lines.append(f"| {label} | {1e3 * value:.3g} | {value / seconds['bmm']:.3g}x |")
+    """``benchmarks/decode.py``: every row of its JSON: the bare bmm's time, each rule against it, and the default's
+    aten ops and host reads per call (every rule runs the same plan)."""
+    rules = " | ".join(f"`{rule}` / bmm" for rule in DECODE_RULES)
+    lines = [
+        f"| N | B | masks | d | survivor counts | bmm (ms) | {rules} | ops per call | reads per call |",
+        "|---:|---:|---|---:|---:|---:|" + "---:|" * len(DECODE_RULES) + "---:|---:|",
+    ]
+    for row in data["rows"]:
+        ratios = " | ".join(f"{row['over_bmm'][rule]:.3g}x" for rule in DECODE_RULES)
+        calls = row["per_call"]
+        ops = f"{calls['default']['ops']} (`check=False`: {calls['default_check_false']['ops']})"
+        reads = f"{calls['default']['reads']} (`check=False`: {calls['default_check_false']['reads']})"
+        lines.append(
+            f"| {row['N']} | {row['B']} | {row['masks']} | {row['outputs']} | {row['distinct_survivor_counts']} "
+            f"| {1e3 * row['median_seconds']['bmm']:.3g} | {ratios} | {ops} | {reads} |"
+        )
     return "\n".join(lines)
 
 
@@ -82,78 +75,53 @@ def exports(data: None, *, modules: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _markdown(header: list[str], rows: list[list[str]], *, left: int = 1) -> str:
-    """A Markdown table: the first ``left`` columns left-aligned, the others right-aligned."""
-    rule = "|" + "---|" * left + "---:|" * (len(header) - left)
-    return "\n".join(["| " + " | ".join(header) + " |", rule] + ["| " + " | ".join(row) + " |" for row in rows])
-
-
-def lambda_suite(data: Data) -> str:
-    """``benchmarks/lambda_suite.py``: every rule's MSE per workload and S, with its ratio to the best baseline."""
-    rules = list(data["config"]["rules"])
-    cells: dict[tuple, dict[str, str]] = {}
-    for r in data["records"]:
-        cells.setdefault((r["workload"], r["S"]), {})[r["rule"]] = f"{r['mse']:.3g} ({r['ratio_to_best']:.2f})"
-    labels = {"natural": "natural (0)", "gcv": "GCV", "adaptive": "adaptive (default)"}
-    header = ["workload", "S"] + [labels.get(rule, rule) for rule in rules]
-    rows = [[workload, str(s)] + [by_rule.get(rule, "-") for rule in rules] for (workload, s), by_rule in cells.items()]
-    return _markdown(header, rows)
-
-
-#: Decoders of the adversarial experiment, in table order, with their column headings.
-ADVERSARIAL_DECODERS: dict[str, str] = {
+#: The rules of ``benchmarks/lambda_suite.py``, in table order, with their column headings.
+LAMBDA_SUITE_RULES: dict[str, str] = {
     "natural": "natural",
-    "gcc": "GCC default",
-    "plain": "adversarial lambda",
-    "huber": "Huber",
-    "trim": "trim",
+    "spacing": "spacing",
+    "gcv": "GCV",
+    "adaptive": "default",
     "bacc": "BACC",
 }
 
 
-def adversarial_worst_case(data: Data, *, workload: str = "xsinx") -> str:
-    """``torchgcc reproduce adversarial``: per (a, N), each decoder's worst-case MSE over the attacks (named)."""
-    cells: dict[tuple, dict[str, str]] = {}
-    for r in data["records"]:
-        if r["workload"] == workload:
-            cells.setdefault((r["a"], r["N"], r["q"]), {})[r["scheme"]] = f"{r['mse']:.3g} ({r['attack']})"
-    header = ["a", "N", "q"] + list(ADVERSARIAL_DECODERS.values())
+def lambda_suite(data: Data) -> str:
+    """``benchmarks/lambda_suite.py``: every cell (workload, K, N, S), each rule's MSE as a ratio to the best of
+    natural / spacing / GCV, the ratio the default calibrated, and whether the default passes there."""
+    header = ["workload", "K", "N", "S", *LAMBDA_SUITE_RULES.values(), "default's r", "default passes"]
     rows = [
-        [f"{a:g}", str(n), str(q)] + [by.get(scheme, "-") for scheme in ADVERSARIAL_DECODERS]
-        for (a, n, q), by in sorted(cells.items())
+        [r["workload"], str(r["K"]), str(r["N"]), str(r["S"])]
+        + [f"{r['ratio_to_best'][rule]:.2f}" for rule in LAMBDA_SUITE_RULES]
+        + [f"{r['adaptive_ratio_chosen']:g}", _suite_verdict(r)]
+        for r in data["records"]
     ]
-    return _markdown(header, rows, left=0)
+    return markdown_grid(header, rows)
 
 
-def adversarial_acceptance(data: Data) -> str:
-    """The adversarial experiment's acceptance checks on x sin x: each robust decoder's slope against the bound."""
-    checks = data["acceptance"]["xsinx"]
-    largest = {check["largest_N"] for check in checks.values()}
-    header = ["a", "decoder", "slope", "bound (6/5)(a-1)+0.15", f"natural / robust at N = {max(largest)}"]
+def lambda_suite_worst(data: Data) -> str:
+    """``benchmarks/lambda_suite.py`` per workload: each rule's worst ratio to the best of natural / spacing / GCV
+    over the workload's cells, and the default's failing cells."""
+    workloads: dict[str, list] = {}
+    for r in data["records"]:
+        workloads.setdefault(r["workload"], []).append(r)
+    header = ["workload", "cells", *LAMBDA_SUITE_RULES.values(), "default fails"]
     rows = []
-    for key, check in checks.items():
-        a, decoder = key.split()
-        rows.append(
-            [
-                a.removeprefix("a="),
-                decoder,
-                f"{check['slope']:.2f}",
-                f"{check['bound']:.2f}",
-                f"{check['natural_over_robust_at_largest_N']:.3g}",
-            ]
-        )
-    return _markdown(header, rows, left=0)
+    for name, cells in workloads.items():
+        worst = [f"{max(r['ratio_to_best'][rule] for r in cells):.2f}" for rule in LAMBDA_SUITE_RULES]
+        failing = [f"K={r['K']} N={r['N']} S={r['S']}" for r in cells if not r["passes"]]
+        rows.append([name, str(len(cells)), *worst, ", ".join(failing) or "none"])
+    return markdown_grid(header, rows)
 
 
-def adversarial_lenet5_case(data: Data) -> str:
-    """The adversarial experiment's LeNet5 case: every decoder under every attack (MSE, RelAcc, detection)."""
-    header = ["decoder", "attack", "MSE", "RelAcc %", "detection"]
-    rows = []
-    for key, values in data["acceptance"]["lenet5_case"].items():
-        decoder, attack = key.split()
-        detection = "-" if values["detection"] is None else f"{100 * values['detection']:.0f}%"
-        rows.append([decoder, attack, f"{values['mse']:.3g}", f"{100 * values['agreement']:.1f}", detection])
-    return _markdown(header, rows, left=2)
+def _suite_verdict(cell: Data) -> str:
+    if cell["passes"]:
+        return "yes"
+    reasons = []
+    if not cell["within_tolerance"]:
+        reasons.append("above 1.10")
+    if not cell["not_worse_than_bacc"]:
+        reasons.append("worse than BACC")
+    return "**no** (" + ", ".join(reasons) + ")"
 
 
 def adversarial_lambda(data: Data) -> str:
@@ -167,7 +135,7 @@ def adversarial_lambda(data: Data) -> str:
         [f"{c:g}"] + [f"{by[c, a]['slope']:.2f}" for a in exponents] + [f"{by[c, last]['mse'][-1]:.3g}"]
         for c in sorted({c for c, _ in by})
     ]
-    return _markdown(header, rows, left=0)
+    return markdown_grid(header, rows, left=0)
 
 
 #: Decoders of the noisy-workers experiment, in table order, with their column headings.
@@ -190,35 +158,7 @@ def noisy(data: Data, *, sweep: str = "N") -> str:
         cells.setdefault(r[setting], {})[r["scheme"]] = f"{r['mse']:.3g}"
     header = [setting] + list(NOISY_DECODERS.values())
     rows = [[f"{value:g}"] + [by.get(scheme, "-") for scheme in NOISY_DECODERS] for value, by in cells.items()]
-    return _markdown(header, rows, left=0)
-
-
-def manifold(data: Data) -> str:
-    """``torchgcc reproduce manifold``: each order's MSE (and ratio to the standard order) and RelAcc."""
-    cells: dict[tuple, dict[str, Mapping[str, Any]]] = {}
-    for r in data["records"]:
-        cells.setdefault((r["workload"], r["S"]), {})[r["scheme"]] = r
-    header = [
-        "workload",
-        "S",
-        "standard MSE",
-        "greedy MSE (ratio)",
-        "spectral MSE (ratio)",
-        "RelAcc standard / greedy / spectral",
-    ]
-    rows = []
-    for (workload, s), by in cells.items():
-        relacc = (
-            " / ".join(f"{100 * by[k]['agreement']:.1f}" for k in ("standard", "greedy", "spectral"))
-            if by["standard"].get("agreement") is not None
-            else "-"
-        )
-        rows.append(
-            [workload, str(s), f"{by['standard']['mse']:.3g}"]
-            + [f"{by[k]['mse']:.3g} ({by[k]['ratio']:.3f})" for k in ("greedy", "spectral")]
-            + [relacc]
-        )
-    return _markdown(header, rows)
+    return markdown_grid(header, rows, left=0)
 
 
 def _training_labels() -> dict[str, str]:
@@ -248,7 +188,7 @@ def training(data: Data, *, model: str) -> str:
     for (clock, m, s), by in sorted(cells.items(), key=lambda item: (clocks.index(item[0][0]), *item[0][1:])):
         t_c = f"{_seconds(config['compute_times'][model][clock])} ({clock})"
         rows.append([t_c, f"{m:g}", str(s)] + [by.get(scheme, "-") for scheme in schemes])
-    return _markdown(header, rows)
+    return markdown_grid(header, rows)
 
 
 def _seconds(value: float) -> str:
@@ -282,7 +222,7 @@ def training_adaptive(data: Data, *, model: str) -> str:
         row += [pm(by[m, s, scheme, clock], key) for clock in clocks for key in ("step_time", "time_to_target")]
         row += [pm(first, "steps_to_target"), pm(first, "final_loss")]
         rows.append(row)
-    return _markdown(header, rows, left=0)
+    return markdown_grid(header, rows, left=0)
 
 
 def _pm(value: Any, ci: Any, spec: str, ci_spec: str) -> str:
@@ -301,7 +241,7 @@ def latency(data: Data) -> str:
                 + [f"{r[key]:.3f}" for key in ("median_latency_s", "p99_latency_s", "model_p99_latency_s")]
                 + [_pm(r["mse"], r["mse_ci"], ".1e", ".0e"), _pm(r["agreement"], r["agreement_ci"], ".3f", ".3f")]
             )
-    return _markdown(header, rows, left=0)
+    return markdown_grid(header, rows, left=0)
 
 
 def latency_adaptive(data: Data) -> str:
@@ -319,7 +259,7 @@ def latency_adaptive(data: Data) -> str:
             + [f"{r['model_p99_latency_s']:.3f}", f"{r['over_deadline']:.3f}"]
             + [_pm(r["agreement"], r["agreement_ci"], ".3f", ".3f")]
         )
-    return _markdown(header, rows)
+    return markdown_grid(header, rows)
 
 
 def adaptive_wait_seeds(data: Mapping[str, Data]) -> str:
@@ -336,4 +276,4 @@ def adaptive_wait_seeds(data: Mapping[str, Data]) -> str:
             + [f"{sum(r['mean_S'] for r in seeds) / len(seeds):.2f}"]
             + [f"{sum(r['changes'] for r in seeds) / len(seeds):.1f}"]
         )
-    return _markdown(header, rows)
+    return markdown_grid(header, rows)

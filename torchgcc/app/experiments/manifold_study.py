@@ -1,64 +1,115 @@
-"""``torchgcc reproduce manifold``: manifold-aware grouping (our reconstruction) against standard GCC.
+"""``torchgcc reproduce manifold``: manifold-aware GCC (our reconstruction of arXiv 2609.00552), an ablation.
 
-Workloads: the digits LeNet5 and the small ViT (test set, K = 8, N = 32) and a cubic polynomial of inputs on a Swiss
-roll embedded in R^50 (K = 8, N = 32). For every S in ``stragglers``, GCC codes the batch in its given order
-(standard) and in the order of :func:`torchgcc.manifold.manifold_order` (greedy chain and spectral), with the SAME
-code, the same straggler masks (seeded) and the same seeds; the records give MSE against the uncoded outputs and, for
-the classifiers, RelAcc. ``ratio`` in results.json is each manifold order's MSE over the standard one.
+Every workload codes its evaluation inputs K = 8 at a time on N = 32 workers with random stragglers; the rows are
+
+- ``standard``: GCC on the caller's groups (consecutive inputs);
+- ``encode_order``: the SAME groups, the manifold-aware encoder without the graph pull (each group's inputs ordered
+  along their shortest route; :class:`torchgcc.manifold.ManifoldGCC` with ``follow_paths=False``);
+- ``encode``: the SAME groups, the full manifold-aware encoder (ordered, the curve pulled toward the reference
+  set's kNN-graph paths; the default pull, ``bandwidth_ratio=0.5``);
+- ``encode_close``: the same with a five times shorter pull (``bandwidth_ratio=0.1``): samples closer to the data,
+  a rougher curve (the trade-off of the pull);
+- ``regroup``: different groups, chosen along the data (:class:`torchgcc.manifold.ManifoldGrouping`), standard GCC;
+- ``both``: regrouped, then the full encoder.
+
+Every row of a (workload, S, seed) decodes the same masks with GCC's decoder; ``group_hash`` (per seed) fingerprints
+which inputs were coded together, so the encode rows' equality with ``standard`` is checkable. For the coded samples
+``distance_to_data`` is their mean distance to the nearest data point (reference set and evaluation inputs) and
+``distance_to_group`` to the nearest input of their own group, both over the data's mean nearest-neighbour spacing;
+the synthetic workloads add ``distance_to_manifold`` (to a dense sample of the manifold, same scale).
+
+Workloads: ``swissroll`` (a Swiss roll in R^3 embedded in R^50; a cubic polynomial of it), ``polynomial`` (a 2-torus
+embedded in R^100 by a random linear map; a cubic polynomial of 100-dimensional inputs, the seed's high-dimensional
+polynomial evaluation), ``lenet5`` and ``vit`` (digits; reference: training inputs; MSE against the uncoded logits
+and RelAcc). Every record is a mean over ``seeds`` with a Student-t 95% CI; ``ratio`` is the mean over seeds of the
+row's MSE over ``standard``'s.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
+import os
+import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
 import torchgcc
 from torchgcc.app.evaluate import evaluate_coded, model_outputs
+from torchgcc.app.plots import plt, save_figure
 from torchgcc.app.results import ExperimentResult
-from torchgcc.app.tables import publish
-from torchgcc.manifold import ORDERS, manifold_order
+from torchgcc.app.statistics import seed_mean_ci
+from torchgcc.app.tables import markdown_grid, publish
+from torchgcc.coded_module import group_samples
+from torchgcc.manifold import ManifoldGCC, ReferenceGraph, manifold_order
 from torchgcc.stragglers import FixedStragglers
 
 __all__ = [
     "DEFAULT",
     "QUICK",
+    "ROWS",
     "Config",
+    "Workload",
     "add_arguments",
     "configure",
     "cubic_polynomial",
+    "docs_table",
+    "group_hash",
+    "make_workload",
     "report",
     "run",
-    "swiss_roll",
 ]
+
+#: The ablation's rows, in table order.
+ROWS = ("standard", "encode_order", "encode", "encode_close", "regroup", "both")
 
 
 @dataclass(frozen=True)
 class Config:
-    workloads: tuple[str, ...] = ("lenet5", "vit", "swissroll")
+    workloads: tuple[str, ...] = ("swissroll", "polynomial", "lenet5", "vit")
     num_inputs: int = 8
     num_workers: int = 32
     stragglers: tuple[int, ...] = (0, 4, 8)
-    repeats: int = 10
-    swissroll_samples: int = 512
-    seed: int = 0
+    repeats: int = 5
+    samples: int = 256  # evaluation inputs of the synthetic workloads
+    reference_samples: int = 1000
+    dense_samples: int = 20000  # the manifold sample that measures distance_to_manifold
+    neighbours: int = 10
+    seeds: tuple[int, ...] = (0, 1, 2)
 
 
-def swiss_roll(samples: int, *, dim: int = 50, seed: int = 0) -> torch.Tensor:
-    """``(samples, dim)`` float64 points of a Swiss roll in R^3, mapped into R^``dim`` by a random orthonormal map."""
-    g = torch.Generator().manual_seed(seed)
-    t = 1.5 * math.pi * (1 + 2 * torch.rand(samples, generator=g, dtype=torch.float64))
-    height = 10 * torch.rand(samples, generator=g, dtype=torch.float64)
-    roll = torch.stack([t * torch.cos(t), height, t * torch.sin(t)], dim=1) / 10
-    basis, _ = torch.linalg.qr(torch.randn(dim, 3, generator=g, dtype=torch.float64))
-    return roll @ basis.T
+#: The published run: four workloads, S in {0, 4, 8}, 3 seeds.
+DEFAULT = Config()
+#: ``--quick``: the two synthetic workloads and LeNet5, S in {0, 8}, 2 seeds, smaller sets.
+QUICK = Config(
+    workloads=("swissroll", "polynomial", "lenet5"),
+    stragglers=(0, 8),
+    repeats=2,
+    samples=128,
+    reference_samples=400,
+    dense_samples=5000,
+    seeds=(0, 1),
+)
 
 
-def cubic_polynomial(w: torch.Tensor):
+@dataclass
+class Workload:
+    """Inputs ``(M, *in)``, the computation ``f``, the reference set ``(R, *in)``, an optional dense sample of the
+    manifold ``(P, *in)`` and whether ``f`` is a classifier."""
+
+    f: Callable[[torch.Tensor], torch.Tensor]
+    inputs: torch.Tensor
+    reference: torch.Tensor
+    dense: Optional[torch.Tensor]
+    classification: bool
+    facts: dict[str, Any]
+
+
+def cubic_polynomial(w: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
     """``f(x) = (z_1^3 + z_2^2 z_3, z_2^3 + z_3^2 z_1, z_3^3 + z_1^2 z_2)`` with ``z = x w`` (``w`` ``(dim, 3)``)."""
 
     def f(x: torch.Tensor) -> torch.Tensor:
@@ -75,58 +126,164 @@ def cubic_polynomial(w: torch.Tensor):
     return f
 
 
-def run(config: Config, *, progress: bool = True) -> ExperimentResult:
-    """Every workload and S, every order, the same code and masks."""
+def _swiss_roll(n: int, generator: torch.Generator, basis: torch.Tensor) -> torch.Tensor:
+    t = 1.5 * math.pi * (1 + 2 * torch.rand(n, generator=generator, dtype=torch.float64))
+    height = 10 * torch.rand(n, generator=generator, dtype=torch.float64)
+    return torch.stack([t * torch.cos(t), height, t * torch.sin(t)], dim=1) / 10 @ basis.T
+
+
+def _torus(n: int, generator: torch.Generator, embedding: torch.Tensor) -> torch.Tensor:
+    theta, phi = 2 * math.pi * torch.rand(2, n, generator=generator, dtype=torch.float64)
+    features = torch.stack([theta.cos(), theta.sin(), phi.cos(), phi.sin(), (theta + phi).cos(), (theta + phi).sin()])
+    return features.T @ embedding.T
+
+
+def make_workload(name: str, config: Config, seed: int, *, progress: bool = False) -> Workload:
+    """The workload ``name`` of ``seed``: synthetic ones drawn from ``seed``, the classifiers trained under it."""
+    generator = torch.Generator().manual_seed(seed)
+    if name in ("swissroll", "polynomial"):
+        dim = 50 if name == "swissroll" else 100
+        if name == "swissroll":
+            basis, _ = torch.linalg.qr(torch.randn(dim, 3, generator=generator, dtype=torch.float64))
+            draw = lambda n: _swiss_roll(n, generator, basis)  # noqa: E731
+        else:
+            embedding = torch.randn(dim, 6, generator=generator, dtype=torch.float64) / 6**0.5
+            draw = lambda n: _torus(n, generator, embedding)  # noqa: E731
+        f = cubic_polynomial(torch.randn(dim, 3, generator=generator, dtype=torch.float64) / dim**0.25)
+        inputs, reference, dense = draw(config.samples), draw(config.reference_samples), draw(config.dense_samples)
+        return Workload(f, inputs, reference, dense, False, {"dim": dim})
     from torchgcc.app.data import load_dataset
     from torchgcc.app.model_cache import load_or_train
 
+    split = load_dataset("digits", seed=seed)
+    trained = load_or_train(name, split, seed=seed, progress=progress)
+    facts = {"test_accuracy": trained.test_accuracy}
+    return Workload(trained.model, split.test_x, split.train_x[: config.reference_samples], None, True, facts)
+
+
+def group_hash(members: torch.Tensor) -> str:
+    """A fingerprint of which inputs are coded together: ``members`` ``(B, K)`` input indices, order within a group
+    and of the groups ignored."""
+    groups = sorted(tuple(sorted(row)) for row in members.tolist())
+    return hashlib.sha1(repr(groups).encode()).hexdigest()[:16]
+
+
+def _distances(coded: torch.Tensor, groups: torch.Tensor, data: torch.Tensor, dense: Optional[torch.Tensor]):
+    """Mean distances of the coded samples ``(B, N, *in)`` to the data, to their group's inputs and to the
+    manifold, over the data's mean nearest-neighbour spacing."""
+    flat = coded.flatten(2).to(torch.float64)
+    data = data.flatten(1).to(torch.float64)
+    spacing = torch.cdist(data, data).topk(2, largest=False).values[:, 1].mean()
+    out = {
+        "distance_to_data": float(torch.cdist(flat.flatten(0, 1), data).min(dim=1).values.mean() / spacing),
+        "distance_to_group": float(torch.cdist(flat, groups.flatten(2).to(flat)).min(dim=2).values.mean() / spacing),
+        "spacing": float(spacing),
+    }
+    if dense is not None:
+        out["distance_to_manifold"] = float(torch.cdist(flat.flatten(0, 1), dense).min(dim=1).values.mean() / spacing)
+    return out
+
+
+def _evaluate(config: Config, name: str, seed: int, progress: bool) -> list[dict[str, Any]]:
+    """Every row and S of one workload and seed."""
     k, n = config.num_inputs, config.num_workers
-    records: list[dict[str, Any]] = []
-    written: dict[str, Any] = {**asdict(config), "torch": torch.__version__, "torchgcc": torchgcc.__version__}
-    for workload in config.workloads:
-        if workload == "swissroll":
-            g = torch.Generator().manual_seed(config.seed)
-            x = swiss_roll(config.swissroll_samples, seed=config.seed)
-            model = cubic_polynomial(torch.randn(x.shape[1], 3, generator=g, dtype=torch.float64))
-            classification = False
-        else:
-            split = load_dataset("digits", seed=config.seed)
-            trained = load_or_train(workload, split, seed=config.seed, progress=progress)
-            model, x, classification = trained.model, split.test_x, True
-            written[f"{workload}_test_accuracy"] = trained.test_accuracy
-        reference = model_outputs(model, x)
-        groups = math.ceil(len(x) / k)
-        code = torchgcc.make_code("gcc", num_inputs=k, num_workers=n)
-        orders = {"standard": torch.arange(len(x))}
-        orders.update({order: manifold_order(x.reshape(len(x), -1), order=order) for order in ORDERS})
+    work = make_workload(name, config, seed, progress=progress)
+    x, truth = work.inputs, model_outputs(work.f, work.inputs)
+    graph = ReferenceGraph(work.reference.flatten(1).to(torch.float64), neighbours=config.neighbours)
+    standard = torchgcc.make_code("gcc", num_inputs=k, num_workers=n)
+    order_only = ManifoldGCC(k, n, reference=graph, follow_paths=False)
+    encoder = ManifoldGCC(k, n, reference=graph)
+    close = ManifoldGCC(k, n, reference=graph, bandwidth_ratio=0.1)
+    perm = manifold_order(x.flatten(1), order="greedy")
+    rows = {
+        "standard": (standard, torch.arange(len(x))),
+        "encode_order": (order_only, torch.arange(len(x))),
+        "encode": (encoder, torch.arange(len(x))),
+        "encode_close": (close, torch.arange(len(x))),
+        "regroup": (standard, perm),
+        "both": (encoder, perm),
+    }
+    data = torch.cat([work.reference.flatten(1), x.flatten(1)]).to(torch.float64)
+    groups_count = math.ceil(len(x) / k)
+    records = []
+    for row, (code, order) in rows.items():
+        members = group_samples(order, k)  # (B, K) input indices coded together
+        inputs = x[order]
+        with torch.no_grad():
+            coded = code.encoder(group_samples(inputs, k))
+        geometry = _distances(coded, group_samples(inputs, k), data, work.dense)
+        paths = getattr(code.encoder, "last_path_points", None)
         for s in config.stragglers:
-            masks = FixedStragglers(s, seed=1000 * config.seed + s).sample(groups * config.repeats, n)
-            masks = masks.view(config.repeats, groups, n)
-            base = None
-            for name, perm in orders.items():
-                stats = evaluate_coded(
-                    model, code, x[perm], masks, reference=reference[perm], classification=classification
-                )
-                base = stats["mse"] if base is None else base
-                records.append(
-                    {
-                        "workload": workload,
-                        "scheme": name,
-                        "N": n,
-                        "K": k,
-                        "S": s,
-                        "repeats": config.repeats,
-                        **stats,
-                        "ratio": stats["mse"] / base,
-                    }
-                )
-    return ExperimentResult(records, written)
+            masks = FixedStragglers(s, seed=1000 * seed + s).sample(groups_count * config.repeats, n)
+            stats = evaluate_coded(
+                work.f,
+                code,
+                inputs,
+                masks.view(config.repeats, groups_count, n),
+                reference=truth[order],
+                classification=work.classification,
+            )
+            records.append(
+                {
+                    "workload": name,
+                    "scheme": row,
+                    "seed": seed,
+                    "S": s,
+                    "N": n,
+                    "K": k,
+                    "mse": stats["mse"],
+                    "agreement": stats.get("agreement"),
+                    "group_hash": group_hash(members),
+                    "path_points": None if paths is None else float(paths.double().mean()),
+                    **geometry,
+                    **{f"{name}_{key}": value for key, value in work.facts.items()},
+                }
+            )
+    return records
 
 
-#: The published run: three workloads, S in {0, 4, 8}, 10 repeats.
-DEFAULT = Config()
-#: ``--quick``: S in {0, 8}, 2 repeats, 256 Swiss-roll samples.
-QUICK = Config(stragglers=(0, 8), repeats=2, swissroll_samples=256)
+def run(config: Config, *, progress: bool = True) -> ExperimentResult:
+    """Every workload, seed, row and S; one record per (workload, row, S) over the seeds."""
+    from tqdm.auto import tqdm
+
+    started = time.perf_counter()
+    steps = [(name, seed) for name in config.workloads for seed in config.seeds]
+    per_seed = []
+    for name, seed in tqdm(steps, desc="workload, seed", disable=not progress, leave=False):
+        per_seed += _evaluate(config, name, seed, progress)
+    records = []
+    for name in config.workloads:
+        for row in ROWS:
+            for s in config.stragglers:
+                runs = [r for r in per_seed if (r["workload"], r["scheme"], r["S"]) == (name, row, s)]
+                base = {
+                    r["seed"]: r["mse"]
+                    for r in per_seed
+                    if (r["workload"], r["scheme"], r["S"]) == (name, "standard", s)
+                }
+                record = {"workload": name, "scheme": row, "S": s, "N": config.num_workers, "K": config.num_inputs}
+                record["mse"], record["mse_ci"] = seed_mean_ci([r["mse"] for r in runs])
+                record["ratio"], record["ratio_ci"] = seed_mean_ci([r["mse"] / base[r["seed"]] for r in runs])
+                if runs[0]["agreement"] is not None:
+                    record["agreement"], record["agreement_ci"] = seed_mean_ci([r["agreement"] for r in runs])
+                for key in ("distance_to_data", "distance_to_group", "distance_to_manifold", "path_points"):
+                    if runs[0].get(key) is not None:
+                        record[key] = sum(r[key] for r in runs) / len(runs)
+                record["group_hash"] = [r["group_hash"] for r in runs]
+                record["same_groups_as_standard"] = record["group_hash"] == [
+                    r["group_hash"] for r in per_seed if (r["workload"], r["scheme"], r["S"]) == (name, "standard", s)
+                ]
+                record["seeds"] = [r["seed"] for r in runs]
+                records.append(record)
+    written = {
+        **asdict(config),
+        "wall_s": time.perf_counter() - started,
+        "load_average": list(os.getloadavg()),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "torchgcc": torchgcc.__version__,
+    }
+    return ExperimentResult(records, written, {"per_seed": per_seed})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -134,15 +291,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def configure(args: argparse.Namespace) -> Config:
-    return replace(QUICK if args.quick else DEFAULT, seed=args.seed)
+    """``--seed s`` runs the seeds ``s, s + 1, ...`` (as many as the configuration has)."""
+    base = QUICK if args.quick else DEFAULT
+    return replace(base, seeds=tuple(args.seed + i for i in range(len(base.seeds))))
 
 
 def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:
-    """The table and each order's MSE ratio to the standard order; results and table in ``out``."""
+    """The ablation table and the ratios; results, table and ``manifold.png`` in ``out``."""
     config = result.config
     title = (
-        f"Manifold-aware grouping (our reconstruction) vs standard GCC, K={config['num_inputs']}, "
-        f"N={config['num_workers']}, random stragglers, same masks"
+        f"Manifold-aware GCC (our reconstruction): ablation, K={config['num_inputs']}, N={config['num_workers']}, "
+        f"random stragglers, {len(config['seeds'])} seeds"
     )
     paths = publish(
         out,
@@ -152,11 +311,62 @@ def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:
         title=title,
         console=console,
         series=lambda r: f"{r['workload']} {r['scheme']}",
+        **result.extra,
     )
     for r in result.records:
         if r["scheme"] != "standard":
             console.print(
-                f"{r['workload']} S={r['S']} {r['scheme']}: MSE ratio to standard {r['ratio']:.3f}"
-                + (f", RelAcc {100 * r['agreement']:.1f}%" if "agreement" in r else "")
+                f"{r['workload']} S={r['S']} {r['scheme']}: MSE ratio {r['ratio']:.3f} ± {r['ratio_ci']:.3f}, "
+                f"distance to data {r['distance_to_data']:.2f} spacings, same groups: {r['same_groups_as_standard']}"
             )
-    return list(paths.values())
+    return [*paths.values(), plot_manifold(result.records, out / "manifold.png", title=title)]
+
+
+def plot_manifold(records: list[dict[str, Any]], path: Path, *, title: str) -> Path:
+    """Per workload: each row's MSE ratio to standard GCC against S (with CIs), and beside it each row's distance
+    of the coded samples to the data."""
+    workloads = list(dict.fromkeys(r["workload"] for r in records))
+    fig, axes = plt.subplots(2, len(workloads), figsize=(3.6 * len(workloads), 6.2), squeeze=False)
+    for col, name in enumerate(workloads):
+        for index, row in enumerate(ROWS):
+            rows = sorted((r for r in records if r["workload"] == name and r["scheme"] == row), key=lambda r: r["S"])
+            s = [r["S"] for r in rows]
+            ci = [0.0 if r["ratio_ci"] is None or math.isnan(r["ratio_ci"]) else r["ratio_ci"] for r in rows]
+            axes[0][col].errorbar(s, [r["ratio"] for r in rows], yerr=ci, fmt="o-", color=f"C{index}", label=row)
+            axes[1][col].bar(index, rows[0]["distance_to_data"], color=f"C{index}")
+        axes[0][col].set(yscale="log", title=name, xlabel="stragglers S")
+        axes[1][col].set_xticks(range(len(ROWS)), ROWS, rotation=30, fontsize=7)
+        axes[0][col].grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("MSE / standard GCC's")
+    axes[1][0].set_ylabel("coded samples' distance to data\n(data spacings)")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    return save_figure(fig, path)
+
+
+def docs_table(data: Mapping[str, Any], *, workload: str) -> str:
+    """The ablation of ``workload`` from a committed ``manifold.json`` (for :mod:`torchgcc.app.docs`): per row,
+    whether it coded the same groups as standard GCC, per S the MSE ± 95% CI over seeds, the mean ratio to
+    standard's and (classifiers) RelAcc %, then the coded samples' distances to the data, to their own group's
+    inputs and (synthetic workloads) to the manifold, in nearest-neighbour spacings."""
+    records = [r for r in data["records"] if r["workload"] == workload]
+    stragglers = sorted({r["S"] for r in records})
+    by = {(r["scheme"], r["S"]): r for r in records}
+    relacc = records[0].get("agreement") is not None
+    manifold = records[0].get("distance_to_manifold") is not None
+    per_s = "MSE / ratio / RelAcc" if relacc else "MSE / ratio"
+    header = ["row", "same groups"] + [f"S={s}: {per_s}" for s in stragglers] + ["distance to data", "to own group"]
+    header += ["to the manifold"] if manifold else []
+    distances = ("distance_to_data", "distance_to_group") + (("distance_to_manifold",) if manifold else ())
+    rows = []
+    for row in dict.fromkeys(r["scheme"] for r in records):
+        first = by[row, stragglers[0]]
+        cells = [row, "yes" if first["same_groups_as_standard"] else "no"]
+        for s in stragglers:
+            r = by[row, s]
+            cell = f"{r['mse']:.3g} ± {r['mse_ci']:.1g} / {r['ratio']:.3f}"
+            cells.append(cell + (f" / {100 * r['agreement']:.1f}" if relacc else ""))
+        # The coded samples do not depend on S: their distances are the same in every S's record.
+        cells += [f"{first[key]:.2f}" for key in distances]
+        rows.append(cells)
+    return markdown_grid(header, rows, left=2)

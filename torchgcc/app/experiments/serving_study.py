@@ -42,7 +42,7 @@ from torchgcc.app.models import list_models
 from torchgcc.app.plots import plt, save_figure
 from torchgcc.app.results import ExperimentResult
 from torchgcc.app.statistics import seed_mean_ci
-from torchgcc.app.tables import publish_rows
+from torchgcc.app.tables import markdown_rows, publish_rows
 from torchgcc.distributed.schemes import make_execution_scheme
 from torchgcc.metrics import accuracy, argmax_agreement, mse
 from torchgcc.serving import (
@@ -57,12 +57,14 @@ from torchgcc.serving import (
 from torchgcc.stragglers import LATENCY_MODELS, LatencyStragglers
 
 __all__ = [
+    "docs_p99_table",
     "DEFAULT",
     "ENGINES",
     "QUICK",
     "Config",
     "add_arguments",
     "configure",
+    "docs_table",
     "report",
     "run",
     "schemes_for",
@@ -450,6 +452,35 @@ COLUMNS = [
     ("accuracy", _cell("accuracy", 3)),
     ("tasks/batch", _cell("tasks_per_batch", 2, ci=False)),
 ]
+
+
+def docs_table(data: Mapping[str, Any]) -> str:
+    """The table ``report`` writes to ``table.md`` (every rate and scheme), from a committed ``results.json`` (for
+    :mod:`torchgcc.app.docs`)."""
+    return markdown_rows(data["records"], COLUMNS)
+
+
+def docs_p99_table(data: Mapping[str, Any]) -> str:
+    """Every scheme's p99 latency at every rate (the lowest of each rate in bold) and its agreement with the base
+    model over the rates: the whole comparison in one small table (for the README)."""
+    rates = data["config"]["rates"]
+    cell = {(r["scheme"], r["rate_qps"]): r for r in data["records"]}
+    best = {rate: min(cell[scheme, rate]["p99_s"] for scheme in data["config"]["schemes"]) for rate in rates}
+    lines = [
+        "| scheme | " + " | ".join(f"p99 (s) at {rate:g} q/s" for rate in rates) + " | agreement |",
+        "|---|" + "---:|" * (len(rates) + 1),
+    ]
+    for scheme in data["config"]["schemes"]:
+        p99 = [cell[scheme, rate]["p99_s"] for rate in rates]
+        cells = [f"**{value:.3f}**" if value == best[rate] else f"{value:.3f}" for value, rate in zip(p99, rates)]
+        agreement = [cell[scheme, rate]["agreement"] for rate in rates]
+        spread = (
+            f"{min(agreement):.3f}"
+            if min(agreement) == max(agreement)
+            else f"{min(agreement):.3f}-{max(agreement):.3f}"
+        )
+        lines.append(f"| {scheme} | " + " | ".join(cells) + f" | {spread} |")
+    return "\n".join(lines)
 
 
 def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:

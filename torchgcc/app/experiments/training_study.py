@@ -7,14 +7,20 @@ and the same delay per (worker, step); 3 seeds. The models are real (LeNet5 on s
 MLP by default; ResNet-18 on CIFAR-10 when the data are present), the clock is virtual
 (:mod:`torchgcc.gradient_coding.simulator`).
 
-Each (model, seed, scheme, s) is trained once. Its trajectory does not depend on m or on the per-partition compute
-time t_c: every worker of a step carries the same load, so the arrived set is the order of the delays, which
-``Exponential(m)`` draws as ``m`` times the same unit draws. The time axes are then computed for every m and for two
-values of t_c (checked: the arrived sets are recomputed on each clock and must equal the trained ones):
+The clock carries a straggler's unfinished work into the next steps (``carry_over``, the default; see
+:mod:`torchgcc.gradient_coding.clock`): a worker still computing when a step closes starts the next step's task only
+when done, its late result is dropped, and a pipelined worker that misses a step does not refresh that slot. Who
+arrives then depends on the ratio of the per-partition compute time t_c to the mean delay m, so every
+(model, seed, scheme, s) is trained once per m and per t_c:
 
 - ``measured``: t_c of the trained model on one partition's mini-batch, measured here once;
 - ``resnet18``: t_c of the paper's model, ResNet-18 on one partition of 32x32 images (batch 256 / n), measured here
   once; the regime of the paper, where computing s + 1 partitions costs GC real time.
+
+``--no-carry-over`` runs the clock of the torchrun runtime instead (late work abandoned at the end of each step, every
+worker starting every step; the simulator's clock before carry-over, which favoured pipelining: a straggler's cache
+refreshed at no time cost). ``verdicts`` in results.json compares each PGC scheme's time to target with GC's, DGD's
+and IS-SGD's at the same (model, s, m, clock).
 
 One record per (model, s, scheme, m, clock), averaged over seeds (value and 95% normal CI half-width):
 
@@ -25,7 +31,8 @@ One record per (model, s, scheme, m, clock), averaged over seeds (value and 95% 
 ``reached``         how many seeds reached the target
 ``final_loss``      training loss after the last step;  ``test_accuracy``: test accuracy after it
 ``load``            partitions each worker computes per step after the first (warm-up) step
-``staleness``       fraction of the partition gradients in the decoded sums with staleness 0..s (all steps)
+``staleness``       fraction of the partition gradients in the decoded sums with staleness 0, 1, ... (all steps;
+                    above s only where carry-over kept a pipelined worker from refreshing a slot)
 ``mean_staleness``  their mean staleness;  ``max_staleness``: the largest seen
 ==================  =====================================================================================
 
@@ -36,7 +43,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import math
+import os
+import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -51,6 +61,7 @@ from torchgcc.app.data import DataSplit, list_datasets, load_dataset
 from torchgcc.app.models import build_model
 from torchgcc.app.plots import plt, save_figure
 from torchgcc.app.results import ExperimentResult, write_results
+from torchgcc.app.tables import markdown_grid
 from torchgcc.control.wait_count import WaitCountController
 from torchgcc.gradient_coding import (
     DelaySchedule,
@@ -61,12 +72,24 @@ from torchgcc.gradient_coding import (
     measure_compute_time,
     train_with_adaptive_wait,
 )
-from torchgcc.gradient_coding.clock import timeline
 from torchgcc.metrics import mean_ci
 from torchgcc.optional import require
 from torchgcc.stragglers import Exponential
 
-__all__ = ["DEFAULT", "LABELS", "QUICK", "Config", "TrainingRun", "add_arguments", "configure", "report", "run"]
+__all__ = [
+    "DEFAULT",
+    "LABELS",
+    "QUICK",
+    "RIVALS",
+    "Config",
+    "TrainingRun",
+    "add_arguments",
+    "configure",
+    "docs_table",
+    "report",
+    "run",
+    "verdicts",
+]
 
 
 @dataclass(frozen=True)
@@ -94,6 +117,8 @@ class Config:
     #: fastest worker's delay exceeds ``wait_deadline`` mean delays; the share of such steps is held at ``wait_budget``.
     wait_deadline: float = 3.0
     wait_budget: float = 0.1
+    #: Whether a straggler's unfinished work carries into the next steps (False: the runtime's abandoning clock).
+    carry_over: bool = True
 
 
 #: The full run: LeNet5 and the MLP on digits, 3 seeds, 200 steps.
@@ -119,13 +144,15 @@ class TrainingRun:
     scheme: str
     s: int
     seed: int
+    m: float  # mean delay, seconds
+    clock: str  # the t_c label: "measured" or a reference model
     loads: list[int]
     arrived: list[list[int]]
     staleness: list[list[int]]
     eval_steps: list[int]  # number of steps done at each evaluation
     train_loss: list[float]
     test_accuracy: float
-    times: dict[str, list[float]] = field(default_factory=dict)  # clock label -> cumulative time after each step
+    times: list[float] = field(default_factory=list)  # cumulative virtual time after each step
     wait_stragglers: Optional[list[int]] = None  # SCHEME:adaptive runs: the S chosen at every step
     wait_policy: Optional[dict] = None  # ... and the controller's final state_dict()
 
@@ -175,6 +202,7 @@ def _runs_for(study: Config) -> list[tuple[str, int]]:
 def run(config: Config, *, progress: bool = True) -> ExperimentResult:
     """Train every (model, seed, scheme, s): the summary records, with the seed-averaged curves and a summary of
     every run in ``extra``."""
+    started = time.perf_counter()
     study = config
     split = load_dataset(study.data, data_dir=study.data_dir, download=study.download, seed=study.seeds[0])
     n = study.num_workers
@@ -186,7 +214,8 @@ def run(config: Config, *, progress: bool = True) -> ExperimentResult:
         for name in study.reference_models
     }
     pairs = _runs_for(study)
-    total = len(study.models) * len(study.seeds) * len(pairs)
+    clocks = 1 + len(study.reference_models)
+    total = len(study.models) * len(study.seeds) * len(pairs) * len(study.mean_delays) * clocks
     bar = tqdm(total=total, desc="training runs", disable=not progress)
     runs: list[TrainingRun] = []
     evaluate = _evaluator(split)
@@ -204,66 +233,13 @@ def run(config: Config, *, progress: bool = True) -> ExperimentResult:
                     "measured": measure_compute_time(copy.deepcopy(initial), data),
                     **reference,
                 }
-            for scheme, s in pairs:
-                bar.set_postfix(model=model_name, seed=seed, scheme=scheme, s=s)
-                base, _, adaptive = scheme.partition(":")
-                code = make_training_scheme(base, num_workers=n, num_stragglers=s, seed=seed)
-                model = copy.deepcopy(initial)
-                unit_delays = DelaySchedule(Exponential(1.0), n, seed=seed)
-                simulation = Simulation(
-                    code,
-                    model,
-                    data,
-                    lr=learning_rate(study, model_name),
-                    delays=unit_delays,
-                    compute_time=0.0 if adaptive else compute_times[model_name]["measured"],
+            for (scheme, s), mean, (clock, t_c) in itertools.product(
+                pairs, study.mean_delays, compute_times[model_name].items()
+            ):
+                bar.set_postfix(model=model_name, seed=seed, scheme=scheme, s=s, m=mean, clock=clock)
+                runs.append(
+                    _train(study, model_name, initial, data, split, evaluate, scheme, s, seed, mean, clock, t_c)
                 )
-                chosen = policy = None
-                if adaptive:  # the deadline is on the unit delays, so the choices are the same on every clock
-                    policy = WaitCountController(
-                        n,
-                        deadline=study.wait_deadline,
-                        budget=study.wait_budget,
-                        candidates=range(s + 1),
-                        discount=0.9,
-                        warmup=10,
-                        max_step=1,
-                        seed=seed,
-                    )
-                    records, chosen = train_with_adaptive_wait(
-                        simulation,
-                        policy,
-                        study.steps,
-                        deadline=study.wait_deadline,
-                        evaluate=evaluate,
-                        eval_every=study.eval_every,
-                    )
-                else:
-                    records = simulation.run(study.steps, evaluate=evaluate, eval_every=study.eval_every)
-                evaluated = [r for r in records if r.metrics]
-                run = TrainingRun(
-                    model=model_name,
-                    scheme=scheme,
-                    s=s,
-                    seed=seed,
-                    loads=[r.load for r in records],
-                    arrived=[r.arrived for r in records],
-                    staleness=[r.staleness for r in records],
-                    eval_steps=[r.step + 1 for r in evaluated],
-                    train_loss=[r.metrics["train_loss"] for r in evaluated],
-                    test_accuracy=_test_accuracy(model, split),
-                    wait_stragglers=chosen,
-                    wait_policy=None if policy is None else policy.state_dict(),
-                )
-                for mean in study.mean_delays:
-                    for clock, t_c in compute_times[model_name].items():
-                        arrived, step_times = timeline(
-                            code, DelaySchedule(Exponential(mean), n, seed=seed), t_c, study.steps, stragglers=chosen
-                        )
-                        if arrived != run.arrived:
-                            raise RuntimeError(f"{scheme} s={s}: the arrived sets changed with m={mean}, t_c={t_c}")
-                        run.times[f"m={mean:g},{clock}"] = torch.tensor(step_times).cumsum(0).tolist()
-                runs.append(run)
                 bar.update()
     bar.close()
     written = {
@@ -275,8 +251,82 @@ def run(config: Config, *, progress: bool = True) -> ExperimentResult:
         "train_samples": len(split.train_y),
         "test_samples": len(split.test_y),
     }
-    extra = {"curves": curves(runs), "runs": [_run_summary(r) for r in runs]}
-    return ExperimentResult(summarise(runs, written), written, extra)
+    records = summarise(runs, written)
+    written["wall_s"] = time.perf_counter() - started
+    written["load_average"] = list(os.getloadavg())
+    written["torch_threads"] = torch.get_num_threads()
+    extra = {"verdicts": verdicts(records), "curves": curves(runs), "runs": [_run_summary(r) for r in runs]}
+    return ExperimentResult(records, written, extra)
+
+
+def _train(
+    study: Config,
+    model_name: str,
+    initial: nn.Module,
+    data: PartitionedData,
+    split: DataSplit,
+    evaluate: Callable[[nn.Module], dict],
+    scheme: str,
+    s: int,
+    seed: int,
+    mean: float,
+    clock: str,
+    t_c: float,
+) -> TrainingRun:
+    """One trajectory: ``scheme`` with tolerance ``s`` from ``initial``, delays ``Exponential(mean)`` of ``seed``."""
+    n = study.num_workers
+    base, _, adaptive = scheme.partition(":")
+    code = make_training_scheme(base, num_workers=n, num_stragglers=s, seed=seed)
+    model = copy.deepcopy(initial)
+    simulation = Simulation(
+        code,
+        model,
+        data,
+        lr=learning_rate(study, model_name),
+        delays=DelaySchedule(Exponential(mean), n, seed=seed),
+        compute_time=t_c,
+        carry_over=study.carry_over,
+    )
+    chosen = policy = None
+    if adaptive:  # the deadline is in mean delays
+        policy = WaitCountController(
+            n,
+            deadline=study.wait_deadline * mean,
+            budget=study.wait_budget,
+            candidates=range(s + 1),
+            discount=0.9,
+            warmup=10,
+            max_step=1,
+            seed=seed,
+        )
+        records, chosen = train_with_adaptive_wait(
+            simulation,
+            policy,
+            study.steps,
+            deadline=study.wait_deadline * mean,
+            evaluate=evaluate,
+            eval_every=study.eval_every,
+        )
+    else:
+        records = simulation.run(study.steps, evaluate=evaluate, eval_every=study.eval_every)
+    evaluated = [r for r in records if r.metrics]
+    return TrainingRun(
+        model=model_name,
+        scheme=scheme,
+        s=s,
+        seed=seed,
+        m=mean,
+        clock=clock,
+        loads=[r.load for r in records],
+        arrived=[r.arrived for r in records],
+        staleness=[r.staleness for r in records],
+        eval_steps=[r.step + 1 for r in evaluated],
+        train_loss=[r.metrics["train_loss"] for r in evaluated],
+        test_accuracy=_test_accuracy(model, split),
+        times=torch.tensor([r.step_time for r in records], dtype=torch.float64).cumsum(0).tolist(),
+        wait_stragglers=chosen,
+        wait_policy=None if policy is None else policy.state_dict(),
+    )
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -328,6 +378,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help=f"adaptive schemes: allowed share of late steps (default {full.wait_budget:g})",
+    )
+    parser.add_argument(
+        "--no-carry-over",
+        dest="carry_over",
+        action="store_false",
+        default=True,
+        help="the torchrun runtime's clock: late work abandoned at the end of each step (default: carried over)",
     )
     parser.add_argument("--stragglers", type=_ints, default=None, help="values of s (default 1,2,3)")
     parser.add_argument("--mean-delays", type=_floats, default=None, help="mean delays m in seconds (default 1,2)")
@@ -392,6 +449,7 @@ def configure(args: argparse.Namespace) -> Config:
         wait_budget=args.wait_budget,
     )
     study = replace(base, **{key: value for key, value in overrides.items() if value is not None})
+    study = replace(study, carry_over=args.carry_over)
     unknown = [name for name in study.schemes if name.removesuffix(":adaptive") not in list_training_schemes()]
     if unknown:
         raise UsageError(f"--schemes: unknown {unknown}; choose among {list_training_schemes()}")
@@ -417,6 +475,7 @@ def report(result: ExperimentResult, out: Path, *, console: Any) -> list[Path]:
 LABELS = {
     "dgd": "DGD",
     "is-sgd": "IS-SGD",
+    "is-sgd:adaptive": "IS-SGD adaptive",
     "gc-fr": "GC-FR",
     "gc-cr": "GC-CR",
     "is-gc": "IS-GC",
@@ -437,72 +496,129 @@ def _stat(values: Sequence[float]) -> tuple[Optional[float], Optional[float]]:
     return mean, (None if math.isnan(ci) else ci)
 
 
+def _staleness_counts(run: TrainingRun) -> list[int]:
+    """The partition gradients of every decoded sum of ``run`` by staleness (steps of different lengths summed)."""
+    counts = [0] * max(len(step) for step in run.staleness)
+    for step in run.staleness:
+        for tau, count in enumerate(step):
+            counts[tau] += count
+    return counts
+
+
 def summarise(runs: Sequence[TrainingRun], config: dict) -> list[dict[str, Any]]:
     """The records described in the module docstring."""
     records = []
     target = config["target_loss"]
-    labels = list(runs[0].times)
-    for model in config["models"]:
-        for s in config["stragglers"]:
-            for scheme in config["schemes"]:
-                group = [
-                    r for r in runs if r.model == model and r.scheme == scheme and r.s == (0 if scheme == "dgd" else s)
-                ]
-                if not group:
-                    continue
-                reach = [_steps_to_target(r, target) for r in group]
-                counts = torch.tensor([r.staleness for r in group], dtype=torch.float64).sum(dim=(0, 1))
-                counts = torch.nn.functional.pad(counts, (0, s + 1 - len(counts)))
-                fractions = (counts / counts.sum()).tolist()
-                for label in labels:
-                    mean_delay, clock = label.split(",")
-                    record = {
-                        "model": model,
-                        "s": s,
-                        "scheme": scheme,
-                        "m": float(mean_delay[2:]),
-                        "clock": clock,
-                        "n": config["num_workers"],
-                        "seeds": len(group),
-                    }
-                    record["step_time"], record["step_time_ci"] = _stat(
-                        [r.times[label][-1] / len(r.loads) for r in group]
-                    )
-                    steps = [k for k in reach if k is not None]
-                    record["steps_to_target"], record["steps_to_target_ci"] = _stat(steps)
-                    record["time_to_target"], record["time_to_target_ci"] = _stat(
-                        [r.times[label][k - 1] for r, k in zip(group, reach) if k is not None]
-                    )
-                    record["reached"] = len(steps)
-                    record["final_loss"], record["final_loss_ci"] = _stat([r.train_loss[-1] for r in group])
-                    record["test_accuracy"], record["test_accuracy_ci"] = _stat([r.test_accuracy for r in group])
-                    record["load"] = group[0].loads[min(1, len(group[0].loads) - 1)]
-                    record["staleness"] = fractions
-                    record["mean_staleness"] = sum(tau * f for tau, f in enumerate(fractions))
-                    record["max_staleness"] = max(tau for tau, f in enumerate(fractions) if f > 0)
-                    records.append(record)
+    labels = list(dict.fromkeys((r.m, r.clock) for r in runs))
+    for model, s, scheme, (m, clock) in itertools.product(
+        config["models"], config["stragglers"], config["schemes"], labels
+    ):
+        group = [
+            r
+            for r in runs
+            if (r.model, r.scheme, r.s, r.m, r.clock) == (model, scheme, 0 if scheme == "dgd" else s, m, clock)
+        ]
+        if not group:
+            continue
+        reach = [_steps_to_target(r, target) for r in group]
+        counts = [0] * max(len(_staleness_counts(r)) for r in group)
+        for r in group:
+            for tau, count in enumerate(_staleness_counts(r)):
+                counts[tau] += count
+        fractions = [c / sum(counts) for c in counts]
+        record = {
+            "model": model,
+            "s": s,
+            "scheme": scheme,
+            "m": m,
+            "clock": clock,
+            "n": config["num_workers"],
+            "seeds": len(group),
+        }
+        record["step_time"], record["step_time_ci"] = _stat([r.times[-1] / len(r.loads) for r in group])
+        steps = [k for k in reach if k is not None]
+        record["steps_to_target"], record["steps_to_target_ci"] = _stat(steps)
+        record["time_to_target"], record["time_to_target_ci"] = _stat(
+            [r.times[k - 1] for r, k in zip(group, reach) if k is not None]
+        )
+        record["reached"] = len(steps)
+        record["final_loss"], record["final_loss_ci"] = _stat([r.train_loss[-1] for r in group])
+        record["test_accuracy"], record["test_accuracy_ci"] = _stat([r.test_accuracy for r in group])
+        record["load"] = group[0].loads[min(1, len(group[0].loads) - 1)]
+        record["staleness"] = fractions
+        record["mean_staleness"] = sum(tau * f for tau, f in enumerate(fractions))
+        record["max_staleness"] = max(tau for tau, f in enumerate(fractions) if f > 0)
+        records.append(record)
     return records
 
 
-def curves(runs: Sequence[TrainingRun]) -> list[dict[str, Any]]:
-    """Seed-averaged training-loss curves: per (model, scheme, s) the evaluated steps, the mean loss there and the
-    mean virtual time there on every clock."""
+#: The schemes each pipelined scheme is compared with in :func:`verdicts`.
+RIVALS = ("gc-fr", "gc-cr", "dgd", "is-sgd")
+
+
+#: Ratios of time to target within this relative distance of 1 are ties in :func:`verdicts`.
+TIE = 0.01
+
+
+def verdicts(records: Sequence[dict]) -> list[dict[str, Any]]:
+    """Where PGC wins and loses: per (model, s, m, clock), every PGC scheme against each of :data:`RIVALS` by time
+    to target: ``ratio`` = PGC's / the rival's (None when either missed the target in a seed) and ``outcome``
+    ``"wins"`` (ratio below ``1 - TIE``), ``"loses"`` (above ``1 + TIE``), ``"tie"`` or ``"unreached"``, with the
+    final losses beside it."""
     out = []
-    keys = sorted({(r.model, r.scheme, r.s) for r in runs})
-    for model, scheme, s in keys:
-        group = [r for r in runs if (r.model, r.scheme, r.s) == (model, scheme, s)]
+    by = {(r["model"], r["s"], r["m"], r["clock"], r["scheme"]): r for r in records}
+    for (model, s, m, clock, scheme), pgc in by.items():
+        if not scheme.startswith("pgc"):
+            continue
+        for rival in RIVALS:
+            other = by.get((model, s, m, clock, rival))
+            if other is None:
+                continue
+            both = pgc["reached"] == pgc["seeds"] and other["reached"] == other["seeds"]
+            ratio = pgc["time_to_target"] / other["time_to_target"] if both else None
+            out.append(
+                {
+                    "model": model,
+                    "s": s,
+                    "m": m,
+                    "clock": clock,
+                    "pgc": scheme,
+                    "rival": rival,
+                    "pgc_time_to_target": pgc["time_to_target"],
+                    "rival_time_to_target": other["time_to_target"],
+                    "ratio": ratio,
+                    "outcome": _outcome(ratio),
+                    "pgc_final_loss": pgc["final_loss"],
+                    "rival_final_loss": other["final_loss"],
+                }
+            )
+    return out
+
+
+def _outcome(ratio: Optional[float]) -> str:
+    if ratio is None:
+        return "unreached"
+    return "wins" if ratio < 1 - TIE else "loses" if ratio > 1 + TIE else "tie"
+
+
+def curves(runs: Sequence[TrainingRun]) -> list[dict[str, Any]]:
+    """Seed-averaged training-loss curves: per (model, scheme, s, m, clock) the evaluated steps, the mean loss there
+    and the mean virtual time there."""
+    out = []
+    keys = sorted({(r.model, r.scheme, r.s, r.m, r.clock) for r in runs})
+    for model, scheme, s, m, clock in keys:
+        group = [r for r in runs if (r.model, r.scheme, r.s, r.m, r.clock) == (model, scheme, s, m, clock)]
         steps = group[0].eval_steps
         out.append(
             {
                 "model": model,
                 "scheme": scheme,
                 "s": s,
+                "m": m,
+                "clock": clock,
                 "steps": steps,
                 "train_loss": torch.tensor([r.train_loss for r in group]).mean(0).tolist(),
-                "time": {
-                    label: torch.tensor([[r.times[label][k - 1] for k in steps] for r in group]).mean(0).tolist()
-                    for label in group[0].times
-                },
+                "time": torch.tensor([[r.times[k - 1] for k in steps] for r in group]).mean(0).tolist(),
             }
         )
     return out
@@ -572,48 +688,45 @@ def print_tables(records: Sequence[dict], config: dict, console: Any) -> None:
 
 
 def plot_training(curve_list: Sequence[dict], config: dict, path: Path, model: str) -> Path:
-    """Loss against steps and against virtual wall-clock (m = first mean delay, each clock), one row per s."""
+    """Loss against steps and against virtual time for m = the first mean delay, one column per clock (t_c), one
+    row per s; the trajectories differ per clock (carry-over), so each column has its own curves."""
     m = config["mean_delays"][0]
     clocks = list(config["compute_times"][model])
     rows = config["stragglers"]
     fig, axes = plt.subplots(
-        len(rows), 1 + len(clocks), figsize=(4.2 * (1 + len(clocks)), 3.2 * len(rows)), squeeze=False
+        len(rows), 2 * len(clocks), figsize=(4.2 * 2 * len(clocks), 3.2 * len(rows)), squeeze=False
     )
     for row, s in enumerate(rows):
         for index, scheme in enumerate(config["schemes"]):
-            curve = next(
-                (
-                    c
-                    for c in curve_list
-                    if c["model"] == model and c["scheme"] == scheme and c["s"] == (0 if scheme == "dgd" else s)
-                ),
-                None,
-            )
-            if curve is None:
-                continue
-            style = dict(
-                color=f"C{index}",
-                lw=1.3,
-                ls="--" if scheme.startswith("pgc") else "-",
-                label=LABELS.get(scheme, scheme),
-            )
-            axes[row, 0].plot(curve["steps"], curve["train_loss"], **style)
-            for col, clock in enumerate(clocks, start=1):
-                axes[row, col].plot(curve["time"][f"m={m:g},{clock}"], curve["train_loss"], **style)
+            style = dict(color=f"C{index}", lw=1.3, ls="--" if scheme.startswith("pgc") else "-")
+            for col, clock in enumerate(clocks):
+                curve = next(
+                    (
+                        c
+                        for c in curve_list
+                        if (c["model"], c["scheme"], c["s"], c["m"], c["clock"])
+                        == (model, scheme, 0 if scheme == "dgd" else s, m, clock)
+                    ),
+                    None,
+                )
+                if curve is None:
+                    continue
+                label = LABELS.get(scheme, scheme)
+                axes[row, 2 * col].plot(curve["steps"], curve["train_loss"], label=label, **style)
+                axes[row, 2 * col + 1].plot(curve["time"], curve["train_loss"], label=label, **style)
         for col, ax in enumerate(axes[row]):
+            clock = clocks[col // 2]
+            t_c = config["compute_times"][model][clock] * 1e3
             ax.axhline(config["target_loss"], color="grey", lw=0.8, ls=":")
             ax.set_yscale("log")
             ax.grid(True, which="both", alpha=0.3)
             ax.set_ylabel(f"s = {s}: training loss")
-            if col == 0:
-                ax.set_xlabel("steps")
-            else:
-                clock = clocks[col - 1]
-                ax.set_xlabel(
-                    f"virtual seconds (m = {m:g} s, t_c {clock} {config['compute_times'][model][clock] * 1e3:.3g} ms)"
-                )
+            ax.set_xlabel(("steps" if col % 2 == 0 else "virtual seconds") + f" (m = {m:g} s, t_c {t_c:.3g} ms)")
     axes[0, 0].legend(fontsize=7)
-    fig.suptitle(f"{model} on {config['data']}, n = {config['num_workers']}, {len(config['seeds'])} seed(s)")
+    carry = "carried-over" if config.get("carry_over", True) else "abandoning"
+    fig.suptitle(
+        f"{model} on {config['data']}, n = {config['num_workers']}, {len(config['seeds'])} seed(s), {carry} clock"
+    )
     return save_figure(fig, path)
 
 
@@ -637,8 +750,10 @@ def _run_summary(run: TrainingRun) -> dict[str, Any]:
         "seed": run.seed,
         "test_accuracy": run.test_accuracy,
         "final_loss": run.train_loss[-1],
+        "m": run.m,
+        "clock": run.clock,
         "loads": run.loads[:3],
-        "staleness_counts": torch.tensor(run.staleness).sum(0).tolist(),
+        "staleness_counts": _staleness_counts(run),
         **_wait_summary(run),
     }
 
@@ -652,3 +767,21 @@ def _wait_summary(run: TrainingRun) -> dict:
         "S_by_step": run.wait_stragglers,
         "wait_policy": _jsonable(run.wait_policy),
     }
+
+
+def docs_table(data: dict, *, model: str) -> str:
+    """Where PGC wins and loses for ``model``, from a committed ``results.json`` (for :mod:`torchgcc.app.docs`): per
+    (m, clock, s), every PGC scheme's time to target over each rival's (:data:`RIVALS`) with its outcome."""
+    cells: dict[tuple, dict[tuple[str, str], str]] = {}
+    for v in data["verdicts"]:
+        if v["model"] == model:
+            ratio = "-" if v["ratio"] is None else f"{v['ratio']:.2f}"
+            cells.setdefault((v["m"], v["clock"], v["s"]), {})[v["pgc"], v["rival"]] = f"{ratio} {v['outcome']}"
+    pairs = list(dict.fromkeys(pair for row in cells.values() for pair in row))
+    clocks = list(data["config"]["compute_times"][model])
+    header = ["m", "clock", "s"] + [f"{LABELS.get(p, p)} vs {LABELS.get(r, r)}" for p, r in pairs]
+    rows = [
+        [f"{m:g}", clock, str(s)] + [cells[m, clock, s].get(pair, "-") for pair in pairs]
+        for m, clock, s in sorted(cells, key=lambda key: (key[0], clocks.index(key[1]), key[2]))
+    ]
+    return markdown_grid(header, rows, left=2)

@@ -1,4 +1,6 @@
-"""Manifold-aware grouping: code together inputs that are near each other, in their order along the data.
+"""Manifold-aware grouping: choose which inputs are coded together (a batch permutation), in their order along the
+data. A separate, optional step from manifold-aware encoding (:mod:`torchgcc.manifold.encoding`), which keeps the
+caller's groups.
 
 OUR RECONSTRUCTION of the idea of "Manifold-Aware General Coded Computing" (Moradi and Maddah-Ali, arXiv 2609.00552),
 of which only the abstract is public ("coded samples that follow the natural manifold of the data", "inspired by
