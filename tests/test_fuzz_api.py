@@ -166,7 +166,13 @@ def test_the_check_reads_results_that_require_grad_detached(monkeypatch):
     """The check's read of a result that requires grad must not warn ("Converting a tensor with requires_grad=True
     to a scalar", a warning torch prints once per process, so the test looks at what the check reads instead)."""
     reads, aminmax = [], torch.aminmax
-    monkeypatch.setattr(torch, "aminmax", lambda t, **kw: reads.append(t.requires_grad) or aminmax(t, **kw))
+
+    def recorded(t, **kw):
+        result = aminmax(t, **kw)
+        reads.append(result.min.requires_grad)  # float() of a result that requires grad is what warns
+        return result
+
+    monkeypatch.setattr(torch, "aminmax", recorded)
     model = torch.nn.Linear(3, 2)
     out = torchgcc.CodedModule(model, torchgcc.GCC(4, 8, lambda_dec="spacing"))(torch.randn(8, 3))
     assert out.requires_grad and reads == [False]
