@@ -282,6 +282,10 @@ class Decoder(_Float64Buffers):
         if y.ndim < 2 or y.shape[1] != self.num_workers:
             raise ValueError(f"decoder expects results of shape (B, N={self.num_workers}, *out), got {tuple(y.shape)}")
         mask = check_mask(mask, tuple(y.shape[:2]))
+        if mask.is_meta and not y.is_meta:
+            raise ValueError(
+                f"mask is a meta tensor (no values) but the results y are on {y.device}; pass the mask on y's device"
+            )
         if mask.device != y.device:
             mask = mask.to(y.device)
         if y.is_meta:  # shape inference: nothing to compute
@@ -344,6 +348,8 @@ class Decoder(_Float64Buffers):
                 "itself, or pick a mask-only rule (lambda_dec='spacing' or a number)"
             )
         mask = check_mask(mask, (mask.shape[0] if isinstance(mask, torch.Tensor) else -1, self.num_workers))
+        if mask.is_meta:  # shape inference: nothing to compute
+            return torch.empty(len(mask), self.num_inputs, self.num_workers, dtype=torch.float64, device="meta")
         if self.check if check is None else check:
             self._check_counts(mask)
         if self.uses_fused_kernel(mask.device):

@@ -1,0 +1,180 @@
+"""The API fuzzer (benchmarks/fuzz_api.py) on a small seeded slice, its oracles on injected faults, and regression
+tests for what it found (meta masks, a warning from the check on results that require grad)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import torchgcc
+from torchgcc.codes import maps
+
+
+def load_fuzzer():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fuzz_api.py"
+    spec = importlib.util.spec_from_file_location("fuzz_api", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fuzz_api"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+fuzz_api = load_fuzzer()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Thousands of tiny ops: one thread is several times faster than two on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def slice_result(one_thread):
+    return fuzz_api.fuzz(400, seed=0, progress=False)
+
+
+#: What is left, all in torchgcc/codes/gcc.py (the lead's, reported; the xfail tests below document them): a first
+#: call that raises still calibrates the default rule, and ``calibrate``/``matrices`` validate nothing.
+KNOWN = "a call that raised changed the decoder's calibration"
+UNVALIDATED = "calibrate: "
+
+
+def test_a_seeded_slice_finds_no_silent_wrong_answer_and_no_raw_error(slice_result):
+    signatures = slice_result["signatures"]
+    silent = [s for s in signatures["silent_wrong"] if KNOWN not in s and not s.startswith(UNVALIDATED)]
+    raw = [s for s in signatures["raw_error"] if not s.startswith(UNVALIDATED)]
+    assert silent == [] and raw == [], slice_result["examples"]
+    assert slice_result["by_entry_point"]["coded_module"]["raw_error"] == 0
+    assert slice_result["flags"]["clear_error_not_naming_the_argument"] == 0, slice_result["examples"]["clear_error"]
+    assert slice_result["warnings"] == {}
+
+
+def test_the_slice_reaches_every_entry_point_with_valid_and_invalid_calls(slice_result):
+    for entry, counts in slice_result["by_entry_point"].items():
+        assert 0 < counts["ok"] < sum(counts.values()), (entry, counts)
+
+
+def test_the_same_seed_draws_the_same_calls():
+    assert fuzz_api.draw(3, 17).snippet == fuzz_api.draw(3, 17).snippet
+    assert fuzz_api.draw(3, 17).snippet != fuzz_api.draw(4, 17).snippet
+
+
+def decoder_cases(count=60):
+    """Valid-looking decoder calls of the seeded sequence."""
+    cases = (fuzz_api.draw_decoder(fuzz_api.random.Random(i), i) for i in range(10 * count))
+    return [case for case in cases if not case.invalid][:count]
+
+
+def test_the_decoder_oracle_flags_a_relative_error_of_1e_minus_3(monkeypatch):
+    """An injected error far above every dtype's tolerance but float16/bfloat16's is a silent wrong answer."""
+    exact = maps.apply_linear
+    monkeypatch.setattr(maps, "apply_linear", lambda matrix, flat, **kw: exact(matrix, flat, **kw) * 1.001)
+    outcomes = [fuzz_api.run_case(case)["category"] for case in decoder_cases()]
+    assert outcomes.count("silent_wrong") >= len(outcomes) // 3, outcomes
+
+
+def test_the_decoder_oracle_flags_straggler_values_leaking_into_the_estimate(monkeypatch):
+    """A decoder that forgets the mask (every worker arrived) is wrong wherever a worker straggled."""
+    original = maps.Decoder.forward
+    monkeypatch.setattr(maps.Decoder, "forward", lambda self, y, mask: original(self, y, torch.ones_like(mask)))
+    outcomes = [fuzz_api.run_case(case)["category"] for case in decoder_cases()]
+    assert "silent_wrong" in outcomes
+
+
+def test_errors_are_classified_by_where_they_come_from():
+    raw = fuzz_api.Case("decoder", [], ["torch.zeros(2) @ torch.zeros(3)"], ["x"])
+    clear = fuzz_api.Case("decoder", ["code = torchgcc.GCC(2, 4)"], ["code.decoder(torch.zeros(1, 5), None)"], ["N="])
+    accepted = fuzz_api.Case("decoder", [], ["out = 1"], ["mask"])
+    assert fuzz_api.run_case(raw)["category"] == "raw_error"
+    assert fuzz_api.run_case(clear) | {"error": None} == {
+        "category": "clear_error",
+        "error": None,
+        "named": True,
+        "on_valid": False,
+    }
+    assert fuzz_api.run_case(accepted)["category"] == "silent_wrong"
+
+
+def test_the_tolerance_follows_the_dtype_and_the_absolute_sum():
+    ref, env = torch.ones(1, 1, 1, dtype=torch.float64), torch.full((1, 1, 1), 100.0, dtype=torch.float64)
+    u32 = torch.finfo(torch.float32).eps
+    within = (ref + 2 * 6 * u32 * 100 * 0.9).float()  # terms = 4: 2 (4 + 2) u env, less 10%
+    beyond = (ref + 2 * 6 * u32 * 100 * 1.5).float()
+    assert fuzz_api.compare(within, ref, env, 4, torch.float32) is None
+    assert "off by" in fuzz_api.compare(beyond, ref, env, 4, torch.float32)
+    assert fuzz_api.compare(beyond.double(), ref, env, 4, torch.float64) is not None  # float64's u is far smaller
+
+
+@pytest.mark.xfail(strict=True, reason="GCVSplineDecoder.matrices calibrates before the decoder's check (gcc.py)")
+@pytest.mark.parametrize("trouble", ["too_few", "nonfinite"])
+def test_a_first_call_that_raises_leaves_the_default_rule_uncalibrated(trouble):
+    """The default rule chooses its smoothing on the first batch decoded; a batch the check rejects must not be it
+    (else every later call decodes with a smoothing chosen from rejected data: interpolation, here)."""
+    code = torchgcc.GCC(4, 12)
+    y, mask = torch.randn(3, 12, 2), torch.ones(3, 12, dtype=torch.bool)
+    if trouble == "too_few":
+        mask[0, 1:] = False
+    else:
+        y[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError):
+        code.decoder(y, mask)
+    assert not code.decoder.calibrated
+
+
+@pytest.mark.xfail(strict=True, reason="GCVSplineDecoder.calibrate and .matrices do not validate (gcc.py)")
+@pytest.mark.parametrize(
+    "args",
+    [
+        lambda: ([[0.0] * 12] * 3, torch.ones(3, 12, dtype=torch.bool)),  # a list: AttributeError
+        lambda: (torch.randn(3, 11), torch.ones(3, 12, dtype=torch.bool)),  # wrong N: a raw reshape error
+        lambda: (torch.randn(3, 12), torch.ones(3, 12, dtype=torch.long)),  # an int mask: a raw torch.where error
+        lambda: (torch.ones(3, 12, dtype=torch.long), torch.ones(3, 12, dtype=torch.bool)),  # int results: accepted
+    ],
+)
+def test_calibrate_rejects_bad_arguments_like_the_decoder(args):
+    y, mask = args()
+    with pytest.raises((TypeError, ValueError), match="mask|results|y "):
+        torchgcc.GCC(4, 12).decoder.calibrate(y, mask)
+
+
+# --- regressions of what the fuzzer found --------------------------------------------------------------------------
+
+
+def test_a_meta_mask_with_results_on_the_cpu_is_a_clear_error():
+    code = torchgcc.GCC(3, 8, lambda_dec="spacing")
+    meta_mask = torch.ones(2, 8, dtype=torch.bool, device="meta")
+    with pytest.raises(ValueError, match="mask is a meta tensor"):
+        code.decoder(torch.randn(2, 8, 4), meta_mask)
+    with pytest.raises(ValueError, match="mask is a meta tensor"):
+        torchgcc.CodedModule(torch.nn.Identity(), code)(torch.randn(6, 4), mask=meta_mask)
+
+
+@pytest.mark.parametrize("check", [True, False])
+@pytest.mark.parametrize("name", ["natural", "bacc", "lcc"])
+def test_decode_matrix_of_a_meta_mask_infers_the_shape(name, check):
+    code = torchgcc.make_code(name, num_inputs=3, num_workers=8, **({"degree": 1} if name == "lcc" else {}))
+    out = code.decoder.decode_matrix(torch.ones(5, 8, dtype=torch.bool, device="meta"), check=check)
+    assert out.is_meta and out.shape == (5, 3, 8) and out.dtype == torch.float64
+
+
+def test_the_check_reads_results_that_require_grad_detached(monkeypatch):
+    """The check's read of a result that requires grad must not warn ("Converting a tensor with requires_grad=True
+    to a scalar", a warning torch prints once per process, so the test looks at what the check reads instead)."""
+    reads, aminmax = [], torch.aminmax
+
+    def recorded(t, **kw):
+        result = aminmax(t, **kw)
+        reads.append(result.min.requires_grad)  # float() of a result that requires grad is what warns
+        return result
+
+    monkeypatch.setattr(torch, "aminmax", recorded)
+    model = torch.nn.Linear(3, 2)
+    out = torchgcc.CodedModule(model, torchgcc.GCC(4, 8, lambda_dec="spacing"))(torch.randn(8, 3))
+    assert out.requires_grad and reads == [False]
+    out.sum().backward()
+    assert model.weight.grad is not None
