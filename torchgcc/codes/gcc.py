@@ -196,12 +196,33 @@ class GCVSplineDecoder(SplineDecoder):
         call; returns it (a float64 0-d tensor)."""
         if not self.calibrates:
             raise TypeError("this decoder scores every call (calibrate=False); build it with calibrate=True")
+        y, mask = self.check_inputs(y, mask)
+        self._check_counts(mask)
         flat = y.reshape(y.shape[0], self.num_workers, -1)
+        if not torch.isfinite(flat[mask]).all():
+            raise ValueError("calibrate: non-finite result from an arrived worker; calibrate on finite results")
+        return self._calibrate(flat, mask)
+
+    def _calibrate(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         self._score(flat, mask, self.survivors(mask))
         self.ratio.copy_(self.last_ratio)
         self.refresh_smoothing()
         self.calibrated = True
         return self.ratio.clone()
+
+    def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.calibrates and not self.calibrated:
+            return self._calibrating_forward(y, mask)
+        return super().forward(y, mask)
+
+    def _calibrating_forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The first call: it calibrates, and keeps the choice only if the call succeeds (a batch the checks reject
+        must not set the smoothing of every later call)."""
+        try:
+            return super().forward(y, mask)
+        except BaseException:
+            self.recalibrate()
+            raise
 
     def recalibrate(self) -> None:
         """Forget the calibrated ratio: the next call chooses again."""
@@ -209,10 +230,13 @@ class GCVSplineDecoder(SplineDecoder):
         self.calibrated = False
 
     def matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        flat, mask = self.check_inputs(flat, mask)  # a public entry point too: the results decide the matrices
+        if flat.ndim != 3:
+            flat = flat.reshape(flat.shape[0], self.num_workers, -1)
         if self.calibrated:
             return super().matrices(flat, mask)
         if self.calibrates:
-            self.calibrate(flat, mask)
+            self._calibrate(flat, mask)
             return super().matrices(flat, mask)
         survivors = self.survivors(mask)
         self._score(flat, mask, survivors)

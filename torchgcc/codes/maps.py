@@ -277,7 +277,9 @@ class Decoder(_Float64Buffers):
         ``(B,)``) set to NaN, in place."""
         return matrices.masked_fill_((counts < self.min_arrived).view(-1, 1, 1), float("nan"))
 
-    def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def check_inputs(self, y: object, mask: object) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(y, mask)`` if ``y`` is a floating-point ``(B, N, *out)`` tensor and ``mask`` a ``(B, N)`` bool one (moved
+        to ``y``'s device), else a one-line error naming the argument. Reads nothing from the device."""
         y = check_tensor(y, "decoder results y", f"(B, N={self.num_workers}, *out)")
         if y.ndim < 2 or y.shape[1] != self.num_workers:
             raise ValueError(f"decoder expects results of shape (B, N={self.num_workers}, *out), got {tuple(y.shape)}")
@@ -286,8 +288,10 @@ class Decoder(_Float64Buffers):
             raise ValueError(
                 f"mask is a meta tensor (no values) but the results y are on {y.device}; pass the mask on y's device"
             )
-        if mask.device != y.device:
-            mask = mask.to(y.device)
+        return y, (mask if mask.device == y.device else mask.to(y.device))
+
+    def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        y, mask = self.check_inputs(y, mask)
         if y.is_meta:  # shape inference: nothing to compute
             return y.new_empty((y.shape[0], self.num_inputs) + y.shape[2:])
         flat = y if y.ndim == 3 else y.reshape(y.shape[0], self.num_workers, -1)

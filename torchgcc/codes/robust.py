@@ -39,7 +39,7 @@ from typing import Any, Optional, Union
 import torch
 
 from torchgcc.codes.gcc import GCC, SplineDecoder, _check_lambda
-from torchgcc.codes.maps import Decoder, check_mask, check_tensor
+from torchgcc.codes.maps import Decoder
 from torchgcc.functional.weighted_spline import huber_weights, weighted_smoothing_spline
 
 __all__ = [
@@ -146,10 +146,7 @@ class RobustSplineDecoder(Decoder):
         self.last_flagged: Optional[torch.Tensor] = None
 
     def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        y = check_tensor(y, "decoder results y", f"(B, N={self.num_workers}, *out)")
-        if y.ndim < 2 or y.shape[1] != self.num_workers:
-            raise ValueError(f"decoder expects results of shape (B, N={self.num_workers}, *out), got {tuple(y.shape)}")
-        mask = check_mask(mask, tuple(y.shape[:2])).to(y.device)
+        y, mask = self.check_inputs(y, mask)
         flat = y.reshape(y.shape[0], self.num_workers, -1)
         if self.nonfinite == "straggle":
             mask = mask & torch.isfinite(flat).all(dim=-1)
