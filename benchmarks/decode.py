@@ -3,7 +3,8 @@
 For each N in ``--workers``, B in ``--groups`` and mask kind (``fixed``: S = N / 4 stragglers at random places, one
 survivor count; ``bernoulli``: each worker straggles with probability ``--p``, many survivor counts), with K =
 ``--inputs`` and ``--outputs`` results per worker (fewer where B N d would pass ``--max-elements``; the row says), it
-measures in one run, interleaved repeat by repeat so that load hits all alike:
+measures in one run, interleaved repeat by repeat (the order rotating, so that no call always runs first) so that
+load and cache effects hit all alike:
 
 - ``bmm``: the bare ``torch.bmm`` of ``(B, K, N)`` matrices with ``(B, N, d)`` results, the floor of any linear decode;
 - ``default``: ``GCC(K, N)`` (``lambda_dec="adaptive"``), calibrated beforehand on one batch: the steady state, its
@@ -75,12 +76,14 @@ def measure_row(args, num_workers: int, groups: int, kind: str, device: torch.de
     codes["default"].decoder(y, masks[0])  # calibrate on one batch: later calls are the steady state
     timer = make_timer(device)
     times: dict[str, list[float]] = {name: [] for name in ("bmm", *RULES, "default_first_call")}
-    for mask in masks[1:]:  # interleaved, a fresh mask each repeat
-        times["bmm"].append(timer.time_once(lambda: torch.bmm(matrices, y)))
-        for name, code in codes.items():
-            times[name].append(timer.time_once(lambda code=code, mask=mask: code.decoder(y, mask)))
+    for repeat, mask in enumerate(masks[1:]):  # interleaved, a fresh mask each repeat
+        calls = {"bmm": lambda: torch.bmm(matrices, y)}
+        calls.update({name: lambda code=code, mask=mask: code.decoder(y, mask) for name, code in codes.items()})
         fresh = torchgcc.GCC(k, num_workers).to(device)
-        times["default_first_call"].append(timer.time_once(lambda fresh=fresh, mask=mask: fresh.decoder(y, mask)))
+        calls["default_first_call"] = lambda fresh=fresh, mask=mask: fresh.decoder(y, mask)
+        order = list(calls)
+        for name in order[repeat % len(order) :] + order[: repeat % len(order)]:  # each call first in turn
+            times[name].append(timer.time_once(calls[name]))
     median = {name: statistics.median(values) for name, values in times.items()}
     counts = {}
     for name, rule in RULES.items():
