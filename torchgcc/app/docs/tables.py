@@ -13,12 +13,15 @@ from torchgcc.app.tables import markdown_grid
 
 __all__ = [
     "DECODE_RULES",
+    "FINETUNE_MODELS",
     "LAMBDA_SUITE_RULES",
     "NOISY_DECODERS",
     "adaptive_wait_seeds",
     "adversarial_lambda",
     "decode",
     "exports",
+    "finetune_at",
+    "finetune_seeds",
     "lambda_suite",
     "lambda_suite_worst",
     "latency",
@@ -277,3 +280,48 @@ def adaptive_wait_seeds(data: Mapping[str, Data]) -> str:
             + [f"{sum(r['changes'] for r in seeds) / len(seeds):.1f}"]
         )
     return markdown_grid(header, rows)
+
+
+#: The three models of ``recipes/finetune_study.py``, in table order.
+FINETUNE_MODELS = ("base", "coded_finetune", "plain_finetune")
+
+
+def finetune_at(data: Data, model: str, *, scheme: str = "gcc", stragglers: int | None = None) -> Data:
+    """The record of ``model`` in one ``recipes/finetune_study.py`` JSON at ``scheme`` and ``stragglers`` (default:
+    the S it fine-tuned with)."""
+    s = data["settings"]["num_stragglers"] if stragglers is None else stragglers
+    return next(r for r in data["records"][model] if r["scheme"] == scheme and r["S"] == s)
+
+
+def finetune_seeds(data: list) -> str:
+    """``recipes/finetune_study.py`` over seeds: each model's plain accuracy, and its RelAcc and decoded accuracy
+    (± 95% half-width) with GCC at the S it fine-tuned with; the best of the three models in bold; the mean row."""
+
+    def cells(values: list[float], cis: list[float] | None) -> list[str]:
+        best = max(values)
+        return [
+            ("**{:.4f}**" if value == best else "{:.4f}").format(value) + ("" if cis is None else f" ± {ci:.4f}")
+            for value, ci in zip(values, cis or [None] * len(values))
+        ]
+
+    rows, columns = [], {"plain": [], "agreement": [], "accuracy": []}
+    for run in data:
+        at = [finetune_at(run, model) for model in FINETUNE_MODELS]
+        plain = [run["reference_accuracy"][model] for model in FINETUNE_MODELS]
+        for key, values in (("plain", plain), ("agreement", [r["agreement"] for r in at])):
+            columns[key].append(values)
+        columns["accuracy"].append([r["accuracy"] for r in at])
+        rows.append(
+            [str(run["settings"]["seed"]), " / ".join(f"{value:.3f}" for value in plain)]
+            + cells([r["agreement"] for r in at], [r["agreement_ci"] for r in at])
+            + cells([r["accuracy"] for r in at], [r["accuracy_ci"] for r in at])
+        )
+    mean = {key: [sum(v[i] for v in values) / len(values) for i in range(3)] for key, values in columns.items()}
+    rows.append(
+        ["mean", " / ".join(f"{value:.3f}" for value in mean["plain"])]
+        + cells(mean["agreement"], None)
+        + cells(mean["accuracy"], None)
+    )
+    header = ["seed", "plain acc: base / coded FT / plain FT", "RelAcc: base", "coded FT", "plain FT"]
+    header += ["decoded acc: base", "coded FT", "plain FT"]
+    return markdown_grid(header, rows, left=2)
