@@ -23,6 +23,23 @@ class TooFewWorkersError(RuntimeError):
     """Fewer results than the decoder needs can still arrive (workers lost, or the step timed out)."""
 
 
+def check_live(step: int, scheme, live: int, *, num_workers: int, lost: list[int]) -> None:
+    """Raise :class:`TooFewWorkersError` when fewer than ``scheme.min_arrived`` of the workers are still live."""
+    if live < scheme.min_arrived:
+        raise TooFewWorkersError(
+            f"step {step}: only {live} of {num_workers} workers remain (lost: {lost}); "
+            f"{scheme.name} needs at least {scheme.min_arrived}"
+        )
+
+
+def too_few_results(step: int, scheme, results, pending, *, lost: list[int], elapsed_s: float) -> TooFewWorkersError:
+    """The error of a step whose wait ended (timeout, or nobody left to wait for) without decodable results."""
+    return TooFewWorkersError(
+        f"step {step}: {len(results)} results after {elapsed_s:.1f} s are not enough for {scheme.name} "
+        f"(min {scheme.min_arrived} per group; pending workers {sorted(pending)}, lost {lost})"
+    )
+
+
 Scheme = CodedScheme | UncodedScheme | ReplicationScheme
 
 
@@ -214,11 +231,7 @@ class Coordinator:
                 pending.discard(result.worker)
             pending -= self._update_liveness(step, broken)
             live = self.num_workers - len(self.lost_workers)
-            if live < scheme.min_arrived:
-                raise TooFewWorkersError(
-                    f"step {step}: only {live} of {self.num_workers} workers remain (lost: {self.lost_workers}); "
-                    f"{scheme.name} needs at least {scheme.min_arrived}"
-                )
+            check_live(step, scheme, live, num_workers=self.num_workers, lost=self.lost_workers)
             now = time.monotonic()
             if wait_is_over(
                 scheme,
@@ -232,11 +245,7 @@ class Coordinator:
             ):
                 break
             if now - start > self.step_timeout_s or not pending:
-                raise TooFewWorkersError(
-                    f"step {step}: {len(results)} results after {now - start:.1f} s are not enough for "
-                    f"{scheme.name} (min {scheme.min_arrived} per group; pending workers {sorted(pending)}, "
-                    f"lost {self.lost_workers})"
-                )
+                raise too_few_results(step, scheme, results, pending, lost=self.lost_workers, elapsed_s=now - start)
             time.sleep(self.poll_s)
         return results, compute, arrival
 

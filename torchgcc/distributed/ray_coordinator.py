@@ -20,7 +20,7 @@ import time
 import torch
 
 from torchgcc.distributed.arrival import StepPlan, decode_arrived, wait_is_over
-from torchgcc.distributed.coordinator import StepResult, TooFewWorkersError
+from torchgcc.distributed.coordinator import StepResult, check_live, too_few_results
 from torchgcc.distributed.faults import FaultPlan
 from torchgcc.distributed.ray_workers import RayWorkers
 from torchgcc.distributed.schemes import CodedScheme, ReplicationScheme, UncodedScheme
@@ -94,11 +94,7 @@ class RayCoordinator:
         waiting = dict(refs)
         while True:
             live = self.num_workers - len(self.lost)
-            if live < scheme.min_arrived:
-                raise TooFewWorkersError(
-                    f"step {step}: only {live} of {self.num_workers} workers remain (lost: {self.lost_workers}); "
-                    f"{scheme.name} needs at least {scheme.min_arrived}"
-                )
+            check_live(step, scheme, live, num_workers=self.num_workers, lost=self.lost_workers)
             now = time.monotonic()
             pending = set(waiting.values())
             if wait_is_over(
@@ -113,11 +109,7 @@ class RayCoordinator:
             ):
                 break
             if now - start > self.step_timeout_s or not waiting:
-                raise TooFewWorkersError(
-                    f"step {step}: {len(results)} results after {now - start:.1f} s are not enough for "
-                    f"{scheme.name} (min {scheme.min_arrived} per group; pending workers {sorted(pending)}, "
-                    f"lost {self.lost_workers})"
-                )
+                raise too_few_results(step, scheme, results, pending, lost=self.lost_workers, elapsed_s=now - start)
             if required is not None:  # simulated: the drawn survivors
                 watched = [ref for ref, w in waiting.items() if w in required] or list(waiting)
                 needed = len(watched)
