@@ -229,15 +229,12 @@ class GCVSplineDecoder(SplineDecoder):
         self.ratio.fill_(float("nan"))
         self.calibrated = False
 
-    def matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        flat, mask = self.check_inputs(flat, mask)  # a public entry point too: the results decide the matrices
-        if flat.ndim != 3:
-            flat = flat.reshape(flat.shape[0], self.num_workers, -1)
+    def _matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.calibrated:
-            return super().matrices(flat, mask)
+            return super()._matrices(flat, mask)
         if self.calibrates:
             self._calibrate(flat, mask)
-            return super().matrices(flat, mask)
+            return super()._matrices(flat, mask)
         survivors = self.survivors(mask)
         self._score(flat, mask, survivors)
         mu = survivors.counts * self.last_lambda

@@ -297,7 +297,7 @@ class Decoder(_Float64Buffers):
         flat = y if y.ndim == 3 else y.reshape(y.shape[0], self.num_workers, -1)
         if self.nonfinite == "straggle":
             mask = mask & torch.isfinite(flat).all(dim=-1)
-        matrices = self.matrices(flat, mask)
+        matrices = self._matrices(flat, mask)
         if self.nonfinite == "straggle":  # the non-finite results now treated as stragglers must not be read
             flat = torch.where(mask.unsqueeze(-1), flat, 0.0)
         out = apply_linear(matrices, flat)
@@ -331,12 +331,15 @@ class Decoder(_Float64Buffers):
             out = apply_linear(matrices, flat, exact=True)
         return out
 
-    def matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``(B, K, N)`` float64 decode matrices for ``mask`` (zero in straggler columns).
+    def matrices(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``(B, K, N)`` float64 decode matrices for results ``y`` ``(B, N, *out)`` under ``mask`` (zero in straggler
+        columns), validated as :meth:`forward` validates them."""
+        y, mask = self.check_inputs(y, mask)
+        return self._matrices(y if y.ndim == 3 else y.reshape(y.shape[0], self.num_workers, -1), mask)
 
-        ``flat`` ``(B, N, d)`` are the results; the base decoder ignores them (its matrices depend on the mask
-        only), data-adaptive decoders override this.
-        """
+    def _matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """:meth:`matrices` of checked ``(B, N, d)`` results; the base decoder ignores them (its matrices depend on
+        the mask only), data-adaptive decoders override this."""
         return self.decode_matrix(mask, check=False)
 
     def decode_matrix(self, mask: torch.Tensor, *, check: bool | None = None) -> torch.Tensor:
