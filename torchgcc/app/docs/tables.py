@@ -308,8 +308,8 @@ def finetune_seeds(data: list) -> str:
     for run in data:
         at = [finetune_at(run, model) for model in FINETUNE_MODELS]
         plain = [run["reference_accuracy"][model] for model in FINETUNE_MODELS]
-        for key, values in (("plain", plain), ("agreement", [r["agreement"] for r in at])):
-            columns[key].append(values)
+        columns["plain"].append(plain)
+        columns["agreement"].append([r["agreement"] for r in at])
         columns["accuracy"].append([r["accuracy"] for r in at])
         rows.append(
             [str(run["settings"]["seed"]), " / ".join(f"{value:.3f}" for value in plain)]
