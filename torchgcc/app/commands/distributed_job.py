@@ -310,6 +310,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = add_job_arguments(parser).parse_args(argv)
     progress = None
+    held: list[dict] = []  # the summary line waits for --save: once it is printed, the saved file is complete
+
+    def emit(record: dict) -> None:
+        if args.save is not None and record.get("event") == "summary":
+            held.append(record)
+        else:
+            _print_record(record)
+
     try:
         settings = settings_from(args)
         if _is_rank0() and sys.stderr.isatty():
@@ -318,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress = tqdm(total=settings.steps, desc="steps")
         outcome = run_job(
             settings,
-            emit=_print_record,
+            emit=emit,
             on_step=lambda step: progress is not None and progress.update(),
         )
     except (ValueError, TypeError) as error:  # a bad option: one line, no traceback, on rank 0 only
@@ -335,4 +343,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.save is not None:
         torch.save({"args": vars(args), **outcome.saved}, args.save)
+    for record in held:
+        _print_record(record)
     return outcome.status
