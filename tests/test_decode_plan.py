@@ -66,13 +66,22 @@ def test_decode_ops_do_not_depend_on_the_batch_or_the_masks(rule, check):
     assert reads == (1 if check else 0)
 
 
-@pytest.mark.parametrize("num_workers", [8, 33, 257])
-def test_decode_ops_do_not_depend_on_the_number_of_workers_beyond_the_layout(num_workers):
-    """Other N change the sizes of the blocks, not the sequence of ops."""
-    reference, code = torchgcc.GCC(4, 16, lambda_dec="spacing"), torchgcc.GCC(4, num_workers, lambda_dec="spacing")
-    y16, mask16 = torch.randn(8, 16, 3), masks("fixed", 8, 16)
-    y, mask = torch.randn(8, num_workers, 3), masks("bernoulli", 8, num_workers)
-    assert profiled(lambda: code.decoder(y, mask)) == profiled(lambda: reference.decoder(y16, mask16))
+def test_decode_ops_depend_on_the_number_of_workers_only_through_the_levels():
+    """Other N change the sizes of the blocks, not the sequence of ops, until the solve needs another level of nested
+    dissection (O(log N) levels): each level adds the same ops."""
+
+    def decode_ops(num_workers: int) -> tuple[int, int]:
+        code = torchgcc.GCC(4, num_workers, lambda_dec="spacing")
+        y, mask = torch.randn(8, num_workers, 3), masks("bernoulli", 8, num_workers)
+        return len(code.decoder.plan.solve.levels), profiled(lambda: code.decoder(y, mask))[0]
+
+    by_levels: dict[int, set[int]] = {}
+    for num_workers in (8, 16, 24, 33, 64, 176, 178, 257, 1000):
+        levels, ops = decode_ops(num_workers)
+        by_levels.setdefault(levels, set()).add(ops)
+    assert sorted(by_levels) == [0, 1, 2] and all(len(ops) == 1 for ops in by_levels.values()), by_levels
+    none, one, two = (by_levels[levels].pop() for levels in (0, 1, 2))
+    assert two - one == one - none > 0
 
 
 def test_the_first_adaptive_call_calibrates_and_later_ones_are_mask_only():

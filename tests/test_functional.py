@@ -23,7 +23,7 @@ from torchgcc.functional.lagrange import padded_lagrange_matrices
 from torchgcc.points import chebyshev_first_kind, chebyshev_second_kind
 
 
-@pytest.mark.parametrize("m", [1, 2, 3, 5, 9, 46, 47, 62, 100, 300])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 9, 22, 23, 46, 47, 62, 100, 300, 1100])
 def test_pentadiagonal_solve_matches_a_dense_solve_in_the_padded_layout(m):
     """Systems of every size up to m in one batch, identity rows past each one's own size: each solution equals
     torch.linalg.solve of its own dense matrix, and is zero in the padding."""
@@ -52,7 +52,7 @@ def test_pentadiagonal_solve_matches_a_dense_solve_in_the_padded_layout(m):
         assert (x[b, n:] == 0).all()
 
 
-@pytest.mark.parametrize("m", [1, 4, 47, 130])
+@pytest.mark.parametrize("m", [1, 4, 47, 130, 300, 2000])
 def test_pentadiagonal_solve_with_trace_matches_dense_inverse(m):
     """trace_with gives tr(A^-1 T) of the dense inverse (selected inversion reads only band entries of A^-1), and
     the solution is unchanged."""

@@ -95,11 +95,12 @@ def check_mask(mask: object, shape: tuple[int, ...]) -> torch.Tensor:
 
 
 def _map_tensors(value, fn):
-    """``value`` (a tensor, or a NamedTuple of tensors, nested) with ``fn`` applied to every tensor in it."""
+    """``value`` (a tensor, or a tuple or NamedTuple of tensors, nested) with ``fn`` applied to every tensor in it."""
     if isinstance(value, torch.Tensor):
         return fn(value)
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(_map_tensors(field, fn) for field in value))
+    if isinstance(value, tuple):
+        mapped = (_map_tensors(field, fn) for field in value)
+        return type(value)(*mapped) if hasattr(value, "_fields") else tuple(mapped)
     return value
 
 
