@@ -14,8 +14,9 @@ load and cache effects hit all alike:
 - per call, with one ``torch.profiler`` pass each: aten ops and host reads (``_local_scalar_dense``, ``nonzero``,
   ``unique``), with the default ``check=True`` and with ``check=False``.
 
-Ratios are medians over ``--repeats`` repeats (at most ``--large-repeats`` where N > 256: a call costs seconds
-there). Writes JSON (settings, seeds, the load average before and after, threads,
+Times are medians over ``--repeats`` repeats (at most ``--large-repeats`` where N > 256: a call costs seconds
+there); ratios are medians of each repeat's own ratio to its bmm (paired: on a shared machine a slow spell that
+lasts some calls hits the bmm and the decode of one repeat alike). Writes JSON (settings, seeds, the load average before and after, threads,
 environment, every row) to ``--out`` and prints the rows. The acceptance settings of issue 17 are the row N = 64,
 B = 512 (``--threads 2``: default <= 2.5x and spacing <= 1.5x the bmm, for both mask kinds)::
 
@@ -101,7 +102,11 @@ def measure_row(args, num_workers: int, groups: int, kind: str, device: torch.de
         "repeats": repeats,
         "distinct_survivor_counts": len(torch.unique(torch.stack(masks[1:]).sum(-1))),
         "median_seconds": median,
-        "over_bmm": {name: value / median["bmm"] for name, value in median.items() if name != "bmm"},
+        "over_bmm": {  # paired: the calls of one repeat run back to back, so a slow spell of the machine hits both
+            name: statistics.median(value / bmm for value, bmm in zip(values, times["bmm"]))
+            for name, values in times.items()
+            if name != "bmm"
+        },
         "per_call": counts,
         "calibrated_ratio": float(codes["default"].decoder.ratio),
     }
