@@ -42,8 +42,8 @@ import torch
 __all__ = ["DENSE_PAIRS", "MAX_BLOCK", "PentadiagonalPlan", "pentadiagonal_plan", "solve_pentadiagonal"]
 
 #: Largest interior block, in unknowns (an even number: whole pairs). A batched dense Cholesky costs O(width^3) per
-#: block and every block its own LAPACK call: at N = 64 (m = 62, B = 512, 16 right-hand sides, 2 threads) blocks of
-#: 10 to 18 unknowns solve alike (4.8-5.0 ms), 8 in 5.1 ms, 20 in 7.8 ms, 30 in 10.9 ms.
+#: block and every block its own LAPACK call: at N = 64 (m = 62, B = 512, 16 right-hand sides, 2 threads, measured
+#: with one level of dissection) blocks of 10 to 18 unknowns solved alike (4.8-5.0 ms), 8 in 5.1 ms, 20 in 7.8 ms.
 MAX_BLOCK = 14
 
 #: Systems of at most this many pairs (the last level's separators, or small systems outright) are solved dense.
@@ -121,6 +121,9 @@ class PentadiagonalPlan(NamedTuple):
             (``tr(A^-1 T)`` of symmetric block tridiagonal ``T`` from the storages of ``A^-1`` and ``T``);
         levels: the :class:`DissectionLevel` of every level, outermost first (none for a small system);
         dense: the :class:`DenseLevel` of the last system.
+
+    The first level (or the dense one, when there is none) reads the bands themselves: its entries are positions in
+    the flattened bands (its positions in the pair storage mapped through ``pair_entries``).
     """
 
     m: int
@@ -225,7 +228,7 @@ def _dissection_level(pairs: int, device: Optional[torch.device]) -> DissectionL
 
 
 #: The entries a level reads from its input's storage (the rest index its own products).
-FIRST_LEVEL_READS = ("interior_entries", "coupling_entries", "separator_entries")
+_FIRST_LEVEL_READS = ("interior_entries", "coupling_entries", "separator_entries")
 
 
 def _dense_level(pairs: int, device: Optional[torch.device]) -> DenseLevel:
@@ -263,7 +266,7 @@ def pentadiagonal_plan(m: int, device: Optional[torch.device] = None) -> Pentadi
     # the first level reads the bands themselves: its positions in the pair storage mapped through pair_entries
     if levels:
         first = levels[0]
-        levels[0] = first._replace(**{name: pair_entries[getattr(first, name)] for name in FIRST_LEVEL_READS})
+        levels[0] = first._replace(**{name: pair_entries[getattr(first, name)] for name in _FIRST_LEVEL_READS})
     else:
         dense = dense._replace(entries=pair_entries[dense.entries])
     return PentadiagonalPlan(
