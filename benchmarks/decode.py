@@ -16,9 +16,10 @@ load and cache effects hit all alike:
 
 Times are medians over ``--repeats`` repeats (at most ``--large-repeats`` where N > 256: a call costs seconds
 there); ratios are medians of each repeat's own ratio to its bmm (paired: on a shared machine a slow spell that
-lasts some calls hits the bmm and the decode of one repeat alike). Writes JSON (settings, seeds, the load average before and after, threads,
-environment, every row) to ``--out`` and prints the rows. The acceptance settings of issue 17 are the row N = 64,
-B = 512 (``--threads 2``: default <= 2.5x and spacing <= 1.5x the bmm, for both mask kinds)::
+lasts some calls hits the bmm and the decode of one repeat alike). Writes JSON (settings, seeds, the load average
+before and after, threads, environment, every row) to ``--out`` and prints the rows. The acceptance settings of
+issue 17 are the row N = 64, B = 512 (``--threads 2``: default <= 2.5x and spacing <= 1.5x the bmm, for both mask
+kinds)::
 
     python benchmarks/decode.py --threads 2 --out benchmarks/results/decode.json
     python benchmarks/decode.py --quick                  # N = 32, 64 only, fewer repeats
