@@ -41,6 +41,8 @@ def test_pentadiagonal_solve_matches_a_dense_solve_in_the_padded_layout(m):
         0.0,
     )
     x = solve_pentadiagonal(torch.stack([diag, off1, off2], -1), rhs, plan)
+    transposed = solve_pentadiagonal(torch.stack([diag, off1, off2]).permute(1, 2, 0), rhs.mT.contiguous().mT, plan)
+    assert torch.equal(transposed, x)  # non-contiguous inputs give the same solution
     for b, n in enumerate(sizes.tolist()):
         dense = torch.diag(diag[b, :n])
         for k, band in ((1, off1), (2, off2)):

@@ -315,6 +315,7 @@ def solve_pentadiagonal(
             f"bands {tuple(bands.shape)} and right-hand side {tuple(rhs.shape)} do not fit the plan's padded size "
             f"{plan.size}"
         )
+    bands, rhs = (t if t.is_contiguous() else t.contiguous() for t in (bands, rhs))  # read below as views
     x, inverse = _solve(
         bands.view(batch, -1), rhs.view(batch, plan.size // 2, 2, r), plan.levels, plan.dense, trace_with is not None
     )
