@@ -332,6 +332,7 @@ def _solve(storage: torch.Tensor, rhs: torch.Tensor, levels: tuple, dense: Dense
     of its inverse's block tridiagonal part."""
     batch, pairs, r = rhs.shape[0], rhs.shape[1], rhs.shape[-1]
     if not levels:
+        # (index_select, not an expanded gather as below: two fewer ops, and the dense system is small)
         matrix = storage.index_select(1, dense.entries).view(batch, 2 * pairs, 2 * pairs)
         inv_l = _inverse_factor(matrix, dense.identity)
         inv_l_t = inv_l.transpose(1, 2)
