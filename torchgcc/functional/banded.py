@@ -14,13 +14,12 @@ about ``1 / 8`` the size, and the next level solves it the same way, down to a s
 :data:`DENSE_PAIRS` pairs solved dense. The interiors follow by two more products per level.
 
 Work per system is about ``m (width^2 + 4 r)`` for ``r`` right-hand sides (the levels shrink geometrically), the
-launches a few dozen per level for any batch (none up to 22 unknowns, one up to 174, two up to 1,390, three up to
-11,118), and
-everything is differentiable by autograd. (``torch.linalg.cholesky_ex`` and ``solve_triangular`` are the only LAPACK
-route in torch 2.x that never reads an error flag or a pivot back to the host; ``linalg.solve_ex``, ``inv_ex``,
-``lu_solve``, ``cholesky_solve`` and ``eigh`` all do. The explicit inverse factors of the small, well-conditioned
-blocks replace triangular solves by batched products: fewer launches, the same accuracy as the backward-stable
-solve up to the blocks' condition numbers.)
+launches a few dozen per level for any batch (no level up to 22 unknowns, one up to 174, two up to 1,390, three up
+to 11,118), and everything is differentiable by autograd. (``torch.linalg.cholesky_ex`` and ``solve_triangular``
+are the only LAPACK route in torch 2.x that never reads an error flag or a pivot back to the host;
+``linalg.solve_ex``, ``inv_ex``, ``lu_solve``, ``cholesky_solve`` and ``eigh`` all do. The explicit inverse
+factors of the small, well-conditioned blocks replace triangular solves by batched products: fewer launches, the
+same accuracy as the backward-stable solve up to the blocks' condition numbers.)
 
 The systems are given in the plan's padded layout (:class:`PentadiagonalPlan`): ``size >= m + 2`` unknowns, the
 rows past a system's own size identity rows (diagonal 1, no couplings, zero right-hand side), so that systems of
