@@ -50,15 +50,15 @@ DENSE_PAIRS = 12
 
 
 class DissectionLevel(NamedTuple):
-    """One level of nested dissection of a block tridiagonal system over ``pairs`` pairs (the last one padding):
+    """One level of nested dissection of a block tridiagonal system over ``P`` pairs (the last one padding):
     ``blocks`` blocks of ``width`` interior unknowns, block ``j`` the pairs from ``j (width / 2 + 1)``, each followed
     by its separator pair, tiling the pairs exactly. The separators' system has ``P' >= blocks + 1`` pairs: a dummy
     identity pair (it stands for the missing pair before block 0), the separator after each block, then identity
     pairs up to the next level's tiling.
 
     Attributes:
-        interior_entries: ``(blocks width^2,)`` positions in the level's flat storage ``(8 pairs,)`` of each block's
-            ``width x width`` interior matrix (identity entries past ``pairs`` read the last pair's diagonal one,
+        interior_entries: ``(blocks width^2,)`` positions in the level's flat storage ``(8 P,)`` of each block's
+            ``width x width`` interior matrix (identity entries past ``P`` read the last pair's diagonal one,
             zero entries its coupling);
         coupling_entries: ``(blocks (width + 2) 4,)`` of its couplings to the pair before it and the pair after it
             (two zero rows below: for the padded inverse factor);
@@ -70,7 +70,7 @@ class DissectionLevel(NamedTuple):
             pairs read the padding pair's zeros);
         separator_rows: ``(4 blocks,)`` rows of each block's two separator pairs in the separators' system;
         local_entries: ``(16 blocks,)`` positions in the separators' inverse (its storage) of each block's ``4 x 4``;
-        inverse_entries: ``(8 pairs,)`` positions of this level's inverse storage in the concatenation of the
+        inverse_entries: ``(8 P,)`` positions of this level's inverse storage in the concatenation of the
             interiors' inverse blocks ``(blocks width^2)``, the interior-separator ones ``(blocks width 4)`` and the
             separators' inverse storage ``(8 P')``;
         identity: ``(width, width + 2)`` float64 ``[I, 0]``: the inverse factor comes padded by two zero columns;
@@ -78,7 +78,6 @@ class DissectionLevel(NamedTuple):
             rows of the separator pair after it).
     """
 
-    pairs: int
     blocks: int
     width: int
     interior_entries: torch.Tensor
@@ -94,16 +93,15 @@ class DissectionLevel(NamedTuple):
 
 
 class DenseLevel(NamedTuple):
-    """The dense solve of a block tridiagonal system over ``pairs <= DENSE_PAIRS`` pairs.
+    """The dense solve of a block tridiagonal system over ``P <= DENSE_PAIRS`` pairs.
 
     Attributes:
-        entries: ``(4 pairs^2,)`` positions in the flat storage of the ``2 pairs x 2 pairs`` dense matrix;
-        inverse_entries: ``(8 pairs,)`` positions of the inverse storage in the flattened dense inverse (the
+        entries: ``(4 P^2,)`` positions in the flat storage of the ``2P x 2P`` dense matrix;
+        inverse_entries: ``(8 P,)`` positions of the inverse storage in the flattened dense inverse (the
             coupling past the last pair reads the inverse's zero entry between the padding pair and pair 0);
-        identity: ``(2 pairs, 2 pairs)`` float64.
+        identity: ``(2P, 2P)`` float64.
     """
 
-    pairs: int
     entries: torch.Tensor
     inverse_entries: torch.Tensor
     identity: torch.Tensor
@@ -210,7 +208,6 @@ def _dissection_level(pairs: int, device: Optional[torch.device]) -> DissectionL
     pick = torch.zeros(width + 2, 4, dtype=torch.float64)
     pick[width:, 2:] = torch.eye(2, dtype=torch.float64)
     return DissectionLevel(
-        pairs=pairs,
         blocks=blocks,
         width=width,
         interior_entries=interior.flatten().to(device),
@@ -238,7 +235,6 @@ def _dense_level(pairs: int, device: Optional[torch.device]) -> DenseLevel:
     beyond = column >= 2 * pairs  # the coupling of the last pair: the zero between the padding pair and pair 0
     inverse = torch.where(beyond, (2 * pairs - 1) * 2 * pairs, row * 2 * pairs + column)
     return DenseLevel(
-        pairs=pairs,
         entries=entries.flatten().to(device),
         inverse_entries=inverse.flatten().to(device),
         identity=torch.eye(2 * pairs, dtype=torch.float64, device=device),
