@@ -250,14 +250,20 @@ class Coordinator:
         return results, compute, arrival
 
     def _watch(self, round_: int, step: int, arrival: dict[int, float], *, start: float, until: float) -> None:
-        """Record the arrival seconds of ``round_``'s late results in ``arrival`` until ``until`` (monotonic)."""
+        """Record the arrival seconds of ``round_``'s late results in ``arrival`` until ``until`` (monotonic).
+
+        Results are read at least once, also when ``until`` has passed: those that came in while the coordinator was
+        decoding are recorded (stamped when read: it could not see them earlier), so that ``arrival`` is complete
+        up to the time this returns."""
         pending = {w for w in range(self.num_workers) if w not in arrival and self.rank_of[w] not in self.monitor.lost}
-        while pending and time.monotonic() < until:
+        while pending:
             arrived, broken = self.link.collect(round_, pending)
             for result in arrived:
                 arrival[result.worker] = time.monotonic() - start
                 pending.discard(result.worker)
             pending -= self._update_liveness(step, broken)
+            if time.monotonic() >= until:
+                break
             time.sleep(self.poll_s)
 
     def _update_liveness(self, step: int, broken: set[int]) -> set[int]:
