@@ -49,10 +49,11 @@ def test_the_bernoulli_masks_hold_many_survivor_counts():
     assert len(torch.unique(masks("bernoulli", 512, 64).sum(-1))) >= 9
 
 
+@pytest.mark.parametrize("backend", ["torch", "numba"])
 @pytest.mark.parametrize("rule", ["adaptive", "spacing", 0.0])
 @pytest.mark.parametrize("check", [True, False])
-def test_decode_ops_do_not_depend_on_the_batch_or_the_masks(rule, check):
-    code = torchgcc.GCC(16, 64, lambda_dec=rule, check=check)
+def test_decode_ops_do_not_depend_on_the_batch_or_the_masks(rule, check, backend):
+    code = torchgcc.GCC(16, 64, lambda_dec=rule, check=check, backend=backend)
     y = torch.randn(512, 64, 100)
     code.decoder(y, masks("fixed", 512, 64))  # the adaptive rule calibrates on its first batch
     counts = {}
@@ -67,11 +68,11 @@ def test_decode_ops_do_not_depend_on_the_batch_or_the_masks(rule, check):
 
 
 def test_decode_ops_depend_on_the_number_of_workers_only_through_the_levels():
-    """Other N change the sizes of the blocks, not the sequence of ops, until the solve needs another level of nested
-    dissection (O(log N) levels): each level adds the same ops."""
+    """On the torch path, other N change the sizes of the blocks, not the sequence of ops, until the solve needs
+    another level of nested dissection (O(log N) levels): each level adds the same ops."""
 
     def decode_ops(num_workers: int) -> tuple[int, int]:
-        code = torchgcc.GCC(4, num_workers, lambda_dec="spacing")
+        code = torchgcc.GCC(4, num_workers, lambda_dec="spacing", backend="torch")
         y, mask = torch.randn(8, num_workers, 3), masks("bernoulli", 8, num_workers)
         return len(code.decoder.plan.solve.levels), profiled(lambda: code.decoder(y, mask))[0]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -22,10 +23,8 @@ class BerrutDecoder(Decoder):
     def fit_matrix(self, survivors: Survivors) -> torch.Tensor:
         return padded_berrut_matrices(survivors.knots, survivors.valid, self.alpha)
 
-    def fused_matrices(self, mask: torch.Tensor) -> torch.Tensor:
-        from torchgcc.functional.fused_decode import berrut_decode_matrices  # imports triton
-
-        return berrut_decode_matrices(mask, self.beta, self.alpha)
+    def fused_matrices(self, mask: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
+        return kernels.berrut_decode_matrices(mask, self.beta, self.alpha)
 
 
 class BACC(Code):

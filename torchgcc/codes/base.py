@@ -25,8 +25,9 @@ class Code(nn.Module):
         alpha: regression points, a rule of :data:`torchgcc.points.POINT_RULES` or K increasing values.
         beta: worker points, likewise with N values.
         nonfinite: the decoder's handling of a NaN/Inf result from a worker that arrived (see :class:`Decoder`).
-        backend: how the decoder builds its matrices, ``"auto"``, ``"torch"`` or ``"triton"`` (see
-            :data:`torchgcc.codes.maps.BACKENDS`; ``"triton"`` raises ``ValueError`` for a decoder without a kernel).
+        backend: how the decoder builds its matrices, ``"auto"``, ``"torch"``, ``"triton"`` or ``"numba"`` (see
+            :data:`torchgcc.codes.maps.BACKENDS`; ``"triton"`` and ``"numba"`` raise ``ValueError`` for a decoder
+            without kernels).
         check: validate every decode with one read back from the device (``True``) or never synchronise with the
             host (``False``; see :class:`Decoder`). The encoder never synchronises.
     """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any, Optional, Sequence, Union
 
 import torch
@@ -118,10 +119,8 @@ class SplineDecoder(Decoder):
         survivors."""
         return padded_spline_matrices(survivors.knots, survivors.counts, self.alpha, mu, self.plan)
 
-    def fused_matrices(self, mask: torch.Tensor) -> torch.Tensor:
-        from torchgcc.functional.fused_decode import spline_decode_matrices  # imports triton
-
-        return spline_decode_matrices(mask, self.beta, self.alpha, self.lam_for(mask.sum(dim=-1)))
+    def fused_matrices(self, mask: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
+        return kernels.spline_decode_matrices(mask, self.beta, self.alpha, self.lam_for(mask.sum(dim=-1)))
 
 
 class GCVSplineDecoder(SplineDecoder):
@@ -237,14 +236,12 @@ class GCVSplineDecoder(SplineDecoder):
             return super()._matrices(flat, mask)
         survivors = self.survivors(mask)
         self._score(flat, mask, survivors)
-        mu = survivors.counts * self.last_lambda
-        if self.uses_fused_kernel(mask.device):
-            from torchgcc.functional.fused_decode import spline_decode_matrices  # imports triton
-
+        kernels = self.kernels(mask.device)
+        if kernels is not None:
             return self.unusable_to_nan(
-                spline_decode_matrices(mask, self.beta, self.alpha, self.last_lambda), survivors.counts
+                kernels.spline_decode_matrices(mask, self.beta, self.alpha, self.last_lambda), survivors.counts
             )
-        return self.scatter(self.spline(survivors, mu), survivors)
+        return self.scatter(self.spline(survivors, survivors.counts * self.last_lambda), survivors)
 
     def _score(self, flat: torch.Tensor, mask: torch.Tensor, survivors: Survivors) -> None:
         """Set ``last_ratio`` and ``last_lambda`` from the GCV scores of the results."""

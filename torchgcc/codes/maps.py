@@ -4,14 +4,17 @@ An encoder is a fixed linear map from the K inputs to the N coded inputs. A deco
 that arrived to estimates of the K outputs; its matrix depends on which workers arrived, so it is built per group
 (float64, from the survivors compacted by :func:`torchgcc.functional.compact_survivors`: static shapes, no host
 reads, the same launches for any batch) and applied in float32 to float16/bfloat16 results, in the results' own dtype
-otherwise (see :func:`apply_linear`), the result cast to the results' dtype. On CUDA the spline and Berrut decoders
-build every group's matrix in one fused Triton launch (see :data:`BACKENDS`).
+otherwise (see :func:`apply_linear`), the result cast to the results' dtype. The spline and Berrut decoders build
+every group's matrix in one kernel call: a fused Triton launch on CUDA, a compiled numba kernel on CPU (see
+:data:`BACKENDS`).
 """
 
 from __future__ import annotations
 
 import importlib.util
 from functools import lru_cache
+from types import ModuleType
+from typing import Optional
 
 import torch
 from torch import nn
@@ -25,22 +28,31 @@ __all__ = [
     "Encoder",
     "apply_linear",
     "compute_dtype",
+    "numba_available",
     "triton_available",
 ]
 
 #: What a decoder does with a non-finite value from a worker whose result arrived.
 NONFINITE_POLICIES = ("error", "straggle")
 
-#: How a decoder builds its matrices: ``"torch"`` (batched torch operations, any device), ``"triton"`` (one fused
-#: kernel launch for every group of the batch, CUDA) or ``"auto"`` (triton for CUDA data when the decoder has a
-#: kernel and triton is installed, torch otherwise).
-BACKENDS = ("auto", "torch", "triton")
+#: How a decoder builds its matrices: ``"torch"`` (batched torch operations, any device, traceable by
+#: ``torch.compile``), ``"triton"`` (one fused kernel launch for every group of the batch, CUDA;
+#: :mod:`torchgcc.functional.fused_decode`), ``"numba"`` (one compiled kernel call for every group, CPU, eager only;
+#: :mod:`torchgcc.functional.numba_decode`) or ``"auto"``: for a decoder with kernels, triton for CUDA data and numba
+#: for CPU data outside ``torch.compile`` where the package is installed; torch otherwise.
+BACKENDS = ("auto", "torch", "triton", "numba")
 
 
 @lru_cache(maxsize=None)
 def triton_available() -> bool:
     """Whether the ``triton`` package can be imported (it is not imported here)."""
     return importlib.util.find_spec("triton") is not None
+
+
+@lru_cache(maxsize=None)
+def numba_available() -> bool:
+    """Whether the ``numba`` package can be imported (it is not imported here)."""
+    return importlib.util.find_spec("numba") is not None
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -178,8 +190,8 @@ class Decoder(_Float64Buffers):
         min_arrived: the fewest arrived results this decoder accepts.
         nonfinite: ``"error"`` raises on a NaN/Inf result from a worker that arrived, naming group and worker;
             ``"straggle"`` treats such a worker as a straggler.
-        backend: one of :data:`BACKENDS`. ``"triton"`` needs a decoder with a fused kernel (``has_fused_kernel``:
-            the spline decoders and Berrut).
+        backend: one of :data:`BACKENDS`. ``"triton"`` and ``"numba"`` need a decoder with kernels
+            (``has_fused_kernel``: the spline decoders and Berrut).
         check: ``True`` validates every call with one read back from the device (a combined flag): too few arrived
             results raise ``ValueError``, a non-finite result from a worker that arrived raises too
             (``nonfinite="error"``), a NaN/Inf at a straggler position is kept out of the estimate and an
@@ -190,7 +202,7 @@ class Decoder(_Float64Buffers):
     ``mask`` is bool with True where the result arrived.
     """
 
-    #: Whether :meth:`fused_matrices` is implemented (a Triton kernel for this decoder).
+    #: Whether :meth:`fused_matrices` is implemented (a Triton and a numba kernel for this decoder).
     has_fused_kernel = False
 
     #: Whether the matrices depend on the results too (then :meth:`decode_matrix` raises ``TypeError``; call
@@ -220,8 +232,8 @@ class Decoder(_Float64Buffers):
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if backend == "triton" and not self.has_fused_kernel:
-            raise ValueError(f"backend='triton' is not available for {type(self).__name__}; use 'auto' or 'torch'")
+        if backend in ("triton", "numba") and not self.has_fused_kernel:
+            raise ValueError(f"backend={backend!r} is not available for {type(self).__name__}; use 'auto' or 'torch'")
         if not isinstance(check, bool):
             raise TypeError(f"check must be True or False, got {check!r}")
         if isinstance(min_arrived, bool) or not isinstance(min_arrived, int) or min_arrived < 1:
@@ -247,15 +259,41 @@ class Decoder(_Float64Buffers):
         survivor, zero in the padding columns ``j >= counts``; ``W = layout.width``): the subclass's map."""
         raise NotImplementedError
 
-    def fused_matrices(self, mask: torch.Tensor) -> torch.Tensor:
-        """``(B, K, N)`` float64 decode matrices of every row of ``mask`` from one fused kernel launch."""
+    def fused_matrices(self, mask: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
+        """``(B, K, N)`` float64 decode matrices of every row of ``mask`` from one call of a kernel of ``kernels``
+        (:mod:`torchgcc.functional.fused_decode` or :mod:`torchgcc.functional.numba_decode`: the same functions)."""
         raise NotImplementedError(f"{type(self).__name__} has no fused kernel")
 
-    def uses_fused_kernel(self, device: torch.device) -> bool:
-        """Whether matrices for data on ``device`` come from :meth:`fused_matrices` (see :data:`BACKENDS`)."""
-        if self.backend == "auto":
-            return self.has_fused_kernel and device.type == "cuda" and triton_available()
-        return self.backend == "triton"
+    def kernel_backend(self, device: torch.device) -> str:
+        """The backend that builds the matrices for data on ``device``: ``"torch"``, ``"triton"`` or ``"numba"``
+        (``backend`` resolved as :data:`BACKENDS` says)."""
+        if self.backend != "auto":
+            return self.backend
+        if not self.has_fused_kernel:
+            return "torch"
+        if device.type == "cuda" and triton_available():
+            return "triton"
+        if device.type == "cpu" and not torch.compiler.is_compiling() and numba_available():
+            return "numba"
+        return "torch"
+
+    def kernels(self, device: torch.device) -> Optional[ModuleType]:
+        """The kernel module for data on ``device`` (imported here), or None for the torch path."""
+        backend = self.kernel_backend(device)
+        if backend == "triton":
+            return importlib.import_module("torchgcc.functional.fused_decode")  # imports triton
+        if backend == "numba":
+            return importlib.import_module("torchgcc.functional.numba_decode")  # imports numba
+        return None
+
+    def warm_up(self) -> None:
+        """Import and compile the kernel this decoder uses for data on its own device, so that no timed call pays
+        for it (numba: about a second in a fresh process, a few more before its disk cache exists; triton: its
+        compile). Reads no data and changes nothing (the default decoder stays uncalibrated); nothing to do on the
+        torch path."""
+        kernels = self.kernels(self.beta.device)
+        if kernels is not None:
+            self.fused_matrices(torch.ones(1, self.num_workers, dtype=torch.bool, device=self.beta.device), kernels)
 
     def survivors(self, mask: torch.Tensor) -> Survivors:
         """The compacted survivors of ``mask`` over the worker points, in the rows of :attr:`layout`."""
@@ -360,8 +398,9 @@ class Decoder(_Float64Buffers):
             return torch.empty(len(mask), self.num_inputs, self.num_workers, dtype=torch.float64, device="meta")
         if self.check if check is None else check:
             self._check_counts(mask)
-        if self.uses_fused_kernel(mask.device):
-            return self.unusable_to_nan(self.fused_matrices(mask), mask.sum(dim=-1))
+        kernels = self.kernels(mask.device)
+        if kernels is not None:
+            return self.unusable_to_nan(self.fused_matrices(mask, kernels), mask.sum(dim=-1))
         if mask.device != self.beta.device:
             mask = mask.to(self.beta.device)
         survivors = self.survivors(mask)

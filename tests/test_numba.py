@@ -1,0 +1,197 @@
+"""The compiled CPU decode kernels (``backend="numba"``, the default for CPU data) against independent references
+(scipy's splines, Berrut's formula written point by point) and against the decoders' contract on the torch path."""
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import torchgcc
+from conftest import random_masks
+from references import berrut_reference, csaps_reference, natural_spline_reference
+from torchgcc.codes.gcc import spacing_lambda
+from torchgcc.functional import numba_decode
+
+
+def masks_with_every_straggler_count(num_workers: int, max_stragglers: int, seed: int = 0) -> torch.Tensor:
+    """Random masks with 0..max_stragglers stragglers, two of each, and the ends straggling in some (alpha then lies
+    outside the survivors: the natural spline's linear pieces)."""
+    masks = torch.cat([random_masks(2, num_workers, s, seed=seed + s) for s in range(max_stragglers + 1)])
+    ends = masks.clone()
+    ends[::2, :2] = False
+    ends[1::2, -2:] = False
+    return torch.cat([masks, ends[ends.sum(-1) >= 2]])
+
+
+def test_the_cpu_default_is_the_numba_kernel_and_torch_compile_traces_the_torch_path():
+    decoder = torchgcc.GCC(4, 8).decoder
+    assert decoder.kernel_backend(torch.device("cpu")) == "numba"
+    assert torchgcc.LCC(4, 8, degree=1).decoder.kernel_backend(torch.device("cpu")) == "torch"  # no kernel
+    assert torchgcc.GCC(4, 8, backend="torch").decoder.kernel_backend(torch.device("cpu")) == "torch"
+    with pytest.raises(ValueError, match="backend='numba' is not available for LagrangeDecoder"):
+        torchgcc.LCC(4, 8, degree=1, backend="numba")
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def traced(mask):
+        return torch.tensor(decoder.kernel_backend(mask.device) == "torch")
+
+    assert bool(traced(torch.ones(2, 8, dtype=torch.bool)))
+
+
+def reinsch_condition(knots: np.ndarray, mu: float) -> float:
+    """The 2-norm condition number of the Reinsch system ``R + mu Q^T Q`` of ``knots`` (built densely here from its
+    definition, Green and Silverman 1994), 1 for fewer than 3 knots (no system)."""
+    n = len(knots)
+    if n < 3:
+        return 1.0
+    h = np.diff(knots)
+    q = np.zeros((n, n - 2))
+    r = np.zeros((n - 2, n - 2))
+    for j in range(n - 2):
+        q[j, j], q[j + 1, j], q[j + 2, j] = 1 / h[j], -1 / h[j] - 1 / h[j + 1], 1 / h[j + 1]
+        r[j, j] = (h[j] + h[j + 1]) / 3
+        if j + 1 < n - 2:
+            r[j, j + 1] = r[j + 1, j] = h[j + 1] / 6
+    return float(np.linalg.cond(r + mu * q.T @ q))
+
+
+def solve_tolerance(knots: np.ndarray, lam: float) -> float:
+    """Error allowed between two backward-stable solves of the same system: 64 cond eps (the entries of a decode
+    matrix are at most ~1)."""
+    return 64 * reinsch_condition(knots, len(knots) * lam) * np.finfo(np.float64).eps
+
+
+def csaps_tolerance(knots: np.ndarray, lam: float) -> float:
+    """:func:`solve_tolerance` plus csaps's own error: it takes ``p = 1 / (1 + n lam)`` and smooths with ``1 - p``,
+    whose rounding changes ``n lam`` by a relative ``eps / (n lam)`` (2e-7 at the spacing rule's n lam ~ 1e-9 for
+    n = 301), and the matrix entries by as much."""
+    mu = len(knots) * lam
+    return solve_tolerance(knots, lam) + (np.finfo(np.float64).eps / mu if mu > 0 else 0.0)
+
+
+@pytest.mark.parametrize("lam", [0.0, 1e-6, 1e-2, "spacing"])
+@pytest.mark.parametrize("num_workers,num_inputs", [(3, 2), (8, 3), (13, 5), (64, 16), (301, 7)])
+def test_spline_kernel_matches_csaps_and_scipy_on_every_group(lam, num_workers, num_inputs):
+    """Points inside each group's survivors against csaps, to the conditioning of the system and of csaps's
+    parameter (:func:`csaps_tolerance`); points beyond them
+    (the ends straggled) against scipy's spline continued linearly, at scipy's own accuracy (its B-spline smoothing
+    fit differs from csaps by up to 8e-8 at n = 301, lam = 1e-2)."""
+    decoder = torchgcc.GCC(num_inputs, num_workers, lambda_dec=lam, backend="numba").decoder
+    masks = masks_with_every_straggler_count(num_workers, min(num_workers - 2, 12))
+    if num_workers > 64:  # a few groups: the references are dense
+        masks = masks[::5]
+    got = decoder.decode_matrix(masks)
+    assert got.dtype == torch.float64 and got.shape == (len(masks), num_inputs, num_workers)
+    assert (got.transpose(1, 2)[~masks] == 0).all()  # straggler columns exactly zero
+    beta, alpha = decoder.beta.numpy(), decoder.alpha.numpy()
+    for row, mask in zip(got.numpy(), masks.numpy()):
+        knots = beta[mask]
+        rule = float(spacing_lambda(len(knots))) if lam == "spacing" else lam
+        inside = (alpha >= knots[0]) & (alpha <= knots[-1])
+        expected = csaps_reference(knots, alpha[inside], rule)
+        np.testing.assert_allclose(row[inside][:, mask], expected, rtol=0, atol=csaps_tolerance(knots, rule))
+        if (~inside).any() and (rule == 0 or len(knots) >= 5):
+            expected = natural_spline_reference(knots, alpha[~inside], rule)
+            np.testing.assert_allclose(row[~inside][:, mask], expected, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("num_workers", [8, 64, 1100])
+def test_spline_kernel_equals_the_torch_path(num_workers):
+    """The same matrices as the batched torch path (its nested-dissection levels at N = 1100) for Bernoulli masks,
+    to the conditioning of each group's system: both are backward-stable solves of it."""
+    masks = torchgcc.stragglers.BernoulliStragglers(0.3, seed=1, min_arrived=2).sample(6, num_workers)
+    for lam in (0.0, "spacing"):
+        kernel, banded = (
+            torchgcc.GCC(8, num_workers, lambda_dec=lam, backend=b).decoder for b in ("numba", "torch")
+        )
+        got, expected = kernel.decode_matrix(masks), banded.decode_matrix(masks)
+        for group, mask in enumerate(masks):
+            knots = kernel.beta[mask].numpy()
+            rule = float(spacing_lambda(len(knots))) if lam == "spacing" else lam
+            tolerance = solve_tolerance(knots, rule)
+            torch.testing.assert_close(got[group], expected[group], rtol=0, atol=tolerance)
+
+
+def test_berrut_kernel_matches_the_definition_also_at_nodes():
+    num_workers = 9
+    beta = torchgcc.points.resolve_points("chebyshev2", num_workers, name="beta")
+    alpha = torch.stack([beta[1], torch.tensor(0.123, dtype=torch.float64), beta[6]])  # two points on worker nodes
+    masks = masks_with_every_straggler_count(num_workers, num_workers - 1)
+    got = torchgcc.BACC(3, num_workers, alpha=alpha, backend="numba").decoder.decode_matrix(masks)
+    for row, mask in zip(got, masks):
+        expected = berrut_reference(beta[mask].numpy(), alpha.numpy())
+        np.testing.assert_allclose(row[:, mask].numpy(), expected, rtol=0, atol=1e-13)
+        assert (row[:, ~mask] == 0).all()
+
+
+@pytest.mark.parametrize("lam", ["adaptive", "gcv"])
+def test_the_gcv_rules_choose_as_on_the_torch_path_and_the_kernel_builds_their_matrices(lam):
+    kernel, banded = (torchgcc.GCC(4, 10, lambda_dec=lam, backend=b).decoder for b in ("numba", "torch"))
+    generator = torch.Generator().manual_seed(4)
+    y = torch.sin(3 * kernel.beta).view(1, 10, 1) + 0.05 * torch.randn(6, 10, 2, generator=generator, dtype=torch.float64)
+    mask = masks_with_every_straggler_count(10, 5)[:6]
+    torch.testing.assert_close(kernel(y, mask), banded(y, mask), rtol=0, atol=1e-12)
+    torch.testing.assert_close(kernel.last_lambda, banded.last_lambda, rtol=0, atol=0)
+
+
+def test_decoder_errors_and_policies_are_those_of_the_torch_path():
+    kernel, banded = (torchgcc.GCC(4, 8, lambda_dec="spacing", backend=b) for b in ("numba", "torch"))
+    y, mask = torch.randn(3, 8, 5), random_masks(3, 8, 3, seed=2)
+    torch.testing.assert_close(kernel.decoder(y, mask), banded.decoder(y, mask), rtol=1e-6, atol=1e-6)
+    short = mask.clone()
+    short[1] = False
+    short[1, 4] = True
+    messages = []
+    for code in (kernel, banded):
+        with pytest.raises(ValueError) as error:
+            code.decoder(y, short)
+        messages.append(str(error.value))
+    assert messages[0] == messages[1]
+    unchecked = torchgcc.GCC(4, 8, lambda_dec="spacing", backend="numba", check=False).decoder(y, short)
+    assert torch.isnan(unchecked[1]).all() and torch.isfinite(unchecked[[0, 2]]).all()
+    nan_at_straggler = y.clone()
+    nan_at_straggler[0, (~mask[0]).nonzero()[0, 0]] = float("nan")
+    torch.testing.assert_close(kernel.decoder(nan_at_straggler, mask), kernel.decoder(y, mask))
+
+
+def test_the_kernel_rejects_other_devices_and_masks_with_one_clear_error():
+    beta, alpha = torch.linspace(-1, 1, 8, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="numba backend runs on CPU tensors"):
+        numba_decode.spline_decode_matrices(torch.ones(2, 8, dtype=torch.bool, device="meta"), beta, alpha, beta[:2])
+    with pytest.raises(ValueError, match=r"mask must be a \(B, N=8\) bool tensor"):
+        numba_decode.berrut_decode_matrices(torch.ones(2, 8), beta, alpha)
+
+
+def test_concurrent_calls_from_threads_give_the_serial_results():
+    """The kernels release the GIL: decoders called from several threads at once must not share scratch memory."""
+    decoder = torchgcc.GCC(8, 64, lambda_dec="spacing", backend="numba").decoder
+    masks = [torchgcc.stragglers.BernoulliStragglers(0.3, seed=s, min_arrived=2).sample(64, 64) for s in range(8)]
+    serial = [decoder.decode_matrix(mask) for mask in masks]
+    results = [None] * len(masks)
+
+    def work(i):
+        for _ in range(5):
+            results[i] = decoder.decode_matrix(masks[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(masks))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for got, expected in zip(results, serial):
+        assert torch.equal(got, expected)
+
+
+def test_import_torchgcc_imports_neither_numba_nor_triton_until_a_cpu_decode():
+    code = (
+        "import sys, torch, torchgcc; c = torchgcc.GCC(4, 8); before = 'numba' in sys.modules; "
+        "c.decoder(torch.randn(2, 8, 3), torch.ones(2, 8, dtype=torch.bool)); "
+        "print(before, 'numba' in sys.modules, 'triton' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["False", "True", "False"], result.stderr[-2000:]

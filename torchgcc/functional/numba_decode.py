@@ -1,0 +1,203 @@
+"""Compiled CPU kernels (numba) that build the decode matrices of a whole batch of straggler masks in one call.
+
+The CPU counterparts of the Triton kernels in :mod:`torchgcc.functional.fused_decode`, the same algorithms and the
+same contracts (``(B, N)`` bool masks in, ``(B, K, N)`` float64 matrices out, zero in the straggler columns):
+
+- :func:`spline_decode_matrices`: per mask, compact the survivors ``t_0 < ... < t_{n-1}``, form the Reinsch bands of
+  ``M = R + mu Q^T Q`` (``mu = n lam``) and the sparse right-hand sides ``c - mu Q^T v`` of the K points (four
+  entries each, :mod:`torchgcc.functional.spline`), factor ``M = L diag(d) L^T`` while solving ``L z = b`` in one
+  forward sweep, solve ``diag(d) L^T x = z`` backwards and write knot ``r``'s column
+  ``D[:, r] = x_r / h_r - (1 / h_{r-1} + 1 / h_r) x_{r-1} + x_{r-2} / h_{r-1} + (a, b at the point's interval)``
+  once ``x_{r-2}`` is known. O(N K) work and O(N K) scratch per mask.
+- :func:`berrut_decode_matrices`: Berrut's rational interpolant through the survivors (two sweeps).
+
+Why a compiled kernel on CPU: the batched torch path (:mod:`torchgcc.functional.banded`) solves the banded systems
+of every mask with a few hundred vectorised operations, each a pass over ``(B, N, K)`` arrays and, for the 2x2-block
+elimination, many small LAPACK calls; the sequential recurrences here touch each entry once (``benchmarks/decode.py``
+measures both). The kernels run on one core per call and release the GIL (calls from several threads run
+concurrently); everything is float64. They are compiled on first use and cached on disk (numba's ``cache=True``), so
+the first call of a fresh environment takes a few seconds. They take CPU tensors outside ``torch.compile`` (the
+decoders use the torch path when traced) and are not differentiable (the matrices depend on the mask only).
+
+This module imports ``numba`` at import time; ``torchgcc`` imports it only when a decoder uses the ``"numba"``
+backend (the default for CPU data).
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import numba
+import numpy as np
+import torch
+
+__all__ = ["berrut_decode_matrices", "spline_decode_matrices"]
+
+
+@numba.njit(cache=True, nogil=True)
+def _spline_kernel(mask, beta, alpha, lam, out):  # pragma: no cover - compiled (tested through the wrapper)
+    groups, num_workers = mask.shape
+    num_points = alpha.shape[0]
+    knots = np.empty(num_workers)
+    column = np.empty(num_workers, np.int64)
+    idx = np.empty(num_points, np.int64)
+    a = np.empty(num_points)
+    b = np.empty(num_points)
+    entries = np.empty((4, num_points))
+    bands = np.empty((3, num_workers))
+    z = np.empty((num_workers, num_points))
+    x = np.zeros((3, num_points))  # x_r, x_{r-1}, x_{r-2} of the backward sweep
+    for g in range(groups):
+        # compact the survivors; zero the straggler columns
+        n = 0
+        for j in range(num_workers):
+            if mask[g, j]:
+                knots[n] = beta[j]
+                column[n] = j
+                n += 1
+            else:
+                for k in range(num_points):
+                    out[g, k, j] = 0.0
+        if n < 2:  # the caller marks such groups unusable
+            continue
+        mu = n * lam[g]
+        m = n - 2
+        # each point's interval knots[i] <= alpha < knots[i + 1] (clamped to the end intervals), its weights a, b of
+        # the fitted values there, and its right-hand side's entries in interior rows i - 2 .. i + 1
+        for k in range(num_points):
+            point = alpha[k]
+            i = 0
+            while i < n - 2 and knots[i + 1] <= point:
+                i += 1
+            idx[k] = i
+            h = knots[i + 1] - knots[i]
+            ak = (knots[i + 1] - point) / h
+            bk = (point - knots[i]) / h
+            if ak < 0 or bk < 0:  # beyond the outermost knots the natural spline is linear
+                ca, cb = -ak * h * h / 6.0, -bk * h * h / 6.0
+            else:
+                ca, cb = (ak * ak * ak - ak) * h * h / 6.0, (bk * bk * bk - bk) * h * h / 6.0
+            inv_before = 1.0 / (knots[i] - knots[i - 1]) if i >= 1 else 0.0
+            inv_at = 1.0 / h
+            inv_after = 1.0 / (knots[i + 2] - knots[i + 1]) if i + 2 < n else 0.0
+            a[k], b[k] = ak, bk
+            entries[0, k] = -mu * inv_before * ak
+            entries[1, k] = ca - mu * (-(inv_before + inv_at) * ak + inv_at * bk)
+            entries[2, k] = cb - mu * (inv_at * ak - (inv_at + inv_after) * bk)
+            entries[3, k] = -mu * inv_after * bk
+        # forward: the bands of M (row i = interior knot i + 1), M = L diag(d) L^T and z = L^-1 rhs
+        d1 = d2 = 1.0
+        e1 = f1 = f2 = 0.0
+        for i in range(m):
+            h0 = knots[i + 1] - knots[i]
+            h1 = knots[i + 2] - knots[i + 1]
+            lo, hi = 1.0 / h0, 1.0 / h1
+            mid = -(lo + hi)
+            hi_next = 1.0 / (knots[i + 3] - knots[i + 2]) if i + 1 < m else 0.0
+            diag = (h0 + h1) / 3.0 + mu * (lo * lo + mid * mid + hi * hi)
+            off1 = h1 / 6.0 + mu * (mid * hi - hi * (hi + hi_next)) if i + 1 < m else 0.0
+            off2 = mu * hi * hi_next if i + 2 < m else 0.0
+            d = diag - e1 * e1 * d1 - f2 * f2 * d2
+            e = (off1 - f1 * e1 * d1) / d
+            f = off2 / d
+            bands[0, i], bands[1, i], bands[2, i] = d, e, f
+            for k in range(num_points):
+                offset = i - idx[k] + 2
+                value = entries[offset, k] if 0 <= offset < 4 else 0.0
+                if i >= 1:
+                    value -= e1 * z[i - 1, k]
+                if i >= 2:
+                    value -= f2 * z[i - 2, k]
+                z[i, k] = value
+            d2, d1, e1, f2, f1 = d1, d, e, f1, f
+        # backward: x = (diag(d) L^T)^-1 z, and knot r's column once x_{r-2} is known (x is zero beyond the interior)
+        x[:] = 0.0
+        for r in range(n - 1, -1, -1):
+            j = r - 2
+            current, previous, newest = (n - 1 - r) % 3, (n - r) % 3, (n + 1 - r) % 3  # x_r, x_{r-1}, x_{r-2}
+            if j >= 0:
+                inv_d, e, f = 1.0 / bands[0, j], bands[1, j], bands[2, j]
+                for k in range(num_points):
+                    x[newest, k] = z[j, k] * inv_d - e * x[previous, k] - f * x[current, k]
+            else:
+                for k in range(num_points):
+                    x[newest, k] = 0.0
+            inv_h = 1.0 / (knots[r + 1] - knots[r]) if r < n - 1 else 0.0
+            inv_h_before = 1.0 / (knots[r] - knots[r - 1]) if r >= 1 else 0.0
+            target = column[r]
+            for k in range(num_points):
+                value = inv_h * x[current, k] - (inv_h_before + inv_h) * x[previous, k] + inv_h_before * x[newest, k]
+                if idx[k] == r:
+                    value += a[k]
+                elif idx[k] + 1 == r:
+                    value += b[k]
+                out[g, k, target] = value
+
+
+@numba.njit(cache=True, nogil=True)
+def _berrut_kernel(mask, beta, alpha, out):  # pragma: no cover - compiled (tested through the wrapper)
+    groups, num_workers = mask.shape
+    num_points = alpha.shape[0]
+    for g in range(groups):
+        for k in range(num_points):
+            # the sum of the weights (-1)^rank / (alpha - t_j) over the survivors, or the survivor alpha hits
+            total = 0.0
+            hit = -1
+            rank = 0
+            for j in range(num_workers):
+                if mask[g, j]:
+                    diff = alpha[k] - beta[j]
+                    if diff == 0.0:
+                        hit = j
+                    else:
+                        total += (1.0 - 2.0 * (rank % 2)) / diff
+                    rank += 1
+            rank = 0
+            for j in range(num_workers):
+                if not mask[g, j]:
+                    out[g, k, j] = 0.0
+                    continue
+                if hit >= 0:
+                    out[g, k, j] = 1.0 if j == hit else 0.0
+                else:
+                    out[g, k, j] = (1.0 - 2.0 * (rank % 2)) / (alpha[k] - beta[j]) / total
+                rank += 1
+
+
+def _prepare(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor) -> Tuple[np.ndarray, ...]:
+    if mask.dtype != torch.bool or mask.ndim != 2 or mask.shape[1] != beta.shape[0]:
+        raise ValueError(f"mask must be a (B, N={beta.shape[0]}) bool tensor, got {mask.dtype} {tuple(mask.shape)}")
+    if mask.device.type != "cpu":
+        raise ValueError(f"the numba backend runs on CPU tensors, got a mask on {mask.device}; use 'auto' or 'torch'")
+    out = torch.empty(mask.shape[0], alpha.shape[0], beta.shape[0], dtype=torch.float64)
+    arrays = (mask.contiguous(), beta.to(torch.float64).contiguous(), alpha.to(torch.float64).contiguous(), out)
+    return tuple(array.numpy() for array in arrays)
+
+
+def spline_decode_matrices(
+    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, lam: torch.Tensor
+) -> torch.Tensor:
+    """``(B, K, N)`` float64 smoothing-spline decode matrices for ``(B, N)`` bool masks (True = arrived), on CPU.
+
+    Args:
+        mask: ``(B, N)`` bool; rows with fewer than two survivors are left unwritten in their survivor columns (the
+            caller marks them unusable).
+        beta: ``(N,)`` ascending worker points.
+        alpha: ``(K,)`` points where the spline is evaluated.
+        lam: ``(B,)`` (or a scalar) float64 smoothing parameter of each row (mean-normalised objective).
+
+    Equals :func:`torchgcc.functional.smoothing_spline_matrix` of each row's survivors, scattered into their
+    columns, to rounding.
+    """
+    mask_np, beta_np, alpha_np, out_np = _prepare(mask, beta, alpha)
+    lam_np = lam.detach().to(torch.float64).expand(mask.shape[0]).contiguous().numpy()
+    _spline_kernel(mask_np, beta_np, alpha_np, lam_np, out_np)
+    return torch.from_numpy(out_np)
+
+
+def berrut_decode_matrices(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """``(B, K, N)`` float64 Berrut decode matrices for ``(B, N)`` bool masks (True = arrived; at least one per row),
+    on CPU. Equals :func:`torchgcc.functional.berrut_matrix` of each row's survivors, scattered into their columns."""
+    mask_np, beta_np, alpha_np, out_np = _prepare(mask, beta, alpha)
+    _berrut_kernel(mask_np, beta_np, alpha_np, out_np)
+    return torch.from_numpy(out_np)
