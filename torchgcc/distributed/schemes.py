@@ -48,6 +48,7 @@ class CodedScheme:
         self.num_inputs = code.num_inputs
         self.num_workers = code.num_workers
         self.min_arrived = code.min_arrived
+        code.decoder.warm_up()  # a kernel's first-use compile belongs to the setup, not to the first timed step
 
     def wait_over(self, mask: torch.Tensor, rule_met: bool) -> bool:
         """The step's arrival rule (fastest ``N - S``, or the simulated mask) decides."""
