@@ -9,10 +9,10 @@ import threading
 import numpy as np
 import pytest
 import torch
+from references import berrut_reference, csaps_reference, natural_spline_reference
 
 import torchgcc
 from conftest import random_masks
-from references import berrut_reference, csaps_reference, natural_spline_reference
 from torchgcc.codes.gcc import spacing_lambda
 from torchgcc.functional import numba_decode
 
@@ -105,9 +105,7 @@ def test_spline_kernel_equals_the_torch_path(num_workers):
     to the conditioning of each group's system: both are backward-stable solves of it."""
     masks = torchgcc.stragglers.BernoulliStragglers(0.3, seed=1, min_arrived=2).sample(6, num_workers)
     for lam in (0.0, "spacing"):
-        kernel, banded = (
-            torchgcc.GCC(8, num_workers, lambda_dec=lam, backend=b).decoder for b in ("numba", "torch")
-        )
+        kernel, banded = (torchgcc.GCC(8, num_workers, lambda_dec=lam, backend=b).decoder for b in ("numba", "torch"))
         got, expected = kernel.decode_matrix(masks), banded.decode_matrix(masks)
         for group, mask in enumerate(masks):
             knots = kernel.beta[mask].numpy()
@@ -132,7 +130,9 @@ def test_berrut_kernel_matches_the_definition_also_at_nodes():
 def test_the_gcv_rules_choose_as_on_the_torch_path_and_the_kernel_builds_their_matrices(lam):
     kernel, banded = (torchgcc.GCC(4, 10, lambda_dec=lam, backend=b).decoder for b in ("numba", "torch"))
     generator = torch.Generator().manual_seed(4)
-    y = torch.sin(3 * kernel.beta).view(1, 10, 1) + 0.05 * torch.randn(6, 10, 2, generator=generator, dtype=torch.float64)
+    y = torch.sin(3 * kernel.beta).view(1, 10, 1) + 0.05 * torch.randn(
+        6, 10, 2, generator=generator, dtype=torch.float64
+    )
     mask = masks_with_every_straggler_count(10, 5)[:6]
     torch.testing.assert_close(kernel(y, mask), banded(y, mask), rtol=0, atol=1e-12)
     torch.testing.assert_close(kernel.last_lambda, banded.last_lambda, rtol=0, atol=0)
@@ -195,3 +195,15 @@ def test_import_torchgcc_imports_neither_numba_nor_triton_until_a_cpu_decode():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.stdout.split() == ["False", "True", "False"], result.stderr[-2000:]
+
+
+def test_warm_up_compiles_the_kernel_reads_no_data_and_leaves_the_default_uncalibrated():
+    code = (
+        "import torch, torchgcc; from torchgcc.functional import numba_decode as k; c = torchgcc.GCC(4, 8); "
+        "before = len(k._spline_kernel.signatures); c.decoder.warm_up(); "
+        "print(before, len(k._spline_kernel.signatures), c.decoder.calibrated)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["0", "1", "False"], result.stderr[-2000:]
+    torchgcc.GCC(4, 8, backend="torch").decoder.warm_up()  # nothing to compile: no error
+    torchgcc.LCC(4, 8, degree=1).decoder.warm_up()
