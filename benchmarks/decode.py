@@ -11,6 +11,9 @@ load and cache effects hit all alike:
   matrices built from each fresh mask in the call (nothing is cached between calls);
 - ``default_first_call``: the calibrating first call of a fresh default decoder (pooled GCV, then the decode);
 - ``spacing`` and ``natural`` (``lambda_dec=0``): mask-only rules, each call building its matrices;
+- ``spacing_torch``: the spacing rule on the batched torch path (``backend="torch"``: what ``torch.compile`` traces,
+  and every device without a kernel), beside the default backend the others use (numba on CPU, Triton on CUDA;
+  the row's ``backend`` says which ran);
 - per call, with one ``torch.profiler`` pass each: aten ops and host reads (``_local_scalar_dense``, ``nonzero``,
   ``unique``), with the default ``check=True`` and with ``check=False``.
 
@@ -29,6 +32,7 @@ kinds)::
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import platform
@@ -44,7 +48,13 @@ from torchgcc.timing import make_timer
 
 #: Profiler events that read device memory back to the host.
 READS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::unique", "aten::_unique2", "aten::unique_consecutive"}
-RULES = {"default": "adaptive", "spacing": "spacing", "natural": 0.0}
+#: Each timed decoder: its ``lambda_dec`` and ``backend``.
+RULES = {
+    "default": ("adaptive", "auto"),
+    "spacing": ("spacing", "auto"),
+    "natural": (0.0, "auto"),
+    "spacing_torch": ("spacing", "torch"),
+}
 #: Issue 17's targets at N = 64, B = 512: time against the bmm, and aten ops per call.
 TARGETS = {"default_over_bmm": 2.5, "spacing_over_bmm": 1.5, "ops": 300}
 
@@ -74,7 +84,10 @@ def measure_row(args, num_workers: int, groups: int, kind: str, device: torch.de
     sampler = mask_sampler(kind, num_workers, args.p, args.seed)
     repeats = args.repeats if num_workers <= 256 else min(args.repeats, args.large_repeats)
     masks = [sampler.sample(groups, num_workers).to(device) for _ in range(repeats + 1)]
-    codes = {name: torchgcc.GCC(k, num_workers, lambda_dec=rule).to(device) for name, rule in RULES.items()}
+    codes = {
+        name: torchgcc.GCC(k, num_workers, lambda_dec=rule, backend=backend).to(device)
+        for name, (rule, backend) in RULES.items()
+    }
     codes["default"].decoder(y, masks[0])  # calibrate on one batch: later calls are the steady state
     timer = make_timer(device)
     times: dict[str, list[float]] = {name: [] for name in ("bmm", *RULES, "default_first_call")}
@@ -88,9 +101,9 @@ def measure_row(args, num_workers: int, groups: int, kind: str, device: torch.de
             times[name].append(timer.time_once(calls[name]))
     median = {name: statistics.median(values) for name, values in times.items()}
     counts = {}
-    for name, rule in RULES.items():
+    for name, (rule, backend) in RULES.items():
         for check in (True, False):
-            code = torchgcc.GCC(k, num_workers, lambda_dec=rule, check=check).to(device)
+            code = torchgcc.GCC(k, num_workers, lambda_dec=rule, backend=backend, check=check).to(device)
             code.decoder(y, masks[0])
             counts[f"{name}{'' if check else '_check_false'}"] = ops_and_reads(
                 lambda code=code: code.decoder(y, masks[1])
@@ -99,6 +112,7 @@ def measure_row(args, num_workers: int, groups: int, kind: str, device: torch.de
         "N": num_workers,
         "B": groups,
         "masks": kind,
+        "backend": codes["spacing"].decoder.kernel_backend(device),
         "outputs": outputs,
         "repeats": repeats,
         "distinct_survivor_counts": len(torch.unique(torch.stack(masks[1:]).sum(-1))),
@@ -162,6 +176,7 @@ def main() -> None:
         "settings": {key: value for key, value in vars(args).items() if key != "out"},
         "environment": {
             "torch": torch.__version__,
+            "numba": importlib.metadata.version("numba") if torchgcc.codes.maps.numba_available() else None,
             "python": platform.python_version(),
             "device": str(device),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),

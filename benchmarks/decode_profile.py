@@ -1,7 +1,9 @@
 """Where a decode's time goes: the aten ops of decoder calls grouped by kind, against the bare bmm, in one run.
 
 At N = ``--workers``, B = ``--groups``, K = ``--inputs``, d = ``--outputs`` (defaults: issue 17's acceptance row) with
-S = N / 4 stragglers at random places (a fresh mask each call), for the ``--rule`` decoder: the median wall time of
+S = N / 4 stragglers at random places (a fresh mask each call), for the ``--rule`` decoder on the ``--backend``
+path (default ``torch``: the batched plan whose ops this groups; the CPU default, the numba kernel, is one call the
+profiler does not see inside): the median wall time of
 a bare ``torch.bmm`` of ``(B, K, N)`` matrices with the ``(B, N, d)`` float32 results and of a decoder call, paired
 repeat by repeat as in ``benchmarks/decode.py``, then one ``torch.profiler`` pass over ``--calls`` decoder calls. Each
 top-level aten op's time (its children included) is put in a group:
@@ -74,6 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--rule", default="spacing", help="lambda_dec of the GCC decoder (a rule or a number)")
+    parser.add_argument("--backend", default="torch", choices=torchgcc.codes.maps.BACKENDS, help="decoder backend")
     parser.add_argument("--workers", type=int, default=64, help="N")
     parser.add_argument("--groups", type=int, default=512, help="B")
     parser.add_argument("--inputs", type=int, default=16, help="K")
@@ -95,7 +98,7 @@ def main() -> None:
     matrices = torch.randn(args.groups, args.inputs, args.workers, generator=generator)
     sampler = FixedStragglers(args.workers // 4, seed=args.seed)
     masks = [sampler.sample(args.groups, args.workers) for _ in range(args.repeats + args.calls + 1)]
-    decoder = torchgcc.GCC(args.inputs, args.workers, lambda_dec=rule).decoder
+    decoder = torchgcc.GCC(args.inputs, args.workers, lambda_dec=rule, backend=args.backend).decoder
     decoder(y, masks[0])  # the default calibrates on its first call: time the steady state
     timer = make_timer("cpu")
     bmm, decode = [], []
