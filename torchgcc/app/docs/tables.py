@@ -36,16 +36,17 @@ Data = Mapping[str, Any]
 
 
 #: The rules of ``benchmarks/decode.py``, in the order of its table's columns.
-DECODE_RULES = ("default", "default_first_call", "spacing", "natural")
+DECODE_RULES = ("default", "default_first_call", "spacing", "natural", "spacing_torch")
 
 
 def decode(data: Data) -> str:
-    """``benchmarks/decode.py``: every row of its JSON: the bare bmm's time, each rule against it, and the default's
-    aten ops and host reads per call (every rule runs the same plan)."""
+    """``benchmarks/decode.py``: every row of its JSON: the bare bmm's time, each rule against it, the default's
+    aten ops and host reads per call, and the torch path's ops (``spacing_torch``)."""
     rules = " | ".join(f"`{rule}` / bmm" for rule in DECODE_RULES)
     lines = [
-        f"| N | B | masks | d | survivor counts | bmm (ms) | {rules} | ops per call | reads per call |",
-        "|---:|---:|---|---:|---:|---:|" + "---:|" * len(DECODE_RULES) + "---:|---:|",
+        f"| N | B | masks | d | survivor counts | backend | bmm (ms) | {rules} | ops per call | reads per call "
+        "| torch path ops |",
+        "|---:|---:|---|---:|---:|---|---:|" + "---:|" * len(DECODE_RULES) + "---:|---:|---:|",
     ]
     for row in data["rows"]:
         ratios = " | ".join(f"{row['over_bmm'][rule]:.3g}x" for rule in DECODE_RULES)
@@ -54,7 +55,8 @@ def decode(data: Data) -> str:
         reads = f"{calls['default']['reads']} (`check=False`: {calls['default_check_false']['reads']})"
         lines.append(
             f"| {row['N']} | {row['B']} | {row['masks']} | {row['outputs']} | {row['distinct_survivor_counts']} "
-            f"| {1e3 * row['median_seconds']['bmm']:.3g} | {ratios} | {ops} | {reads} |"
+            f"| {row['backend']} | {1e3 * row['median_seconds']['bmm']:.3g} | {ratios} | {ops} | {reads} "
+            f"| {calls['spacing_torch']['ops']} |"
         )
     return "\n".join(lines)
 
