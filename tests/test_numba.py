@@ -207,3 +207,35 @@ def test_warm_up_compiles_the_kernel_reads_no_data_and_leaves_the_default_uncali
     assert result.stdout.split() == ["0", "1", "False"], result.stderr[-2000:]
     torchgcc.GCC(4, 8, backend="torch").decoder.warm_up()  # nothing to compile: no error
     torchgcc.LCC(4, 8, degree=1).decoder.warm_up()
+
+
+def test_a_batch_split_over_threads_equals_one_call_and_a_forked_child_still_decodes():
+    """Large batches are split over torch's threads (``MIN_WORK_PER_THREAD``); a child forked after the parent used
+    the helper threads has none of them, and must decode all the same (not wait forever on a dead pool)."""
+    decoder = torchgcc.GCC(16, 64, lambda_dec="spacing", backend="numba").decoder
+    mask = torchgcc.stragglers.BernoulliStragglers(0.3, seed=3, min_arrived=2).sample(512, 64)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        whole = decoder.decode_matrix(mask)
+        torch.set_num_threads(4)
+        split = decoder.decode_matrix(mask)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(whole, split)
+    # the child calls the kernel directly and checks in numpy: torch's own multithreaded ops hang in a forked child
+    # once the parent has used its OpenMP threads (torch's limitation, not the kernel's)
+    code = (
+        "import os, numpy as np, torch, torchgcc\n"
+        "from torchgcc.functional.numba_decode import spline_decode_matrices\n"
+        "torch.set_num_threads(2)\n"
+        "beta, alpha = torch.linspace(-1, 1, 64, dtype=torch.float64), torch.linspace(-0.9, 0.9, 16).double()\n"
+        "m, lam = torch.ones(512, 64, dtype=torch.bool), torch.tensor(1e-6, dtype=torch.float64)\n"
+        "spline_decode_matrices(m, beta, alpha, lam)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0 if np.isfinite(spline_decode_matrices(m, beta, alpha, lam).numpy()).all() else 1)\n"
+        "print(os.waitpid(pid, 0)[1])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["0"], result.stderr[-2000:]

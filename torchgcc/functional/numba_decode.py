@@ -14,10 +14,11 @@ same contracts (``(B, N)`` bool masks in, ``(B, K, N)`` float64 matrices out, ze
 Why a compiled kernel on CPU: the batched torch path (:mod:`torchgcc.functional.banded`) solves the banded systems
 of every mask with a few hundred vectorised operations, each a pass over ``(B, N, K)`` arrays and, for the 2x2-block
 elimination, many small LAPACK calls; the sequential recurrences here touch each entry once (``benchmarks/decode.py``
-measures both). The kernels run on one core per call and release the GIL (calls from several threads run
-concurrently); everything is float64. They are compiled on first use and cached on disk (numba's ``cache=True``), so
-the first call of a fresh environment takes a few seconds. They take CPU tensors outside ``torch.compile`` (the
-decoders use the torch path when traced) and are not differentiable (the matrices depend on the mask only).
+measures both). The kernels release the GIL: a call splits the batch's groups over up to ``torch.get_num_threads()``
+threads (each given at least :data:`MIN_WORK_PER_THREAD`), and calls from several threads run concurrently;
+everything is float64. They are compiled on first use and cached on disk (numba's ``cache=True``), so the first call
+of a fresh environment takes a few seconds. They take CPU tensors outside ``torch.compile`` (the decoders use the
+torch path when traced) and are not differentiable (the matrices depend on the mask only).
 
 This module imports ``numba`` at import time; ``torchgcc`` imports it only when a decoder uses the ``"numba"``
 backend (the default for CPU data).
@@ -25,7 +26,10 @@ backend (the default for CPU data).
 
 from __future__ import annotations
 
-from typing import Tuple
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional, Tuple
 
 import numba
 import numpy as np
@@ -174,6 +178,45 @@ def _prepare(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor) -> Tup
     return tuple(array.numpy() for array in arrays)
 
 
+#: The least work (groups x N x K) a thread is given: splitting smaller batches costs more in hand-offs (tens of
+#: microseconds) than it saves (a group at N = 64, K = 16 takes about 2 microseconds).
+MIN_WORK_PER_THREAD = 2**16
+
+_pool: Optional[ThreadPoolExecutor] = None
+_pool_size = 0
+_pool_lock = threading.Lock()
+
+
+def _forget_pool_in_child() -> None:  # a forked child has none of the parent's threads
+    global _pool, _pool_size
+    _pool, _pool_size = None, 0
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
+def _helpers(count: int) -> ThreadPoolExecutor:
+    """The module's thread pool, with at least ``count`` threads (a larger one replaces a smaller)."""
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size < count:
+            _pool, _pool_size = ThreadPoolExecutor(max_workers=count, thread_name_prefix="torchgcc-decode"), count
+        return _pool
+
+
+def _over_groups(run: Callable[[int, int], None], groups: int, work_per_group: int) -> None:
+    """``run(start, stop)`` over contiguous chunks of ``range(groups)``, on up to ``torch.get_num_threads()`` threads
+    (the calling one included; the kernels release the GIL), each given at least :data:`MIN_WORK_PER_THREAD`."""
+    chunks = max(1, min(torch.get_num_threads(), groups, groups * work_per_group // MIN_WORK_PER_THREAD))
+    bounds = [groups * i // chunks for i in range(chunks + 1)]
+    futures = (
+        [_helpers(chunks - 1).submit(run, *chunk) for chunk in zip(bounds[1:-1], bounds[2:])] if chunks > 1 else []
+    )
+    run(bounds[0], bounds[1])
+    for future in futures:
+        future.result()
+
+
 def spline_decode_matrices(
     mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, lam: torch.Tensor
 ) -> torch.Tensor:
@@ -191,7 +234,11 @@ def spline_decode_matrices(
     """
     mask_np, beta_np, alpha_np, out_np = _prepare(mask, beta, alpha)
     lam_np = lam.detach().to(torch.float64).expand(mask.shape[0]).contiguous().numpy()
-    _spline_kernel(mask_np, beta_np, alpha_np, lam_np, out_np)
+
+    def run(start: int, stop: int) -> None:
+        _spline_kernel(mask_np[start:stop], beta_np, alpha_np, lam_np[start:stop], out_np[start:stop])
+
+    _over_groups(run, len(mask_np), beta_np.shape[0] * alpha_np.shape[0])
     return torch.from_numpy(out_np)
 
 
@@ -199,5 +246,9 @@ def berrut_decode_matrices(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.
     """``(B, K, N)`` float64 Berrut decode matrices for ``(B, N)`` bool masks (True = arrived; at least one per row),
     on CPU. Equals :func:`torchgcc.functional.berrut_matrix` of each row's survivors, scattered into their columns."""
     mask_np, beta_np, alpha_np, out_np = _prepare(mask, beta, alpha)
-    _berrut_kernel(mask_np, beta_np, alpha_np, out_np)
+
+    def run(start: int, stop: int) -> None:
+        _berrut_kernel(mask_np[start:stop], beta_np, alpha_np, out_np[start:stop])
+
+    _over_groups(run, len(mask_np), beta_np.shape[0] * alpha_np.shape[0])
     return torch.from_numpy(out_np)
