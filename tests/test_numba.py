@@ -12,15 +12,16 @@ import torch
 from references import berrut_reference, csaps_reference, natural_spline_reference
 
 import torchgcc
-from conftest import random_masks
+from conftest import berrut_points_on_nodes, masks_with_every_straggler_count, random_masks
 from torchgcc.codes.gcc import spacing_lambda
 from torchgcc.functional import numba_decode
 
 
-def masks_with_every_straggler_count(num_workers: int, max_stragglers: int, seed: int = 0) -> torch.Tensor:
-    """Random masks with 0..max_stragglers stragglers, two of each, and the ends straggling in some (alpha then lies
-    outside the survivors: the natural spline's linear pieces)."""
-    masks = torch.cat([random_masks(2, num_workers, s, seed=seed + s) for s in range(max_stragglers + 1)])
+def masks_with_stragglers_also_at_the_ends(num_workers: int, max_stragglers: int) -> torch.Tensor:
+    """Two random masks per straggler count 0..max_stragglers, and those masks with the first or last two workers
+    straggling too (where at least two survive): alpha then lies outside the survivors (the natural spline's linear
+    pieces)."""
+    masks = torch.cat([masks_with_every_straggler_count(num_workers, max_stragglers, seed) for seed in (0, 100)])
     ends = masks.clone()
     ends[::2, :2] = False
     ends[1::2, -2:] = False
@@ -81,7 +82,7 @@ def test_spline_kernel_matches_csaps_and_scipy_on_every_group(lam, num_workers, 
     (the ends straggled) against scipy's spline continued linearly, at scipy's own accuracy (its B-spline smoothing
     fit differs from csaps by up to 8e-8 at n = 301, lam = 1e-2)."""
     decoder = torchgcc.GCC(num_inputs, num_workers, lambda_dec=lam, backend="numba").decoder
-    masks = masks_with_every_straggler_count(num_workers, min(num_workers - 2, 12))
+    masks = masks_with_stragglers_also_at_the_ends(num_workers, min(num_workers - 2, 12))
     if num_workers > 64:  # a few groups: the references are dense
         masks = masks[::5]
     got = decoder.decode_matrix(masks)
@@ -116,9 +117,8 @@ def test_spline_kernel_equals_the_torch_path(num_workers):
 
 def test_berrut_kernel_matches_the_definition_also_at_nodes():
     num_workers = 9
-    beta = torchgcc.points.resolve_points("chebyshev2", num_workers, name="beta")
-    alpha = torch.stack([beta[1], torch.tensor(0.123, dtype=torch.float64), beta[6]])  # two points on worker nodes
-    masks = masks_with_every_straggler_count(num_workers, num_workers - 1)
+    beta, alpha = berrut_points_on_nodes(num_workers)
+    masks = masks_with_stragglers_also_at_the_ends(num_workers, num_workers - 1)
     got = torchgcc.BACC(3, num_workers, alpha=alpha, backend="numba").decoder.decode_matrix(masks)
     for row, mask in zip(got, masks):
         expected = berrut_reference(beta[mask].numpy(), alpha.numpy())
@@ -133,7 +133,7 @@ def test_the_gcv_rules_choose_as_on_the_torch_path_and_the_kernel_builds_their_m
     y = torch.sin(3 * kernel.beta).view(1, 10, 1) + 0.05 * torch.randn(
         6, 10, 2, generator=generator, dtype=torch.float64
     )
-    mask = masks_with_every_straggler_count(10, 5)[:6]
+    mask = masks_with_stragglers_also_at_the_ends(10, 5)[:6]
     torch.testing.assert_close(kernel(y, mask), banded(y, mask), rtol=0, atol=1e-12)
     torch.testing.assert_close(kernel.last_lambda, banded.last_lambda, rtol=0, atol=0)
 

@@ -15,15 +15,10 @@ import pytest
 import torch
 
 import torchgcc
-from conftest import random_masks
+from conftest import berrut_points_on_nodes, masks_with_every_straggler_count, random_masks
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 interpreted = pytest.mark.skipif(not INTERPRETED, reason="run by test_kernels_under_the_triton_interpreter")
-
-
-def masks_with_every_straggler_count(num_workers: int, max_stragglers: int, seed: int = 0) -> torch.Tensor:
-    """One random mask per straggler count 0..max_stragglers, ``(max_stragglers + 1, N)``."""
-    return torch.cat([random_masks(1, num_workers, s, seed=seed + s) for s in range(max_stragglers + 1)])
 
 
 @pytest.mark.skipif(INTERPRETED, reason="this is the driver of the interpreted run")
@@ -95,15 +90,14 @@ def test_interpreted_spline_kernel_extrapolates_linearly_outside_the_survivors()
     for lam in (0.0, "spacing"):
         fused = torchgcc.GCC(6, 12, lambda_dec=lam, backend="triton").decoder.decode_matrix(mask)
         torch.testing.assert_close(
-            fused, torchgcc.GCC(6, 12, lambda_dec=lam).decoder.decode_matrix(mask), rtol=0, atol=1e-12
+            fused, torchgcc.GCC(6, 12, lambda_dec=lam, backend="torch").decoder.decode_matrix(mask), rtol=0, atol=1e-12
         )
 
 
 @interpreted
 def test_interpreted_berrut_kernel_equals_the_torch_path_also_at_nodes():
     num_workers = 9
-    beta = torchgcc.points.resolve_points("chebyshev2", num_workers, name="beta")
-    alpha = torch.stack([beta[1], torch.tensor(0.123, dtype=torch.float64), beta[6]])  # two points on worker nodes
+    beta, alpha = berrut_points_on_nodes(num_workers)
     masks = masks_with_every_straggler_count(num_workers, num_workers - 1)
     fused = torchgcc.BACC(3, num_workers, alpha=alpha, backend="triton").decoder.decode_matrix(masks)
     banded = torchgcc.BACC(3, num_workers, alpha=alpha, backend="torch").decoder.decode_matrix(masks)
