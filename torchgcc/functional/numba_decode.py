@@ -44,98 +44,88 @@ def _spline_kernel(mask, beta, alpha, lam, out):  # pragma: no cover - compiled 
     num_points = alpha.shape[0]
     knots = np.empty(num_workers)
     column = np.empty(num_workers, np.int64)
+    # inv_h[r + 1] = 1 / (t_{r+1} - t_r) for r < n - 1, zero at 0 and from n: the terms of h_{-1} and h_{n-1} vanish
+    inv_h = np.zeros(num_workers + 2)
     idx = np.empty(num_points, np.int64)
     a = np.empty(num_points)
     b = np.empty(num_points)
-    entries = np.empty((4, num_points))
-    bands = np.empty((3, num_workers))
-    z = np.empty((num_workers, num_points))
-    x = np.zeros((3, num_points))  # x_r, x_{r-1}, x_{r-2} of the backward sweep
+    factors = np.empty((3, num_workers))  # 1 / d, e, f of M = L diag(d) L^T
+    # interior row i's right-hand sides, then z, then x, in row i + 2: two zero rows on either side of the m rows
+    x = np.zeros((num_workers + 4, num_points))
     for g in range(groups):
-        # compact the survivors; zero the straggler columns
+        out[g] = 0.0  # the straggler columns stay zero
         n = 0
-        for j in range(num_workers):
+        for j in range(num_workers):  # compact the survivors
             if mask[g, j]:
                 knots[n] = beta[j]
                 column[n] = j
                 n += 1
-            else:
-                for k in range(num_points):
-                    out[g, k, j] = 0.0
         if n < 2:  # the caller marks such groups unusable
             continue
         mu = n * lam[g]
         m = n - 2
+        for r in range(n - 1):
+            inv_h[r + 1] = 1.0 / (knots[r + 1] - knots[r])
+        inv_h[n] = inv_h[n + 1] = 0.0
+        x[: m + 4] = 0.0
         # each point's interval knots[i] <= alpha < knots[i + 1] (clamped to the end intervals), its weights a, b of
         # the fitted values there, and its right-hand side's entries in interior rows i - 2 .. i + 1
         for k in range(num_points):
             point = alpha[k]
-            i = 0
-            while i < n - 2 and knots[i + 1] <= point:
-                i += 1
+            i = min(max(np.searchsorted(knots[:n], point, side="right") - 1, 0), n - 2)
             idx[k] = i
+            before, at, after = inv_h[i], inv_h[i + 1], inv_h[i + 2]
             h = knots[i + 1] - knots[i]
-            ak = (knots[i + 1] - point) / h
-            bk = (point - knots[i]) / h
+            ak = (knots[i + 1] - point) * at
+            bk = (point - knots[i]) * at
             if ak < 0 or bk < 0:  # beyond the outermost knots the natural spline is linear
                 ca, cb = -ak * h * h / 6.0, -bk * h * h / 6.0
             else:
                 ca, cb = (ak * ak * ak - ak) * h * h / 6.0, (bk * bk * bk - bk) * h * h / 6.0
-            inv_before = 1.0 / (knots[i] - knots[i - 1]) if i >= 1 else 0.0
-            inv_at = 1.0 / h
-            inv_after = 1.0 / (knots[i + 2] - knots[i + 1]) if i + 2 < n else 0.0
             a[k], b[k] = ak, bk
-            entries[0, k] = -mu * inv_before * ak
-            entries[1, k] = ca - mu * (-(inv_before + inv_at) * ak + inv_at * bk)
-            entries[2, k] = cb - mu * (inv_at * ak - (inv_at + inv_after) * bk)
-            entries[3, k] = -mu * inv_after * bk
-        # forward: the bands of M (row i = interior knot i + 1), M = L diag(d) L^T and z = L^-1 rhs
+            entries = (
+                -mu * before * ak,
+                ca - mu * (-(before + at) * ak + at * bk),
+                cb - mu * (at * ak - (at + after) * bk),
+                -mu * after * bk,
+            )
+            for offset in range(4):
+                row = i - 2 + offset
+                if 0 <= row < m:
+                    x[row + 2, k] = entries[offset]
+        # forward: the bands of M (row i = interior knot i + 1), its factors and z = L^-1 rhs
         d1 = d2 = 1.0
         e1 = f1 = f2 = 0.0
         for i in range(m):
             h0 = knots[i + 1] - knots[i]
             h1 = knots[i + 2] - knots[i + 1]
-            lo, hi = 1.0 / h0, 1.0 / h1
+            lo, hi, hi_next = inv_h[i + 1], inv_h[i + 2], inv_h[i + 3]
             mid = -(lo + hi)
-            hi_next = 1.0 / (knots[i + 3] - knots[i + 2]) if i + 1 < m else 0.0
             diag = (h0 + h1) / 3.0 + mu * (lo * lo + mid * mid + hi * hi)
             off1 = h1 / 6.0 + mu * (mid * hi - hi * (hi + hi_next)) if i + 1 < m else 0.0
             off2 = mu * hi * hi_next if i + 2 < m else 0.0
             d = diag - e1 * e1 * d1 - f2 * f2 * d2
-            e = (off1 - f1 * e1 * d1) / d
-            f = off2 / d
-            bands[0, i], bands[1, i], bands[2, i] = d, e, f
+            inv_d = 1.0 / d
+            e = (off1 - f1 * e1 * d1) * inv_d
+            f = off2 * inv_d
+            factors[0, i], factors[1, i], factors[2, i] = inv_d, e, f
             for k in range(num_points):
-                offset = i - idx[k] + 2
-                value = entries[offset, k] if 0 <= offset < 4 else 0.0
-                if i >= 1:
-                    value -= e1 * z[i - 1, k]
-                if i >= 2:
-                    value -= f2 * z[i - 2, k]
-                z[i, k] = value
+                x[i + 2, k] -= e1 * x[i + 1, k] + f2 * x[i, k]
             d2, d1, e1, f2, f1 = d1, d, e, f1, f
-        # backward: x = (diag(d) L^T)^-1 z, and knot r's column once x_{r-2} is known (x is zero beyond the interior)
-        x[:] = 0.0
-        for r in range(n - 1, -1, -1):
-            j = r - 2
-            current, previous, newest = (n - 1 - r) % 3, (n - r) % 3, (n + 1 - r) % 3  # x_r, x_{r-1}, x_{r-2}
-            if j >= 0:
-                inv_d, e, f = 1.0 / bands[0, j], bands[1, j], bands[2, j]
-                for k in range(num_points):
-                    x[newest, k] = z[j, k] * inv_d - e * x[previous, k] - f * x[current, k]
-            else:
-                for k in range(num_points):
-                    x[newest, k] = 0.0
-            inv_h = 1.0 / (knots[r + 1] - knots[r]) if r < n - 1 else 0.0
-            inv_h_before = 1.0 / (knots[r] - knots[r - 1]) if r >= 1 else 0.0
+        # backward: x = (diag(d) L^T)^-1 z
+        for j in range(m - 1, -1, -1):
+            inv_d, e, f = factors[0, j], factors[1, j], factors[2, j]
+            for k in range(num_points):
+                x[j + 2, k] = x[j + 2, k] * inv_d - e * x[j + 3, k] - f * x[j + 4, k]
+        # knot r's column: (Q x)_r, then the fitted values' weights a, b at each point's interval
+        for r in range(n):
+            right, left = inv_h[r + 1], inv_h[r]
             target = column[r]
             for k in range(num_points):
-                value = inv_h * x[current, k] - (inv_h_before + inv_h) * x[previous, k] + inv_h_before * x[newest, k]
-                if idx[k] == r:
-                    value += a[k]
-                elif idx[k] + 1 == r:
-                    value += b[k]
-                out[g, k, target] = value
+                out[g, k, target] = right * x[r + 2, k] - (left + right) * x[r + 1, k] + left * x[r, k]
+        for k in range(num_points):
+            out[g, k, column[idx[k]]] += a[k]
+            out[g, k, column[idx[k] + 1]] += b[k]
 
 
 @numba.njit(cache=True, nogil=True)
