@@ -29,7 +29,7 @@ def test_spline_kernel_equals_the_cpu_path(num_workers, lam):
     masks = every_straggler_count(num_workers, keep=2)
     cpu = torchgcc.GCC(16, num_workers, lambda_dec=lam).decoder.decode_matrix(masks)
     gpu = torchgcc.GCC(16, num_workers, lambda_dec=lam).cuda()
-    assert gpu.decoder.uses_fused_kernel(torch.device("cuda"))
+    assert gpu.decoder.kernel_backend(torch.device("cuda")) == "triton"
     torch.testing.assert_close(gpu.decoder.decode_matrix(masks.cuda()).cpu(), cpu, rtol=0, atol=1e-10)
 
 

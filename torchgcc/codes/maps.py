@@ -398,11 +398,11 @@ class Decoder(_Float64Buffers):
             return torch.empty(len(mask), self.num_inputs, self.num_workers, dtype=torch.float64, device="meta")
         if self.check if check is None else check:
             self._check_counts(mask)
+        if mask.device != self.beta.device:
+            mask = mask.to(self.beta.device)
         kernels = self.kernels(mask.device)
         if kernels is not None:
             return self.unusable_to_nan(self.fused_matrices(mask, kernels), mask.sum(dim=-1))
-        if mask.device != self.beta.device:
-            mask = mask.to(self.beta.device)
         survivors = self.survivors(mask)
         return self.scatter(self.fit_matrix(survivors), survivors)
 
