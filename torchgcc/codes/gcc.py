@@ -70,9 +70,11 @@ class SplineDecoder(Decoder):
     """The cubic smoothing spline through the surviving ``(beta_n, y_n)``, evaluated at ``alpha``.
 
     ``lam`` fixes the smoothing; ``lam=None`` applies :func:`spacing_lambda` at ``bandwidth_ratio`` to each group's
-    number of results. The matrices depend on the mask only: per call, the survivors are compacted by one sort, each
-    group's ``mu = n lam(n)`` read from a table (``mu_table`` ``(N + 1,)``, float64), and every group's system solved
-    in one batched plan (:func:`~torchgcc.functional.spline.padded_spline_matrices`).
+    number of results. The matrices depend on the mask only and are built per call for the whole batch: by one
+    kernel call (numba on CPU, Triton on CUDA; see :data:`~torchgcc.codes.maps.BACKENDS`), or on the torch path with
+    the survivors compacted by one sort, each group's ``mu = n lam(n)`` read from a table (``mu_table`` ``(N + 1,)``,
+    float64), and every group's system solved in one batched plan
+    (:func:`~torchgcc.functional.spline.padded_spline_matrices`).
     """
 
     has_fused_kernel = True
