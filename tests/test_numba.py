@@ -230,11 +230,11 @@ def test_a_batch_split_over_threads_equals_one_call_and_a_forked_child_still_dec
         "from torchgcc.functional.numba_decode import spline_decode_matrices\n"
         "torch.set_num_threads(2)\n"
         "beta, alpha = torch.linspace(-1, 1, 64, dtype=torch.float64), torch.linspace(-0.9, 0.9, 16).double()\n"
-        "m, lam = torch.ones(512, 64, dtype=torch.bool), torch.tensor(1e-6, dtype=torch.float64)\n"
-        "spline_decode_matrices(m, beta, alpha, lam)\n"
+        "m, mu = torch.ones(512, 64, dtype=torch.bool), torch.tensor(1e-4, dtype=torch.float64)\n"
+        "spline_decode_matrices(m, beta, alpha, mu)\n"
         "pid = os.fork()\n"
         "if pid == 0:\n"
-        "    os._exit(0 if np.isfinite(spline_decode_matrices(m, beta, alpha, lam).numpy()).all() else 1)\n"
+        "    os._exit(0 if np.isfinite(spline_decode_matrices(m, beta, alpha, mu).numpy()).all() else 1)\n"
         "print(os.waitpid(pid, 0)[1])\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

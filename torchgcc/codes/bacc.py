@@ -23,7 +23,7 @@ class BerrutDecoder(Decoder):
     def fit_matrix(self, survivors: Survivors) -> torch.Tensor:
         return padded_berrut_matrices(survivors.knots, survivors.valid, self.alpha)
 
-    def fused_matrices(self, mask: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
+    def fused_matrices(self, mask: torch.Tensor, counts: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
         return kernels.berrut_decode_matrices(mask, self.beta, self.alpha)
 
 

@@ -121,8 +121,8 @@ class SplineDecoder(Decoder):
         survivors."""
         return padded_spline_matrices(survivors.knots, survivors.counts, self.alpha, mu, self.plan)
 
-    def fused_matrices(self, mask: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
-        return kernels.spline_decode_matrices(mask, self.beta, self.alpha, self.lam_for(mask.sum(dim=-1)))
+    def fused_matrices(self, mask: torch.Tensor, counts: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
+        return kernels.spline_decode_matrices(mask, self.beta, self.alpha, self.mu_table.index_select(0, counts))
 
 
 class GCVSplineDecoder(SplineDecoder):
@@ -238,12 +238,13 @@ class GCVSplineDecoder(SplineDecoder):
             return super()._matrices(flat, mask)
         survivors = self.survivors(mask)
         self._score(flat, mask, survivors)
+        mu = survivors.counts * self.last_lambda
         kernels = self.kernels(mask.device)
         if kernels is not None:
             return self.unusable_to_nan(
-                kernels.spline_decode_matrices(mask, self.beta, self.alpha, self.last_lambda), survivors.counts
+                kernels.spline_decode_matrices(mask, self.beta, self.alpha, mu), survivors.counts
             )
-        return self.scatter(self.spline(survivors, survivors.counts * self.last_lambda), survivors)
+        return self.scatter(self.spline(survivors, mu), survivors)
 
     def _score(self, flat: torch.Tensor, mask: torch.Tensor, survivors: Survivors) -> None:
         """Set ``last_ratio`` and ``last_lambda`` from the GCV scores of the results."""

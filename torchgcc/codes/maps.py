@@ -259,9 +259,10 @@ class Decoder(_Float64Buffers):
         survivor, zero in the padding columns ``j >= counts``; ``W = layout.width``): the subclass's map."""
         raise NotImplementedError
 
-    def fused_matrices(self, mask: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
-        """``(B, K, N)`` float64 decode matrices of every row of ``mask`` from one call of a kernel of ``kernels``
-        (:mod:`torchgcc.functional.fused_decode` or :mod:`torchgcc.functional.numba_decode`: the same functions)."""
+    def fused_matrices(self, mask: torch.Tensor, counts: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
+        """``(B, K, N)`` float64 decode matrices of every row of ``mask`` (``counts`` ``(B,)`` its survivors) from one
+        call of a kernel of ``kernels`` (:mod:`torchgcc.functional.fused_decode` or
+        :mod:`torchgcc.functional.numba_decode`: the same functions)."""
         raise NotImplementedError(f"{type(self).__name__} has no fused kernel")
 
     def kernel_backend(self, device: torch.device) -> str:
@@ -293,7 +294,8 @@ class Decoder(_Float64Buffers):
         torch path."""
         kernels = self.kernels(self.beta.device)
         if kernels is not None:
-            self.fused_matrices(torch.ones(1, self.num_workers, dtype=torch.bool, device=self.beta.device), kernels)
+            mask = torch.ones(1, self.num_workers, dtype=torch.bool, device=self.beta.device)
+            self.fused_matrices(mask, mask.sum(dim=-1), kernels)
 
     def survivors(self, mask: torch.Tensor) -> Survivors:
         """The compacted survivors of ``mask`` over the worker points, in the rows of :attr:`layout`."""
@@ -402,7 +404,8 @@ class Decoder(_Float64Buffers):
             mask = mask.to(self.beta.device)
         kernels = self.kernels(mask.device)
         if kernels is not None:
-            return self.unusable_to_nan(self.fused_matrices(mask, kernels), mask.sum(dim=-1))
+            counts = mask.sum(dim=-1)
+            return self.unusable_to_nan(self.fused_matrices(mask, counts, kernels), counts)
         survivors = self.survivors(mask)
         return self.scatter(self.fit_matrix(survivors), survivors)
 

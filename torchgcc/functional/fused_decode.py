@@ -10,8 +10,8 @@ One program per mask ``(B, N)`` row writes that mask's ``(K, N)`` decode matrix,
   ``D L^T x = z`` backwards and emits the matrix row of knot ``r`` as soon as ``x_{r-2}`` is known:
   ``D[:, r] = x_r / h_r - (1 / h_{r-1} + 1 / h_r) x_{r-1} + x_{r-2} / h_{r-1} + (a, b at the point's interval)``.
   Work O(N K) per mask: the program runs the banded recurrences sequentially, which a kernel does cheaply where
-  the torch path (:mod:`torchgcc.functional.banded`) would need a launch per step. The smoothing ``lam`` of every
-  row is read from memory, so the spacing rule and the data-adaptive rules (computed on the device first) use the
+  the torch path (:mod:`torchgcc.functional.banded`) would need a launch per step. The smoothing ``mu = n lam`` of
+  every row is read from memory, so the spacing rule and the data-adaptive rules (computed on the device first) use the
   same kernel.
 - :func:`berrut_decode_matrices`: Berrut's rational interpolant through the survivors (closed form, two sweeps).
 
@@ -50,7 +50,7 @@ def _spline_kernel(
     index_ptr,
     bands_ptr,
     z_ptr,
-    lam_ptr,
+    mu_ptr,
     N,
     K,
     BLOCK_K: tl.constexpr,
@@ -82,7 +82,7 @@ def _spline_kernel(
         count += (arrived & (knot <= alpha)).to(tl.int32)
         n += arrived.to(tl.int32)
     nf = n.to(tl.float64)
-    mu = nf * tl.load(lam_ptr + pid)  # the row's smoothing, computed on the device by the caller
+    mu = tl.load(mu_ptr + pid)  # the row's mu = n lam, computed on the device by the caller
     last = tl.maximum(n - 1, 0)  # loads are clamped to the survivors (masks with n < 2 are rejected by the caller)
 
     # Interval of every point: knots[idx] <= alpha < knots[idx + 1], clamped to the end intervals.
@@ -235,7 +235,7 @@ def _prepare(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor) -> Tup
 
 
 def spline_decode_matrices(
-    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, lam: torch.Tensor
+    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mu: torch.Tensor
 ) -> torch.Tensor:
     """``(B, K, N)`` float64 smoothing-spline decode matrices for ``(B, N)`` bool masks (True = arrived).
 
@@ -244,8 +244,9 @@ def spline_decode_matrices(
             caller checks the counts).
         beta: ``(N,)`` ascending worker points.
         alpha: ``(K,)`` points where the spline is evaluated.
-        lam: ``(B,)`` float64 smoothing parameter of each row (mean-normalised objective), on the mask's device: a
-            rule of the survivor counts or a data-adaptive choice, computed there without a read back.
+        mu: ``(B,)`` float64 ``mu = n lam`` of each row (``n`` its survivors, ``lam`` the smoothing of the
+            mean-normalised objective), on the mask's device: a rule of the survivor counts or a data-adaptive
+            choice, computed there without a read back.
 
     Equals :func:`torchgcc.functional.smoothing_spline_matrix` of each row's survivors, scattered into their
     columns, to rounding.
@@ -259,7 +260,7 @@ def spline_decode_matrices(
     index = torch.empty(groups, num_workers, dtype=torch.int32, device=device)
     bands = torch.empty(groups, 3, num_workers, dtype=torch.float64, device=device)
     z = torch.empty(groups, num_workers, block, dtype=torch.float64, device=device)
-    lam = lam.to(device=device, dtype=torch.float64).expand(groups).contiguous()
+    mu = mu.to(device=device, dtype=torch.float64).expand(groups).contiguous()
     if groups:
         with _quiet():
             _spline_kernel[(groups,)](
@@ -271,7 +272,7 @@ def spline_decode_matrices(
                 index,
                 bands,
                 z,
-                lam,
+                mu,
                 num_workers,
                 num_inputs,
                 BLOCK_K=block,

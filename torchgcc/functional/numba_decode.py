@@ -39,7 +39,7 @@ __all__ = ["berrut_decode_matrices", "spline_decode_matrices"]
 
 
 @numba.njit(cache=True, nogil=True)
-def _spline_kernel(mask, beta, alpha, lam, out):  # pragma: no cover - compiled (tested through the wrapper)
+def _spline_kernel(mask, beta, alpha, mu_by_group, out):  # pragma: no cover - compiled (tested through the wrapper)
     groups, num_workers = mask.shape
     num_points = alpha.shape[0]
     knots = np.empty(num_workers)
@@ -62,7 +62,7 @@ def _spline_kernel(mask, beta, alpha, lam, out):  # pragma: no cover - compiled 
                 n += 1
         if n < 2:  # the caller marks such groups unusable
             continue
-        mu = n * lam[g]
+        mu = mu_by_group[g]
         m = n - 2
         for r in range(n - 1):
             inv_h[r + 1] = 1.0 / (knots[r + 1] - knots[r])
@@ -208,25 +208,26 @@ def _over_groups(run: Callable[[int, int], None], groups: int, work_per_group: i
 
 
 def spline_decode_matrices(
-    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, lam: torch.Tensor
+    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mu: torch.Tensor
 ) -> torch.Tensor:
     """``(B, K, N)`` float64 smoothing-spline decode matrices for ``(B, N)`` bool masks (True = arrived), on CPU.
 
     Args:
-        mask: ``(B, N)`` bool; rows with fewer than two survivors are left unwritten in their survivor columns (the
-            caller marks them unusable).
+        mask: ``(B, N)`` bool; rows with fewer than two survivors come back zero (the caller marks them unusable).
         beta: ``(N,)`` ascending worker points.
         alpha: ``(K,)`` points where the spline is evaluated.
-        lam: ``(B,)`` (or a scalar) float64 smoothing parameter of each row (mean-normalised objective).
+        mu: ``(B,)`` (or a scalar) float64 ``mu = n lam`` of each row, ``n`` its survivors and ``lam`` the smoothing
+            of the mean-normalised objective (the argument of
+            :func:`~torchgcc.functional.spline.padded_spline_matrices`).
 
     Equals :func:`torchgcc.functional.smoothing_spline_matrix` of each row's survivors, scattered into their
     columns, to rounding.
     """
     mask_np, beta_np, alpha_np, out_np = _prepare(mask, beta, alpha)
-    lam_np = lam.detach().to(torch.float64).expand(mask.shape[0]).contiguous().numpy()
+    mu_np = mu.detach().to(torch.float64).expand(mask.shape[0]).contiguous().numpy()
 
     def run(start: int, stop: int) -> None:
-        _spline_kernel(mask_np[start:stop], beta_np, alpha_np, lam_np[start:stop], out_np[start:stop])
+        _spline_kernel(mask_np[start:stop], beta_np, alpha_np, mu_np[start:stop], out_np[start:stop])
 
     _over_groups(run, len(mask_np), beta_np.shape[0] * alpha_np.shape[0])
     return torch.from_numpy(out_np)
