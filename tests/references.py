@@ -44,3 +44,19 @@ def berrut_reference(nodes: np.ndarray, points: np.ndarray) -> np.ndarray:
             weights = np.array([(-1) ** j / (x - t) for j, t in enumerate(nodes)])
             out[p] = weights / weights.sum()
     return out
+
+
+def reinsch_condition(knots: np.ndarray, lam: float) -> float:
+    """The 2-norm condition number of the Reinsch matrix ``R + n lam Q^T Q`` of ``knots`` (built densely from its
+    definition, Green and Silverman 1994: h the spacings, Q the (n, n - 2) second divided differences, R
+    (n - 2, n - 2) tridiagonal); 1 for fewer than 3 knots (no system)."""
+    n, h = len(knots), np.diff(knots)
+    if n < 3:
+        return 1.0
+    q, r = np.zeros((n, n - 2)), np.zeros((n - 2, n - 2))
+    for j in range(n - 2):
+        q[j, j], q[j + 1, j], q[j + 2, j] = 1 / h[j], -1 / h[j] - 1 / h[j + 1], 1 / h[j + 1]
+        r[j, j] = (h[j] + h[j + 1]) / 3
+        if j + 1 < n - 2:
+            r[j, j + 1] = r[j + 1, j] = h[j + 1] / 6
+    return float(np.linalg.cond(r + n * lam * q.T @ q))

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from references import reinsch_condition
 from scipy.interpolate import make_smoothing_spline
 
 import torchgcc
@@ -32,19 +33,6 @@ def gcv_reference(knots: np.ndarray, y: np.ndarray, lam: float) -> float:
     y = y / np.linalg.norm(y)
     hat = hat_matrix(knots, lam)
     return float(((y - hat @ y) ** 2).sum() / n / (1 - np.trace(hat) / n) ** 2)
-
-
-def reinsch_condition(knots: np.ndarray, lam: float) -> float:
-    """The condition number of the Reinsch matrix R + n lam Q^T Q that the scores solve with (Green and Silverman
-    1994: h the spacings, Q the (n, n - 2) second divided differences, R (n - 2, n - 2) tridiagonal)."""
-    n, h = len(knots), np.diff(knots)
-    q, r = np.zeros((n, n - 2)), np.zeros((n - 2, n - 2))
-    for j in range(n - 2):
-        q[j, j], q[j + 1, j], q[j + 2, j] = 1 / h[j], -1 / h[j] - 1 / h[j + 1], 1 / h[j + 1]
-        r[j, j] = (h[j] + h[j + 1]) / 3
-        if j + 1 < n - 2:
-            r[j, j + 1] = r[j + 1, j] = h[j + 1] / 6
-    return float(np.linalg.cond(r + n * lam * q.T @ q))
 
 
 @pytest.mark.parametrize(("n", "d"), [(6, 1), (20, 2), (12, 50), (40, 3), (200, 2)])  # 200: the banded route

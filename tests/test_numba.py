@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from references import berrut_reference, csaps_reference, natural_spline_reference
+from references import berrut_reference, csaps_reference, natural_spline_reference, reinsch_condition
 
 import torchgcc
 from conftest import berrut_points_on_nodes, masks_with_every_straggler_count, random_masks
@@ -43,27 +43,10 @@ def test_the_cpu_default_is_the_numba_kernel_and_torch_compile_traces_the_torch_
     assert bool(traced(torch.ones(2, 8, dtype=torch.bool)))
 
 
-def reinsch_condition(knots: np.ndarray, mu: float) -> float:
-    """The 2-norm condition number of the Reinsch system ``R + mu Q^T Q`` of ``knots`` (built densely here from its
-    definition, Green and Silverman 1994), 1 for fewer than 3 knots (no system)."""
-    n = len(knots)
-    if n < 3:
-        return 1.0
-    h = np.diff(knots)
-    q = np.zeros((n, n - 2))
-    r = np.zeros((n - 2, n - 2))
-    for j in range(n - 2):
-        q[j, j], q[j + 1, j], q[j + 2, j] = 1 / h[j], -1 / h[j] - 1 / h[j + 1], 1 / h[j + 1]
-        r[j, j] = (h[j] + h[j + 1]) / 3
-        if j + 1 < n - 2:
-            r[j, j + 1] = r[j + 1, j] = h[j + 1] / 6
-    return float(np.linalg.cond(r + mu * q.T @ q))
-
-
 def solve_tolerance(knots: np.ndarray, lam: float) -> float:
     """Error allowed between two backward-stable solves of the same system: 64 cond eps (the entries of a decode
     matrix are at most ~1)."""
-    return 64 * reinsch_condition(knots, len(knots) * lam) * np.finfo(np.float64).eps
+    return 64 * reinsch_condition(knots, lam) * np.finfo(np.float64).eps
 
 
 def csaps_tolerance(knots: np.ndarray, lam: float) -> float:
