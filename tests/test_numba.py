@@ -61,9 +61,9 @@ def csaps_tolerance(knots: np.ndarray, lam: float) -> float:
 @pytest.mark.parametrize("num_workers,num_inputs", [(3, 2), (8, 3), (13, 5), (64, 16), (301, 7)])
 def test_spline_kernel_matches_csaps_and_scipy_on_every_group(lam, num_workers, num_inputs):
     """Points inside each group's survivors against csaps, to the conditioning of the system and of csaps's
-    parameter (:func:`csaps_tolerance`); points beyond them
-    (the ends straggled) against scipy's spline continued linearly, at scipy's own accuracy (its B-spline smoothing
-    fit differs from csaps by up to 8e-8 at n = 301, lam = 1e-2)."""
+    parameter (:func:`csaps_tolerance`); points beyond them (the ends straggled) against scipy's spline continued
+    linearly, at scipy's own accuracy (its B-spline smoothing fit differs from csaps by up to 8e-8 at n = 301,
+    lam = 1e-2)."""
     decoder = torchgcc.GCC(num_inputs, num_workers, lambda_dec=lam, backend="numba").decoder
     masks = masks_with_stragglers_also_at_the_ends(num_workers, min(num_workers - 2, 12))
     if num_workers > 64:  # a few groups: the references are dense
