@@ -59,6 +59,18 @@ def test_injected_delays_decode_from_the_first_n_minus_s_and_replication_is_exac
     assert coordinator.lost_workers == []
 
 
+def wait_until_dead(workers, worker: int, timeout_s: float = 30.0) -> None:
+    """Return once a call to ``worker``'s killed (not restarting) actor fails."""
+    give_up = time.monotonic() + timeout_s
+    while time.monotonic() < give_up:
+        try:
+            ray.get(workers.ping(worker), timeout=timeout_s)
+        except ray.exceptions.RayActorError:  # the kill has landed
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"actor {worker} still answers {timeout_s} s after it was killed")
+
+
 def test_killed_actors_are_lost_every_step_still_equals_coded_module_and_a_restarted_one_comes_back(workers, task):
     """Simulated masks with S = 2. Before step 2 actor 1 is killed for good and actor 3 is killed and restarted
     by Ray: every step decodes, both are reported lost and left out; actor 3 is re-admitted once it answers; each
@@ -73,6 +85,7 @@ def test_killed_actors_are_lost_every_step_still_equals_coded_module_and_a_resta
         if step == 2:
             workers.kill(1)
             workers.kill(3, restart=True)
+            wait_until_dead(workers, 1)  # ray.kill is asynchronous: step 2's task could still reach the actor
         x = task.batch(step)
         result = coordinator.step(scheme, x, mode.plan(4, N), step=step, deadline_s=5.0)
         worker_1.append((1 in result.lost_workers, bool(result.mask[:, 1].any())))
