@@ -20,9 +20,13 @@ class TestRegisteredCodes(CodeContract):
     @pytest.fixture(autouse=True)
     def _name(self, name):
         self.name = name
+        if name == "uncoded":  # N = K
+            self.num_workers = K
 
     def make(self, **options) -> torchgcc.Code:
-        return torchgcc.make_code(self.name, num_inputs=K, num_workers=N, **REQUIRED.get(self.name, {}), **options)
+        return torchgcc.make_code(
+            self.name, num_inputs=K, num_workers=self.num_workers, **REQUIRED.get(self.name, {}), **options
+        )
 
 
 #: Every decoder variant the library ships beyond the registered codes' defaults: ``(name, make_code options)``.

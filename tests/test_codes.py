@@ -19,7 +19,12 @@ def build(name: str, **kwargs) -> torchgcc.Code:
     return torchgcc.make_code(name, num_inputs=K, num_workers=N, **kwargs)
 
 
-@pytest.fixture(params=torchgcc.list_codes())
+#: The codes that fit a function to any ``min_arrived`` results (replication and uncoded, which need a copy of every
+#: input, are checked against their own reference below; every code runs tests/code_contract.py).
+FITTING_CODES = [name for name in torchgcc.list_codes() if name not in ("replication", "uncoded")]
+
+
+@pytest.fixture(params=FITTING_CODES)
 def code(request):
     return build(request.param)
 
@@ -301,3 +306,39 @@ def test_lcc_degree_is_the_degree_of_f_and_the_decoder_fits_degree_k_minus_1_tim
     code = torchgcc.LCC(num_inputs=3, num_workers=9, degree=2)
     assert code.degree == 2 and code.decoder.fit_degree == 4 == code.threshold - 1
     assert not hasattr(code.decoder, "degree")
+
+
+@pytest.mark.parametrize(("num_inputs", "num_workers"), [(4, 12), (3, 8), (5, 5), (1, 3)])
+def test_replication_decodes_the_mean_of_each_inputs_arrived_copies(num_inputs, num_workers):
+    """Against a loop over inputs: worker n copies input floor(n K / N); the estimate is the mean of the arrived
+    copies' results, NaN without one; ``decodable`` is True exactly when every input has one."""
+    code = torchgcc.make_code("replication", num_inputs=num_inputs, num_workers=num_workers)
+    owners = [n * num_inputs // num_workers for n in range(num_workers)]
+    x = torch.randn(6, num_inputs, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    coded = code.encoder(x)
+    for n, k in enumerate(owners):
+        assert torch.equal(coded[:, n], x[:, k])
+    masks = torch.cat([random_masks(2, num_workers, s, seed=s) for s in range(num_workers)])
+    y = torch.randn(len(masks), num_workers, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    estimate = code.decoder(y, masks)
+    for b, mask in enumerate(masks.tolist()):
+        for k in range(num_inputs):
+            copies = [n for n in range(num_workers) if owners[n] == k and mask[n]]
+            expected = y[b, copies].mean(0) if copies else torch.full((3,), float("nan"), dtype=torch.float64)
+            torch.testing.assert_close(estimate[b, k], expected, rtol=1e-15, atol=1e-15, equal_nan=True)
+        covered = all(any(mask[n] for n in range(num_workers) if owners[n] == k) for k in range(num_inputs))
+        assert bool(code.decodable(masks[b : b + 1])) == covered
+
+
+def test_uncoded_is_the_identity_on_k_workers():
+    code = torchgcc.make_code("uncoded", num_inputs=4)
+    assert (code.num_inputs, code.num_workers) == (4, 4)
+    x = torch.randn(3, 4, 2)
+    torch.testing.assert_close(code.decoder(code.encoder(x), torch.ones(3, 4, dtype=torch.bool)), x, rtol=0, atol=0)
+    mask = torch.tensor([[True, True, False, True]])
+    assert code.decodable(mask).tolist() == [False]
+    estimate = code.decoder(x[:1], mask)
+    assert torch.isnan(estimate[0, 2]).all() and torch.equal(estimate[0, [0, 1, 3]], x[0, [0, 1, 3]])
+    assert torchgcc.make_code("uncoded", num_inputs=4, num_workers=4).num_workers == 4
+    with pytest.raises(ValueError, match="num_workers must equal num_inputs"):
+        torchgcc.make_code("uncoded", num_inputs=4, num_workers=8)

@@ -40,4 +40,4 @@ def test_make_code_accepts_any_case_and_suggests():
 
 
 def test_the_codes_registry_lists_every_code():
-    assert list_codes() == ["bacc", "gcc", "lcc", "natural"] == CODES.names()
+    assert list_codes() == ["bacc", "gcc", "lcc", "natural", "replication", "uncoded"] == CODES.names()

@@ -29,8 +29,10 @@ _EXPORTS: dict[str, str | None] = {
     "oracles": None,
     "points": None,
     "register_code": "torchgcc.codes",
+    "Replication": "torchgcc.codes",
     "serving": None,
     "stragglers": None,
+    "Uncoded": "torchgcc.codes",
 }
 
 __all__ = sorted(_EXPORTS)

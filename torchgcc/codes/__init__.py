@@ -6,7 +6,9 @@ from torchgcc.codes.catalog import CODES, list_codes, make_code, register_code
 from torchgcc.codes.gcc import GCC
 from torchgcc.codes.lcc import LCC
 from torchgcc.codes.maps import Decoder, Encoder
+from torchgcc.codes.replication import Replication
 from torchgcc.codes.robust import RobustGCC
+from torchgcc.codes.uncoded import Uncoded
 
 __all__ = [
     "BACC",
@@ -16,7 +18,9 @@ __all__ = [
     "Encoder",
     "GCC",
     "LCC",
+    "Replication",
     "RobustGCC",
+    "Uncoded",
     "list_codes",
     "make_code",
     "register_code",

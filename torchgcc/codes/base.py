@@ -75,6 +75,12 @@ class Code(nn.Module):
         """The fewest arrived results the decoder accepts."""
         return self.decoder.min_arrived
 
+    def decodable(self, mask: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` bool: which groups of the ``(B, N)`` bool ``mask`` this code decodes fully (every estimate from
+        enough arrived results). The default: at least :attr:`min_arrived` arrived; codes whose needs depend on
+        *which* workers arrived (replication) override it. Engines end a wait once every group is decodable."""
+        return mask.sum(dim=-1) >= self.min_arrived
+
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Encode and decode with the identity computation: ``(B, K, *feat) -> (B, K, *feat)`` (a sanity check)."""
         return self.decoder(self.encoder(x), mask)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable
+from typing import Callable, Optional
 
 from torchgcc.codes.bacc import BACC
 from torchgcc.codes.base import Code
 from torchgcc.codes.gcc import GCC
 from torchgcc.codes.lcc import LCC
+from torchgcc.codes.replication import Replication
+from torchgcc.codes.uncoded import Uncoded
 from torchgcc.registry import Registry
 
 __all__ = ["CODES", "register_code", "make_code", "list_codes"]
@@ -22,8 +24,11 @@ def register_code(name: str, factory: Callable[..., Code]) -> None:
     CODES.register(name, factory)
 
 
-def make_code(name: str, *, num_inputs: int, num_workers: int, **kwargs) -> Code:
-    """Build the code registered as ``name`` (see :func:`list_codes`)."""
+def make_code(name: str, *, num_inputs: int, num_workers: Optional[int] = None, **kwargs) -> Code:
+    """Build the code registered as ``name`` (see :func:`list_codes`) for ``num_inputs`` K and ``num_workers`` N
+    (codes whose N follows from K, such as ``"uncoded"``, may leave it out)."""
+    if num_workers is None:
+        return CODES[name](num_inputs=num_inputs, **kwargs)
     return CODES[name](num_inputs=num_inputs, num_workers=num_workers, **kwargs)
 
 
@@ -36,3 +41,5 @@ register_code("gcc", GCC)
 register_code("natural", partial(GCC, lambda_enc=0.0, lambda_dec=0.0))
 register_code("bacc", BACC)
 register_code("lcc", LCC)
+register_code("replication", Replication)
+register_code("uncoded", Uncoded)
