@@ -1,6 +1,6 @@
 """The docs generator (``python -m torchgcc.app.docs``) and the docs themselves.
 
-Two parts: the generator's rule and template engine against hand-written cases, then the repository's docs: each
+Two parts: the generator's rule and its Jinja2 environment against hand-written cases, then the repository's docs: each
 committed doc equals its rendering, no template has a measured number without a source, every source is a committed
 file, every dotted ``torchgcc`` name resolves, the README's size, Quickstart and snippets, and the documented
 commands (they parse, and none writes into a tracked file).
@@ -63,8 +63,9 @@ def test_the_rule_flags_measured_numbers(text: str, flagged: list[str]) -> None:
         "float32, bf16, ResNet-18, vit_tiny_patch16_224, 8x8 digits, 24x8",  # parts of names
         "see `0.5 s` and `1e-2`, or ``x = 1.5``",  # code spans
         "```bash\nsleep 0.5  # 3 s\n```",  # fenced code
-        "<!-- let x = 0.5 -->",  # a directive
-        "{{ demo.mse | .3g }} s",  # a placeholder
+        "<!-- 0.5 s -->",  # an HTML comment
+        '{{ demo.mse | fmt(".3g") }} s',  # a placeholder
+        "{% set x = 0.5 %}, {% check x < 1.5 %}, {# 2.5 s #}",  # Jinja2 tags and comments
         "[results/adaptive-wait-budget0.002.json](results/adaptive-wait-budget0.002.json)",  # a path and a target
         "arXiv 2606.02218, §6.2, a 95% CI, the 95% confidence interval",  # exempt
         "3 seeds, 4 steps, 2 samples",  # words starting like units
@@ -79,7 +80,7 @@ def test_findings_carry_their_line() -> None:
     assert [(f.line, f.text) for f in measured_numbers(text)] == [(5, "2.5 s")]
 
 
-# --- the template engine --------------------------------------------------------------------------------------
+# --- the Jinja2 environment ----------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -98,27 +99,54 @@ def _render(text: str, root: Path) -> str:
     return render(text, name="toy.md", sources=Sources(root))
 
 
-def test_placeholders_lets_and_format_specs(results_root: Path) -> None:
+def test_placeholders_sets_and_the_format_filter(results_root: Path) -> None:
     text = (
-        '<!-- let toy = load("docs/results/toy.json") -->\n'
-        'GCC {{ toy(scheme="gcc", S=0).mse }}, BACC {{ toy(scheme="bacc", S=0).mse | .1f }}, '
-        '{{ toy(scheme="bacc", S=0).mse / toy(scheme="gcc", S=0).mse | .2g }}x, '
-        "{{ toy.config.repeats }} repeats, {{ 1e-3 * toy.config.repeats | .0e }}.\n"
+        '{% set toy = load("docs/results/toy.json") %}\n'
+        'GCC {{ toy(scheme="gcc", S=0).mse }}, BACC {{ toy(scheme="bacc", S=0).mse | fmt(".1f") }}, '
+        '{{ (toy(scheme="bacc", S=0).mse / toy(scheme="gcc", S=0).mse) | fmt(".2g") }}x, '
+        '{{ toy.config.repeats }} repeats, {{ (1e-3 * toy.config.repeats) | fmt(".0e") }}, '
+        '{{ toy.records | map(attribute="mse") | map("fmt", ".1%") | join(" / ") }}.\n'
     )
-    assert _render(text, results_root) == "GCC 0.0224, BACC 0.1, 5.4x, 20 repeats, 2e-2.\n"
+    assert _render(text, results_root) == "GCC 0.0224, BACC 0.1, 5.4x, 20 repeats, 2e-2, 2.2% / 12.1%.\n"
 
 
-def test_a_failed_check_names_the_line(results_root: Path) -> None:
-    text = '<!-- let toy = load("docs/results/toy.json") -->\nok\n<!-- check toy.config.repeats > 50 -->\n'
-    with pytest.raises(DocsError, match=r"toy.md:3: the claim no longer holds: toy.config.repeats > 50"):
+def test_tags_on_lines_of_their_own_vanish_with_their_line(results_root: Path) -> None:
+    text = (
+        "a\n"
+        '  {% set toy = load("docs/results/toy.json") %}\n'
+        "{% for r in toy.records %}\n"
+        "{% check r.mse > 0 %}\n"
+        "{% endfor %}\n"
+        "b {{ toy.config.repeats }}\n"
+    )
+    assert _render(text, results_root) == "a\nb 20\n"
+
+
+def test_a_failed_check_shows_the_claim_and_its_line(results_root: Path) -> None:
+    text = (
+        '{% set toy = load("docs/results/toy.json") %}\nok\n'
+        "{% for r in toy.records %}\n{% check r.mse <\n    0.1 %}\n{% endfor %}\n"
+    )
+    with pytest.raises(DocsError, match=r"^toy.md:4: the claim no longer holds: r.mse < 0.1$"):
+        _render(text, results_root)
+
+
+def test_an_undefined_name_fails_with_its_line(results_root: Path) -> None:
+    text = '{% set toy = load("docs/results/toy.json") %}\n\nGCC {{ toy(scheme="gcc", S=0).mse }}, {{ tyo.mse }}\n'
+    with pytest.raises(DocsError, match=r"^toy.md:3: UndefinedError: 'tyo' is undefined$"):
         _render(text, results_root)
 
 
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("{{ 0.5 }}", "computes from no source"),
-        ("<!-- let x = 2 * 3 -->", "computes from no source"),
+        ("{{ 0.5 }}", "toy.md:1: the expression computes from no source"),
+        ("\n{% set x = 2 * 3 %}", "toy.md:2: the expression computes from no source"),
+        ('{% set d = {} %}{{ d["gcc"].mse }}', "UndefinedError: 'dict object' has no attribute 'gcc'"),
+        ('{{ load("docs/results/toy.json").config.seed | fmt(".2f") }}', "has no entry 'seed'"),
+        ('{{ load("docs/results/toy.json").config.repeats | fmt(".2q") }}', "fmt\\('.2q'\\) of 20"),
+        ('{{ load("docs/results/toy.json").records[0].data.get("seed") }}', "the value is None"),
+        ("{{ load( }}", "toy.md:1: unexpected '}'"),
         ('{{ load("docs/results/toy.json")(scheme="lcc").mse }}', "0 records match"),
         ('{{ load("docs/results/toy.json").config.seed }}', "has no entry 'seed'"),
         ('{{ load("docs/results/missing.json") }}', "no such file"),

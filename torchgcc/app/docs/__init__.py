@@ -5,23 +5,31 @@
 differs from its rendering or a template has a measured number without a source. ``tests/test_docs.py`` runs the
 same check. Edit the templates, never the rendered docs; after new results are committed, rerun the command.
 
-Template syntax (the rest is Markdown, copied as it is):
+Templates are Jinja2 (https://jinja.palletsprojects.com/templates/), rendered by :mod:`torchgcc.app.docs.template`
+with an undefined name an error (``StrictUndefined``), nothing escaped, and block tags on lines of their own removed
+with their line (``trim_blocks``, ``lstrip_blocks``); the rest is Markdown, copied as it is:
 
-- ``{{ EXPRESSION }}`` or ``{{ EXPRESSION | SPEC }}``: the value of a Python expression, formatted with the format
-  spec ``SPEC`` (``.3g``, ``.1f``, ``.1%``, ``,d``; floats default to ``.3g``). An expression must read a source (a
-  bare literal is refused) and may use the names below, those of earlier ``let`` directives and a few builtins
-  (:data:`torchgcc.app.docs.template.SAFE_BUILTINS`).
-- ``<!-- let NAME = EXPRESSION -->``: binds ``NAME`` for the rest of the template.
-- ``<!-- check EXPRESSION -->``: rendering fails unless the expression is true. Write one after every sentence that
-  claims an order or a win ("below BACC at every S"), so new results cannot silently contradict the prose.
-  Directives on lines of their own are removed with their line. ``\\{{`` writes a literal ``{{``.
+- ``{{ EXPRESSION }}``: its value; a float is written with the format spec ``.3g``, ``None`` and a whole JSON object
+  are errors. ``{{ EXPRESSION | fmt(".1%") }}`` formats with a spec (``.3g``, ``.1f``, ``.1%``, ``,d``); Jinja2's
+  filters bind tighter than arithmetic, so write ``{{ (a / b) | fmt(".2g") }}``. An expression that writes or binds a
+  number must read a source (``{{ 0.5 }}`` is refused).
+- ``{% set NAME = EXPRESSION %}``; lists and dicts are built with ``{% for %}`` and ``{% do xs.append(...) %}``;
+  ``{% macro %}`` for a phrase repeated with other arguments; Jinja2's filters (``map(attribute="mse")``,
+  ``selectattr``, ``min``, ``max``, ``join``, ``first``) for projections.
+- ``{% check EXPRESSION %}``: rendering fails, with the template line and the expression's text, unless the
+  expression is true. Write one after every sentence that claims an order or a win ("below BACC at every S"; in a
+  ``{% for %}`` loop for "at every"), so new results cannot silently contradict the prose.
+- ``{{ "{{" }}`` writes a literal ``{{``.
 
-Names available in expressions:
+Names available in expressions (besides Jinja2's ``range``, ``dict`` and ``namespace``):
 
 - ``load("docs/results/demo.json")``: a committed JSON (or ``.jsonl``) file under ``docs/results``,
   ``benchmarks/results`` or ``recipes/results`` as a :class:`~torchgcc.app.docs.sources.View`:
   ``demo.config.repeats``, ``demo(scheme="gcc", S=16).mse`` (the one record that matches),
   ``demo.where(scheme="gcc")``, ``demo.values("S")``;
+- ``by(records, "scheme", "S")``: the records indexed by those fields (``m["gcc", 16].mse``), and
+  ``cells(m, ["gcc", "bacc"], [0, 16])``: the records at every combination of keys; ``argmin`` / ``argmax`` of a dict,
+  ``overlaps(a, b, "mse")`` of two records' 95% intervals;
 - ``table(RENDERER, SOURCE, **options)``: a whole Markdown table. ``RENDERER`` is a module of
   :mod:`torchgcc.app` (``"experiments.straggler_study"``: its function ``docs_table(data, **options) -> str``) or
   ``"module:function"``; it receives the plain JSON data. Tables are whole: a renderer shows every record it is
@@ -29,7 +37,8 @@ Names available in expressions:
 - ``value("torchgcc.codes.maps.CACHE_BYTES")``: an object of the code (a default, a constant);
   ``default("torchgcc.distributed.launcher.launch", "grace_s")``: a parameter's default;
   ``exports("torchgcc.metrics")``: a module's ``__all__`` as code spans;
-- ``math`` and ``statistics``.
+- ``math``, ``statistics`` and the builtins of :data:`torchgcc.app.docs.template.BUILTINS` (``min``, ``max``, ``len``,
+  ``sorted``, ...).
 
 **Measured numbers.** In a template's prose (its text outside fenced code blocks, inline code spans, HTML comments,
 link targets ``](...)`` and placeholders), every number with a decimal point (``0.5``), an exponent (``1e-2``), a

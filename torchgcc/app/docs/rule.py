@@ -1,10 +1,11 @@
 """The measured-number rule of :mod:`torchgcc.app.docs` (stated in its docstring), as code.
 
-:func:`prose` blanks out what is not prose (fenced code blocks, inline code spans, HTML comments, placeholders, link
-targets, and the exempt names: arXiv identifiers, section signs, "95% CI", "95% confidence"); :func:`measured_numbers`
-then finds every numeric literal that is not part of a word, path or name (not preceded by a letter, digit, ``_``,
-``.`` or ``/``, nor by ``-`` after a letter) and has a decimal point, an exponent, a percent sign, a ratio ``x`` or
-one of :data:`UNITS` after it. ``tests/test_docs.py`` holds the cases that must and must not be flagged.
+:func:`prose` blanks out what is not prose (fenced code blocks, inline code spans, HTML comments, Jinja2
+placeholders, tags and comments, link targets, and the exempt names: arXiv identifiers, section signs, "95% CI",
+"95% confidence"); :func:`measured_numbers` then finds every numeric literal that is not part of a word, path or name
+(not preceded by a letter, digit, ``_``, ``.`` or ``/``, nor by ``-`` after a letter) and has a decimal point, an
+exponent, a percent sign, a ratio ``x`` or one of :data:`UNITS` after it. ``tests/test_docs.py`` holds the cases that
+must and must not be flagged.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ _EXEMPT = re.compile(r"arXiv:?\s+\d{4}\.\d{4,5}(?:v\d+)?|§\s?\d+(?:\.\d+)*|95\s
 # What is not prose, in the order it is removed (each replaced by as many newlines as it spans).
 _NOT_PROSE = (
     re.compile(r"^[ \t]*(?P<fence>```|~~~).*?^[ \t]*(?P=fence)[^\n]*$", re.S | re.M),  # fenced code blocks
-    re.compile(r"<!--.*?-->", re.S),  # HTML comments, the directives among them
-    re.compile(r"\{\{.*?\}\}", re.S),  # placeholders
+    re.compile(r"<!--.*?-->", re.S),  # HTML comments
+    re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", re.S),  # Jinja2 placeholders, tags and comments
     re.compile(r"(`+)(?:(?!\1).)+?\1", re.S),  # inline code spans (any number of backticks)
     re.compile(r"\]\([^)\s]*\)"),  # link and image targets
 )
@@ -67,8 +68,8 @@ def _blank(match: re.Match) -> str:
 
 
 def prose(text: str) -> str:
-    """``text`` with code blocks, code spans, HTML comments, placeholders and link targets blanked out (line
-    numbers kept)."""
+    """``text`` with code blocks, code spans, HTML comments, Jinja2 placeholders, tags and comments, and link targets
+    blanked out (line numbers kept)."""
     for pattern in _NOT_PROSE:
         text = pattern.sub(_blank, text)
     return _EXEMPT.sub(_blank, text)

@@ -9,6 +9,7 @@ the code is quoted from the code itself.
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 from pathlib import Path
 from typing import Any, Iterator
@@ -21,6 +22,7 @@ __all__ = [
     "argmax",
     "argmin",
     "by",
+    "cells",
     "default",
     "exports",
     "overlaps",
@@ -49,6 +51,9 @@ class View:
     - ``view.where(**match)``: all such records; ``view.values(key)``: the sorted distinct values of ``key``;
     - ``view.data``: the plain JSON data.
     """
+
+    #: Jinja2 asks every callable for this attribute; a view has no such entry to report.
+    jinja_pass_arg = None
 
     def __init__(self, data: Any, where: str) -> None:
         self.data = data
@@ -179,6 +184,19 @@ def by(records: Any, *keys: str) -> dict:
         if key in found:
             raise DocsError(f"by({keys}): two records have {key!r}")
         found[key] = record
+    return found
+
+
+def cells(records: Any, *axes: Any) -> list:
+    """The records of a dict from :func:`by` at every combination of the ``axes``' values, the last axis varying
+    fastest: ``cells(p, rates, ["gcc:S=2", "bacc:S=2"])`` is ``[p[r, s] for r in rates for s in (...)]``. A missing
+    combination is an error."""
+    found = []
+    for key in itertools.product(*axes):
+        key = key[0] if len(axes) == 1 else key
+        if key not in records:
+            raise DocsError(f"cells: no record at {key!r}")
+        found.append(records[key])
     return found
 
 

@@ -1,58 +1,44 @@
-"""Render one doc template: directives, placeholders and tables (the syntax is in :mod:`torchgcc.app.docs`)."""
+"""Render one doc template with Jinja2 (the syntax and the names a template may use are in :mod:`torchgcc.app.docs`).
+
+:func:`environment` is the Jinja2 environment of a rendering: undefined names fail (``StrictUndefined``), nothing is
+escaped, block tags on lines of their own vanish with their line, every ``{{ }}`` value goes through :func:`finalize`
+(floats as ``.3g``; ``None`` and whole JSON objects refused), the filter ``fmt`` formats with a format spec, the tag
+``{% check EXPRESSION %}`` fails the rendering when a claim no longer holds, and the globals are the sources, the
+table renderers and a few builtins. :func:`render` adds the two rules Jinja2 does not have: an expression that writes a
+number must read a source, and every error names the template and line.
+"""
 
 from __future__ import annotations
 
-import ast
 import builtins
 import importlib
 import math
-import re
 import statistics
+import traceback
 from typing import Any, Callable
 
-from torchgcc.app.docs.sources import DocsError, Sources, View, argmax, argmin, by, default, exports, overlaps, value
+import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension
 
-__all__ = ["SAFE_BUILTINS", "render", "table"]
-
-#: The builtins an expression may call (everything else must come from a source).
-SAFE_BUILTINS: tuple[str, ...] = (
-    "abs",
-    "all",
-    "any",
-    "bool",
-    "dict",
-    "enumerate",
-    "filter",
-    "float",
-    "format",
-    "int",
-    "len",
-    "list",
-    "map",
-    "max",
-    "min",
-    "next",
-    "range",
-    "reversed",
-    "round",
-    "set",
-    "sorted",
-    "str",
-    "sum",
-    "tuple",
-    "zip",
+from torchgcc.app.docs.sources import (
+    DocsError,
+    Sources,
+    View,
+    argmax,
+    argmin,
+    by,
+    cells,
+    default,
+    exports,
+    overlaps,
+    value,
 )
 
-# A directive on lines of its own (removed with its line) or inline, then a placeholder.
-_TOKEN = re.compile(
-    r"(?P<own>^[ \t]*)?<!--\s*(?P<kind>let|check)\s(?P<body>.*?)-->(?(own)[ \t]*\n?)"
-    r"|(?P<escaped>\\\{\{)"
-    r"|\{\{(?P<expression>.*?)\}\}",
-    re.S | re.M,
-)
-_LET = re.compile(r"\s*(?P<name>[A-Za-z_]\w*)\s*=(?!=)(?P<expression>.*)", re.S)
-_EXPONENT = re.compile(r"e(?P<sign>[-+])0*(?P<digits>\d+)")
-_SPEC = re.compile(r"^(?P<expression>.*)\|(?P<spec>[^|()\[\]{}'\"]*)$", re.S)
+__all__ = ["BUILTINS", "CheckExtension", "environment", "finalize", "fmt", "render", "table"]
+
+#: The Python builtins a template may call (everything else comes from a source or a renderer).
+BUILTINS: tuple[str, ...] = ("abs", "enumerate", "float", "len", "list", "max", "min", "sorted", "str", "sum", "zip")
 
 
 def table(renderer: str, source: Any = None, **options: Any) -> str:
@@ -79,84 +65,133 @@ def _plain(source: Any) -> Any:
     return source
 
 
-def _check_sourced(expression: str, where: str) -> None:
-    """An expression with a number in it must read something (a source, a let name, a table): a number written
-    into a placeholder is not a measurement. Literals without numbers (a list of file names) are fine."""
+def fmt(number: Any, spec: str) -> str:
+    """The filter ``{{ x | fmt(".3g") }}``: ``number`` formatted with the format spec ``spec`` (``.3g``, ``.1f``,
+    ``.1%``, ``,d``); a float's exponent loses its ``+`` and leading zeros (``1e-2``, not ``1e-02``)."""
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
-    except SyntaxError as error:
-        raise DocsError(f"{where}: {expression.strip()!r} is not a Python expression ({error.msg})") from None
-    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
-    numbers = [
-        node
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
-    ]
-    if numbers and not names - set(SAFE_BUILTINS):
-        raise DocsError(f"{where}: {expression.strip()!r} computes from no source (a literal is not a measurement)")
-
-
-def _format(result: Any, spec: str | None, where: str) -> str:
-    if result is None:
-        raise DocsError(f"{where}: the value is None (missing in its source)")
-    if isinstance(result, View):
-        raise DocsError(f"{where}: the value is a {type(result.data).__name__}, not a number or text")
-    try:
-        text = format(result, ".3g" if spec is None and isinstance(result, float) else (spec or "").strip())
+        text = format(number, spec)
     except (ValueError, TypeError) as error:
-        raise DocsError(f"{where}: format spec {spec!r}: {error}") from None
-    return (
-        _EXPONENT.sub(lambda m: "e" + m["sign"].replace("+", "") + m["digits"], text)
-        if isinstance(result, float)
-        else text
+        raise DocsError(f"fmt({spec!r}) of {number!r}: {error}") from None
+    if not isinstance(number, float) or "e" not in text:
+        return text
+    mantissa, exponent = text.split("e")
+    return f"{mantissa}e{'-' if exponent.startswith('-') else ''}{int(exponent[1:])}"
+
+
+def finalize(result: Any) -> Any:
+    """What a ``{{ }}`` writes: a float as ``.3g``, anything else as it is; ``None`` (missing in its source) and a
+    whole JSON object or list are errors."""
+    if result is None:
+        raise DocsError("the value is None (missing in its source)")
+    if isinstance(result, View):
+        raise DocsError(f"the value is a {type(result.data).__name__}, not a number or text")
+    return fmt(result, ".3g") if isinstance(result, float) else result
+
+
+class CheckExtension(Extension):
+    """``{% check EXPRESSION %}``: the rendering fails, with the claim's text and line, unless the expression is
+    true. Write one after every sentence that claims an order or a win, so new results cannot silently contradict
+    the prose."""
+
+    tags = {"check"}
+
+    def preprocess(self, source: str, name: str | None, filename: str | None = None) -> str:
+        # Jinja2's parser keeps no source text: each tag's text is read here from Jinja2's own tokens, in the order
+        # the parser meets the tags.
+        claims, claim, previous = [], None, None
+        for _, kind, text in self.environment.lex(source):
+            if kind == "block_end" and claim is not None:
+                claims.append(" ".join("".join(claim).split()))
+                claim = None
+            elif claim is not None:
+                claim.append(text)
+            elif kind == "name" and text == "check" and previous == "block_begin":
+                claim = []
+            if kind != "whitespace":
+                previous = kind
+        self._claims = iter(claims)
+        return source
+
+    def parse(self, parser: Any) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        condition = parser.parse_expression()
+        call = self.call_method("_check", [condition, nodes.Const(next(self._claims))], lineno=lineno)
+        return nodes.ExprStmt(call, lineno=lineno)
+
+    def _check(self, holds: Any, claim: str) -> str:
+        if not holds:
+            raise DocsError(f"the claim no longer holds: {claim}")
+        return ""
+
+
+def environment(sources: Sources) -> jinja2.Environment:
+    """The Jinja2 environment of one rendering, its globals reading ``sources``."""
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        finalize=finalize,
+        extensions=[CheckExtension, "jinja2.ext.do"],
     )
+    env.filters["fmt"] = fmt
+    env.globals.update({name: getattr(builtins, name) for name in BUILTINS})
+    env.globals.update(
+        argmax=argmax,
+        argmin=argmin,
+        by=by,
+        cells=cells,
+        default=default,
+        exports=exports,
+        load=sources.load,
+        math=math,
+        overlaps=overlaps,
+        statistics=statistics,
+        table=table,
+        value=value,
+    )
+    return env
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _numbers_without_source(tree: nodes.Template) -> list[int]:
+    """The lines of the expressions that write, bind or test a number and read no name but a builtin: a number
+    written into a template is not a measurement (literals without numbers, a list of file names, are fine)."""
+    expressions = [child for node in tree.find_all(nodes.Output) for child in node.nodes]
+    expressions += [node.node for node in tree.find_all((nodes.Assign, nodes.ExprStmt))]
+    lines = []
+    for expression in expressions:
+        found = [expression, *expression.find_all(nodes.Expr)]
+        names = {node.name for node in found if isinstance(node, nodes.Name)} - set(BUILTINS)
+        numbers = [node for node in found if isinstance(node, nodes.Const) and _is_number(node.value)]
+        if numbers and not names:
+            lines.append(expression.lineno)
+    return lines
+
+
+def _template_line(error: BaseException) -> int | None:
+    """The template line where ``error`` was raised (Jinja2 puts the template's frames into the traceback)."""
+    lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__) if frame.filename == "<template>"]
+    return lines[-1] if lines else None
 
 
 def render(text: str, *, name: str, sources: Sources) -> str:
-    """``text`` with its directives applied and removed and its placeholders replaced by their values.
-
-    ``name`` (the template's path) goes into error messages, with the line.
-    """
-    namespace: dict[str, Any] = {
-        "__builtins__": {key: getattr(builtins, key) for key in SAFE_BUILTINS},
-        "argmax": argmax,
-        "argmin": argmin,
-        "by": by,
-        "default": default,
-        "exports": exports,
-        "load": sources.load,
-        "math": math,
-        "overlaps": overlaps,
-        "statistics": statistics,
-        "table": table,
-        "value": value,
-    }
-
-    def evaluate(expression: str, where: str) -> Any:
-        _check_sourced(expression, where)
-        try:
-            return eval(expression.strip(), namespace)  # noqa: S307 - the repository's own templates
-        except DocsError as error:
-            raise DocsError(f"{where}: {error}") from None
-        except Exception as error:  # any failure of the expression is the template's
-            raise DocsError(f"{where}: {expression.strip()!r}: {type(error).__name__}: {error}") from None
-
-    def replace(match: re.Match) -> str:
-        if match.group("escaped") is not None:
-            return "{{"
-        where = f"{name}:{text.count(chr(10), 0, match.start()) + 1}"
-        if match.group("expression") is not None:
-            found = _SPEC.match(match.group("expression"))
-            expression, spec = (found["expression"], found["spec"]) if found else (match.group("expression"), None)
-            return _format(evaluate(expression, where), spec, where)
-        body = match.group("body")
-        if match.group("kind") == "let":
-            let = _LET.match(body)
-            if let is None:
-                raise DocsError(f"{where}: expected '<!-- let NAME = EXPRESSION -->'")
-            namespace[let["name"]] = evaluate(let["expression"], where)
-        elif not evaluate(body, where):
-            raise DocsError(f"{where}: the claim no longer holds: {body.strip()}")
-        return ""
-
-    return _TOKEN.sub(replace, text)
+    """The template ``text`` rendered, reading ``sources``. ``name`` (the template's path) goes into error messages,
+    with the line."""
+    env = environment(sources)
+    try:
+        tree = env.parse(text)
+    except jinja2.TemplateSyntaxError as error:
+        raise DocsError(f"{name}:{error.lineno}: {error.message}") from None
+    unsourced = _numbers_without_source(tree)
+    if unsourced:
+        raise DocsError(f"{name}:{unsourced[0]}: the expression computes from no source (a literal is no measurement)")
+    try:
+        return env.from_string(tree).render()
+    except Exception as error:  # any failure of an expression is the template's
+        message = str(error) if isinstance(error, DocsError) else f"{type(error).__name__}: {error}"
+        raise DocsError(f"{name}:{_template_line(error)}: {message}") from None
