@@ -1,15 +1,20 @@
-"""Every registered code, every shipped decoder variant, and a code a user registers, pass
-:class:`code_contract.CodeContract`."""
+"""Every registered code, every shipped decoder variant, and the user-registered code of docs/api.md pass
+:class:`torchgcc.testing.CodeContract`."""
 
 from __future__ import annotations
 
+import io
+import re
+import sys
+import types
+import unittest
+from pathlib import Path
+
 import pytest
-import torch
-from code_contract import CodeContract, K, N
 
 import torchgcc
 from torchgcc.codes.catalog import CODES
-from torchgcc.codes.maps import Decoder, Encoder
+from torchgcc.testing import CodeContract
 
 #: Required arguments of registered codes that have no default.
 REQUIRED = {"lcc": {"degree": 1}}
@@ -21,11 +26,15 @@ class TestRegisteredCodes(CodeContract):
     def _name(self, name):
         self.name = name
         if name == "uncoded":  # N = K
-            self.num_workers = K
+            self.num_workers = self.num_inputs
 
     def make(self, **options) -> torchgcc.Code:
         return torchgcc.make_code(
-            self.name, num_inputs=K, num_workers=self.num_workers, **REQUIRED.get(self.name, {}), **options
+            self.name,
+            num_inputs=self.num_inputs,
+            num_workers=self.num_workers,
+            **REQUIRED.get(self.name, {}),
+            **options,
         )
 
 
@@ -49,51 +58,68 @@ UNCHECKED = {
 }
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
-class TestDecoderVariants(CodeContract):
+class _Variant(CodeContract):
+    variants: dict
+
     @pytest.fixture(autouse=True)
     def _variant(self, variant):
-        self.name, self.options = VARIANTS[variant]
+        self.name, self.options = self.variants[variant]
 
     def make(self, **options) -> torchgcc.Code:
-        return torchgcc.make_code(self.name, num_inputs=K, num_workers=N, **{**self.options, **options})
+        return torchgcc.make_code(
+            self.name, num_inputs=self.num_inputs, num_workers=self.num_workers, **{**self.options, **options}
+        )
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+class TestDecoderVariants(_Variant):
+    variants = VARIANTS
 
 
 @pytest.mark.parametrize("variant", sorted(UNCHECKED))
-class TestUncheckedVariants(CodeContract):
+class TestUncheckedVariants(_Variant):
+    variants = UNCHECKED
     checked = False
 
-    @pytest.fixture(autouse=True)
-    def _variant(self, variant):
-        self.name, self.options = UNCHECKED[variant]
 
-    def make(self, **options) -> torchgcc.Code:
-        return torchgcc.make_code(self.name, num_inputs=K, num_workers=N, **{**self.options, **options})
+API = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
 
-class MeanDecoder(Decoder):
-    """Estimates every output by the mean of the arrived results (a third party's decoder: only ``fit_matrix``)."""
-
-    def fit_matrix(self, survivors) -> torch.Tensor:
-        weights = survivors.valid / survivors.counts.unsqueeze(-1).clamp(min=1)
-        return weights.to(torch.float64).unsqueeze(1).expand(-1, self.num_inputs, -1)
+def documented_example() -> str:
+    """The python block of docs/api.md that registers a code and tests it with ``CodeContract``."""
+    (block,) = [block for block in re.findall(r"```python\n(.*?)```", API.read_text(), re.S) if "CodeContract" in block]
+    return block
 
 
-class MeanCode(torchgcc.Code):
-    """A user's code: each worker gets the mean of the inputs; the decoder averages what arrived."""
+@pytest.fixture
+def documented(monkeypatch) -> types.ModuleType:
+    """docs/api.md's example as a module (importable, so that its code pickles), with its registration undone after
+    the test."""
+    monkeypatch.setattr(CODES, "_entries", dict(CODES._entries))
+    module = types.ModuleType("api_md_example")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(documented_example(), str(API), "exec"), module.__dict__)  # noqa: S102 - the repository's own docs
+    return module
 
-    def __init__(self, num_inputs: int, num_workers: int, **options) -> None:
-        super().__init__(num_inputs, num_workers, **options)
-        alpha, beta = self._points
-        self.encoder = Encoder(torch.full((num_workers, num_inputs), 1.0 / num_inputs, dtype=torch.float64))
-        self.decoder = MeanDecoder(alpha, beta, min_arrived=1, **self._decoder_options)
+
+@pytest.mark.parametrize("test", sorted(name for name in dir(CodeContract) if name.startswith("test_")))
+def test_the_documented_user_code_passes_the_contract(documented, test):
+    assert "mean" in torchgcc.list_codes()
+    getattr(documented.TestMeanCode(), test)()
 
 
-class TestUserRegisteredCode(CodeContract):
-    @pytest.fixture(autouse=True)
-    def _register(self, monkeypatch):
-        monkeypatch.setitem(CODES._entries, "user_mean", MeanCode)  # undone after each test
-        assert "user_mean" in torchgcc.list_codes()
+def test_the_contract_fails_a_code_that_does_not_pickle_and_runs_under_unittest(documented):
+    class Unpicklable(documented.MeanCode):
+        def __init__(self, num_inputs, num_workers, **options):
+            super().__init__(num_inputs, num_workers, **options)
+            self.scale = lambda y: y  # a lambda attribute: the module cannot be pickled
 
-    def make(self, **options) -> torchgcc.Code:
-        return torchgcc.make_code("user_mean", num_inputs=K, num_workers=N, **options)
+    class TestUnpicklable(CodeContract, unittest.TestCase):
+        def make(self, **options):
+            return Unpicklable(self.num_inputs, self.num_workers, **options)
+
+    suite = unittest.defaultTestLoader.loadTestsFromTestCase(TestUnpicklable)
+    result = unittest.TextTestRunner(stream=io.StringIO()).run(suite)
+    failed = [test.id().rsplit(".", 1)[-1] for test, _ in result.failures + result.errors]
+    assert failed == ["test_pickling_round_trips"]
+    assert result.testsRun == len([name for name in dir(CodeContract) if name.startswith("test_")])

@@ -20,7 +20,7 @@ def build(name: str, **kwargs) -> torchgcc.Code:
 
 
 #: The codes that fit a function to any ``min_arrived`` results (replication and uncoded, which need a copy of every
-#: input, are checked against their own reference below; every code runs tests/code_contract.py).
+#: input, are checked against their own reference below; every code runs torchgcc.testing.CodeContract).
 FITTING_CODES = [name for name in torchgcc.list_codes() if name not in ("replication", "uncoded")]
 
 

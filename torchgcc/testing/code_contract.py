@@ -1,28 +1,35 @@
-"""``CodeContract``: the behaviour every code owes its users, as a reusable base test case (gpytorch-style mixin).
+"""``CodeContract``: the behaviour every code owes its users, as a reusable base test case (as gpytorch ships
+``BaseKernelTestCase``).
 
 Subclass it, named ``Test...``, and define ``make(self, **options) -> Code`` building the code under test with
-``num_inputs=K``, ``num_workers=N`` and the :class:`torchgcc.Code` options passed. Every registered code, every
-shipped decoder variant (each ``lambda_dec`` rule, the robust decoders, ``check=False``, ``nonfinite="straggle"``)
-and a user-registered code run it through ``tests/test_code_contract.py``; a third-party code can run it from its
-own tests the same way. A variant built with ``check=False`` is held to what that option promises instead of the
-checks (``checked = False``).
+``num_inputs=self.num_inputs``, ``num_workers=self.num_workers`` and the :class:`torchgcc.Code` options passed.
+Every registered code, every shipped decoder variant (each ``lambda_dec`` rule, the robust decoders, ``check=False``,
+``nonfinite="straggle"``) and the user-registered code of docs/api.md run it in ``tests/test_code_contract.py``; a
+third-party code runs it from its own tests the same way. A variant built with ``check=False`` is held to what that
+option promises instead of the checks (``checked = False``).
 """
 
 from __future__ import annotations
 
 import copy
 import pickle
+import unittest
 
-import pytest
 import torch
 
-import torchgcc
+from torchgcc.codes import Code
 from torchgcc.stragglers import FixedStragglers
 
+__all__ = ["CodeContract", "contract_data"]
+
+#: K, N and the stragglers per group of the contract's data.
 K, N, S = 3, 8, 2
 
+# unittest's assertRaisesRegex, without making the contract a TestCase (pytest collects plain classes).
+_ASSERT = unittest.TestCase()
 
-def contract_data(code: torchgcc.Code, dtype: torch.dtype = torch.float64, groups: int = 3, seed: int = 0):
+
+def contract_data(code: Code, dtype: torch.dtype = torch.float64, groups: int = 3, seed: int = 0):
     """Smooth results ``(B, N, 2)`` (a code decodes them well), ``(B, N)`` masks the code decodes (S stragglers each,
     or none in a group whose draw it cannot decode: with S = 2 of N = 8 that happens only for codes that need a
     particular worker, such as replication and uncoded), and inputs ``(B, K, 2)``, for ``code``'s K and N."""
@@ -46,8 +53,10 @@ class CodeContract:
     #: K and N of the code :meth:`make` builds (a code whose N follows from K, such as uncoded, sets both).
     num_inputs, num_workers = K, N
 
-    def make(self, **options) -> torchgcc.Code:
-        raise NotImplementedError
+    def make(self, **options) -> Code:
+        """The code under test, for K = ``self.num_inputs`` and N = ``self.num_workers``, with ``options`` (the
+        :class:`torchgcc.Code` options) passed on."""
+        raise NotImplementedError("a CodeContract subclass defines make(self, **options)")
 
     def test_shapes(self):
         code = self.make()
@@ -65,7 +74,7 @@ class CodeContract:
         assert bool((matrices[~mask.unsqueeze(1).expand_as(matrices)] == 0).all())  # zero in straggler columns
         torch.testing.assert_close(code.decoder(y, mask), matrices @ y, rtol=1e-12, atol=1e-12)
         if code.decoder.depends_on_results:
-            with pytest.raises(TypeError, match="depend on the results"):
+            with _ASSERT.assertRaisesRegex(TypeError, "depend on the results"):
                 code.decoder.decode_matrix(mask)
         else:
             torch.testing.assert_close(code.decoder.decode_matrix(mask), matrices, rtol=0, atol=0)
@@ -89,21 +98,21 @@ class CodeContract:
                 continue
             assert not bool(torch.isfinite(estimate).all())
 
-    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
-    def test_dtypes_follow_the_input_at_its_precision(self, dtype):
+    def test_dtypes_follow_the_input_at_its_precision(self):
         code = self.make()
-        y, mask, x = contract_data(code, dtype)
-        eps = torch.finfo(dtype).eps
-        for got, reference in (
-            (code.encoder(x), code.encoder(x.double())),
-            (code.decoder(y, mask), code.decoder(y.double(), mask)),
-        ):
-            assert got.dtype == dtype
-            # float16/bfloat16: rounding to dtype (half an ulp) plus the float32 accumulation, allowed a tenth of an
-            # ulp of the largest value; float32/float64 accumulate in their own dtype: up to N ulps of it
-            floor = 0.1 if dtype in (torch.float16, torch.bfloat16) else self.num_workers
-            bound = eps * (reference.abs() + floor * reference.abs().max())
-            assert bool(((got.double() - reference).abs() <= bound).all())
+        for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            y, mask, x = contract_data(code, dtype)
+            eps = torch.finfo(dtype).eps
+            for got, reference in (
+                (code.encoder(x), code.encoder(x.double())),
+                (code.decoder(y, mask), code.decoder(y.double(), mask)),
+            ):
+                assert got.dtype == dtype
+                # float16/bfloat16: rounding to dtype (half an ulp) plus the float32 accumulation, allowed a tenth of
+                # an ulp of the largest value; float32/float64 accumulate in their own dtype: up to N ulps of it
+                floor = 0.1 if dtype in (torch.float16, torch.bfloat16) else self.num_workers
+                bound = eps * (reference.abs() + floor * reference.abs().max())
+                assert bool(((got.double() - reference).abs() <= bound).all()), f"{dtype}: beyond its precision"
 
     def test_too_few_arrived_results(self):
         """Below ``min_arrived``: one clear error with checks; with ``check=False`` no error and no read back (the
@@ -113,7 +122,7 @@ class CodeContract:
         mask[1] = False
         mask[1, : code.min_arrived - 1] = True
         if self.checked:
-            with pytest.raises(ValueError, match=f"group 1 has {code.min_arrived - 1} arrived results"):
+            with _ASSERT.assertRaisesRegex(ValueError, f"group 1 has {code.min_arrived - 1} arrived results"):
                 code.decoder(y, mask)
         else:
             assert code.decoder(y, mask).shape == (len(mask), self.num_inputs, 2)
@@ -121,29 +130,29 @@ class CodeContract:
     def test_empty_batch_raises_value_error(self):
         code = self.make()
         k, n = self.num_inputs, self.num_workers
-        with pytest.raises(ValueError, match=r"B = 0"):
+        with _ASSERT.assertRaisesRegex(ValueError, r"B = 0"):
             code.encoder(torch.randn(0, k, 2))
-        with pytest.raises(ValueError, match=r"B = 0"):
+        with _ASSERT.assertRaisesRegex(ValueError, r"B = 0"):
             code.decoder(torch.randn(0, n, 2), torch.ones(0, n, dtype=torch.bool))
 
-    @pytest.mark.parametrize("poison", [float("nan"), float("inf")])
-    def test_values_at_stragglers_never_leak(self, poison):
+    def test_values_at_stragglers_never_leak(self):
         """With checks a NaN/Inf at a straggler never reaches the estimates (the masks have S stragglers in every
         group, also where the code cannot decode all of it: those estimates are NaN with and without the poison);
         with ``check=False`` (no read back) it makes exactly its own group's estimates non-finite, as documented."""
         code = self.make()
         y, _, _ = contract_data(code)
         mask = FixedStragglers(min(S, self.num_workers - 1), seed=0).sample(len(y), self.num_workers)
-        poisoned = y.clone()
-        poisoned[0][~mask[0]] = poison
-        out = code.decoder(poisoned, mask)
         clean = code.decoder(y, mask)
         assert bool(torch.isfinite(clean[code.decodable(mask)]).all())
-        if self.checked:
-            torch.testing.assert_close(out, clean, rtol=0, atol=0, equal_nan=True)
-        else:
-            assert not bool(torch.isfinite(out[0]).all())
-            torch.testing.assert_close(out[1:], clean[1:], rtol=0, atol=0)
+        for poison in (float("nan"), float("inf")):
+            poisoned = y.clone()
+            poisoned[0][~mask[0]] = poison
+            out = code.decoder(poisoned, mask)
+            if self.checked:
+                torch.testing.assert_close(out, clean, rtol=0, atol=0, equal_nan=True, msg=f"{poison} leaked")
+            else:
+                assert not bool(torch.isfinite(out[0]).all())
+                torch.testing.assert_close(out[1:], clean[1:], rtol=0, atol=0)
 
     def test_device_moves_keep_float64_points(self):
         code = self.make()
@@ -155,10 +164,9 @@ class CodeContract:
         assert code.alpha.dtype == torch.float64 and code.encoder.matrix.dtype == torch.float64
         torch.testing.assert_close(code.decoder(y, mask), expected, rtol=0, atol=0)
 
-    @pytest.mark.cuda
     def test_cuda_decode_matches_cpu(self):
         if not torch.cuda.is_available():
-            pytest.skip("needs a CUDA device")
+            raise unittest.SkipTest("needs a CUDA device")  # pytest reports it as skipped too
         code = self.make()
         y, mask, _ = contract_data(code)
         torch.testing.assert_close(
