@@ -2,10 +2,10 @@ import re
 
 import pytest
 import torch
+from helpers import random_masks
 from torch import nn
 
 import torchgcc
-from conftest import random_masks
 from torchgcc.coded_module import group_samples, ungroup_samples
 from torchgcc.stragglers import FixedStragglers
 

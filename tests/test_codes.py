@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 import torch
+from helpers import random_masks, requires_cuda
 from references import berrut_reference, natural_spline_reference
 
 import torchgcc
-from conftest import random_masks, requires_cuda
 from torchgcc.codes.gcc import spacing_lambda
 from torchgcc.functional import smoothing_spline_matrix
 

@@ -4,10 +4,10 @@ fast path."""
 
 import pytest
 import torch
+from helpers import random_masks
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchgcc
-from conftest import random_masks
 from torchgcc.stragglers import BernoulliStragglers, FixedStragglers
 
 MATMULS = {"mm", "bmm", "matmul", "baddbmm", "addmm"}

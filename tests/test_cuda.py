@@ -8,9 +8,9 @@ import warnings
 
 import pytest
 import torch
+from helpers import random_masks, requires_cuda
 
 import torchgcc
-from conftest import random_masks, requires_cuda
 from torchgcc.stragglers import BernoulliStragglers, FixedStragglers, LatencyStragglers
 
 pytestmark = [pytest.mark.cuda, requires_cuda]

@@ -9,10 +9,10 @@ import threading
 import numpy as np
 import pytest
 import torch
+from helpers import berrut_points_on_nodes, masks_with_every_straggler_count, random_masks
 from references import berrut_reference, csaps_reference, natural_spline_reference, reinsch_condition
 
 import torchgcc
-from conftest import berrut_points_on_nodes, masks_with_every_straggler_count, random_masks
 from torchgcc.codes.gcc import spacing_lambda
 from torchgcc.functional import numba_decode
 

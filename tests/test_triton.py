@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import berrut_points_on_nodes, masks_with_every_straggler_count, random_masks
 
 import torchgcc
-from conftest import berrut_points_on_nodes, masks_with_every_straggler_count, random_masks
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 interpreted = pytest.mark.skipif(not INTERPRETED, reason="run by test_kernels_under_the_triton_interpreter")

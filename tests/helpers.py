@@ -1,3 +1,5 @@
+"""Helpers shared by the tests: seeded masks, Berrut points on worker nodes, and the CUDA skip marker."""
+
 import pytest
 import torch
 
