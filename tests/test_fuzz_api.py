@@ -1,27 +1,12 @@
-"""The API fuzzer (benchmarks/fuzz_api.py) on a small seeded slice, its oracles on injected faults, and regression
+"""The API fuzzer (tests/api_fuzzer.py) on a small seeded slice, its oracles on injected faults, and regression
 tests for what it found (meta masks, a warning from the check on results that require grad)."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
+import api_fuzzer
 import pytest
 import torch
 
 import torchgcc
 from torchgcc.codes import maps
-
-
-def load_fuzzer():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fuzz_api.py"
-    spec = importlib.util.spec_from_file_location("fuzz_api", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fuzz_api"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-fuzz_api = load_fuzzer()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -35,7 +20,7 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def slice_result(one_thread):
-    return fuzz_api.fuzz(400, seed=0, progress=False)
+    return api_fuzzer.fuzz(400, seed=0, progress=False)
 
 
 def test_a_seeded_slice_finds_no_silent_wrong_answer_and_no_raw_error(slice_result):
@@ -52,13 +37,13 @@ def test_the_slice_reaches_every_entry_point_with_valid_and_invalid_calls(slice_
 
 
 def test_the_same_seed_draws_the_same_calls():
-    assert fuzz_api.draw(3, 17).snippet == fuzz_api.draw(3, 17).snippet
-    assert fuzz_api.draw(3, 17).snippet != fuzz_api.draw(4, 17).snippet
+    assert api_fuzzer.draw(3, 17).snippet == api_fuzzer.draw(3, 17).snippet
+    assert api_fuzzer.draw(3, 17).snippet != api_fuzzer.draw(4, 17).snippet
 
 
 def decoder_cases(count=60):
     """Valid-looking decoder calls of the seeded sequence."""
-    cases = (fuzz_api.draw_decoder(fuzz_api.random.Random(i), i) for i in range(10 * count))
+    cases = (api_fuzzer.draw_decoder(api_fuzzer.random.Random(i), i) for i in range(10 * count))
     return [case for case in cases if not case.invalid][:count]
 
 
@@ -66,7 +51,7 @@ def test_the_decoder_oracle_flags_a_relative_error_of_1e_minus_3(monkeypatch):
     """An injected error far above every dtype's tolerance but float16/bfloat16's is a silent wrong answer."""
     exact = maps.apply_linear
     monkeypatch.setattr(maps, "apply_linear", lambda matrix, flat, **kw: exact(matrix, flat, **kw) * 1.001)
-    outcomes = [fuzz_api.run_case(case)["category"] for case in decoder_cases()]
+    outcomes = [api_fuzzer.run_case(case)["category"] for case in decoder_cases()]
     assert outcomes.count("silent_wrong") >= len(outcomes) // 3, outcomes
 
 
@@ -74,22 +59,22 @@ def test_the_decoder_oracle_flags_straggler_values_leaking_into_the_estimate(mon
     """A decoder that forgets the mask (every worker arrived) is wrong wherever a worker straggled."""
     original = maps.Decoder.forward
     monkeypatch.setattr(maps.Decoder, "forward", lambda self, y, mask: original(self, y, torch.ones_like(mask)))
-    outcomes = [fuzz_api.run_case(case)["category"] for case in decoder_cases()]
+    outcomes = [api_fuzzer.run_case(case)["category"] for case in decoder_cases()]
     assert "silent_wrong" in outcomes
 
 
 def test_errors_are_classified_by_where_they_come_from():
-    raw = fuzz_api.Case("decoder", [], ["torch.zeros(2) @ torch.zeros(3)"], ["x"])
-    clear = fuzz_api.Case("decoder", ["code = torchgcc.GCC(2, 4)"], ["code.decoder(torch.zeros(1, 5), None)"], ["N="])
-    accepted = fuzz_api.Case("decoder", [], ["out = 1"], ["mask"])
-    assert fuzz_api.run_case(raw)["category"] == "raw_error"
-    assert fuzz_api.run_case(clear) | {"error": None} == {
+    raw = api_fuzzer.Case("decoder", [], ["torch.zeros(2) @ torch.zeros(3)"], ["x"])
+    clear = api_fuzzer.Case("decoder", ["code = torchgcc.GCC(2, 4)"], ["code.decoder(torch.zeros(1, 5), None)"], ["N="])
+    accepted = api_fuzzer.Case("decoder", [], ["out = 1"], ["mask"])
+    assert api_fuzzer.run_case(raw)["category"] == "raw_error"
+    assert api_fuzzer.run_case(clear) | {"error": None} == {
         "category": "clear_error",
         "error": None,
         "named": True,
         "on_valid": False,
     }
-    assert fuzz_api.run_case(accepted)["category"] == "silent_wrong"
+    assert api_fuzzer.run_case(accepted)["category"] == "silent_wrong"
 
 
 def test_the_tolerance_follows_the_dtype_and_the_absolute_sum():
@@ -97,9 +82,9 @@ def test_the_tolerance_follows_the_dtype_and_the_absolute_sum():
     u32 = torch.finfo(torch.float32).eps
     within = (ref + 2 * 6 * u32 * 100 * 0.9).float()  # terms = 4: 2 (4 + 2) u env, less 10%
     beyond = (ref + 2 * 6 * u32 * 100 * 1.5).float()
-    assert fuzz_api.compare(within, ref, env, 4, torch.float32) is None
-    assert "off by" in fuzz_api.compare(beyond, ref, env, 4, torch.float32)
-    assert fuzz_api.compare(beyond.double(), ref, env, 4, torch.float64) is not None  # float64's u is far smaller
+    assert api_fuzzer.compare(within, ref, env, 4, torch.float32) is None
+    assert "off by" in api_fuzzer.compare(beyond, ref, env, 4, torch.float32)
+    assert api_fuzzer.compare(beyond.double(), ref, env, 4, torch.float64) is not None  # float64's u is far smaller
 
 
 @pytest.mark.parametrize("trouble", ["too_few", "nonfinite"])
