@@ -66,6 +66,13 @@ def resolve_points(spec: PointSpec, n: int, *, name: str = "points", count_name:
 
     Explicit points must be finite, strictly increasing (so no duplicates) and number ``n``; ``count_name`` names
     ``n`` in the error when a rule cannot make that many points (e.g. ``"num_workers"``).
+
+    >>> resolve_points("equispaced", 5)
+    tensor([-1.0000, -0.5000,  0.0000,  0.5000,  1.0000], dtype=torch.float64)
+    >>> resolve_points([-1, 0.5, 0.2], 3, name="beta")
+    Traceback (most recent call last):
+    ...
+    ValueError: beta must be sorted in strictly increasing order
     """
     if isinstance(spec, str):
         try:
