@@ -101,6 +101,10 @@ class FixedStragglers(StragglerModel):
         points: the worker points used by ``"widest_gap"`` (a rule name or a tensor; the codes' default is
             ``"chebyshev2"``).
         seed: seed of the generator.
+
+    >>> mask = FixedStragglers(num_stragglers=2, seed=0).sample(num_groups=3, num_workers=8)
+    >>> mask.shape, mask.dtype, mask.sum(dim=1).tolist()  # (B, N), True = arrived: 6 of 8 in every group
+    (torch.Size([3, 8]), torch.bool, [6, 6, 6])
     """
 
     def __init__(
@@ -162,6 +166,10 @@ class BernoulliStragglers(StragglerModel):
 
     ``min_arrived`` redraws the groups in which fewer results arrived (0 accepts every draw; the decoder then raises
     if it gets fewer results than it needs).
+
+    >>> mask = BernoulliStragglers(p=0.5, min_arrived=3, seed=0).sample(num_groups=100, num_workers=6)
+    >>> int(mask.sum(dim=1).min()) >= 3
+    True
     """
 
     def __init__(self, p: float, *, min_arrived: int = 0, seed: Optional[int] = None) -> None:
@@ -398,6 +406,11 @@ class LatencyStragglers(StragglerModel):
         seed: seed of the generator.
 
     A result arrives when its latency is at most the step latency, so ties can let more than ``N - S`` arrive.
+
+    >>> stragglers = LatencyStragglers("shifted_exponential", num_stragglers=2, seed=0)
+    >>> mask, latency = stragglers.sample_with_latency(num_groups=3, num_workers=8)
+    >>> mask.sum(dim=1).tolist(), latency.shape  # the fastest 6 of 8 arrived; each group's step latency (s)
+    ([6, 6, 6], torch.Size([3]))
     """
 
     def __init__(
