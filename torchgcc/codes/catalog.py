@@ -26,7 +26,16 @@ def register_code(name: str, factory: Callable[..., Code]) -> None:
 
 def make_code(name: str, *, num_inputs: int, num_workers: Optional[int] = None, **kwargs) -> Code:
     """Build the code registered as ``name`` (see :func:`list_codes`) for ``num_inputs`` K and ``num_workers`` N
-    (codes whose N follows from K, such as ``"uncoded"``, may leave it out)."""
+    (codes whose N follows from K, such as ``"uncoded"``, may leave it out).
+
+    >>> code = make_code("bacc", num_inputs=4, num_workers=12)
+    >>> type(code).__name__, code.min_arrived
+    ('BACC', 1)
+    >>> make_code("baac", num_inputs=4, num_workers=12)
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown code 'baac'; did you mean 'bacc'? (registered: ...)
+    """
     if num_workers is None:
         return CODES[name](num_inputs=num_inputs, **kwargs)
     return CODES[name](num_inputs=num_inputs, num_workers=num_workers, **kwargs)
