@@ -34,7 +34,12 @@ def mse(decoded: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
 
 
 def argmax_agreement(decoded: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    """The fraction of samples whose decoded argmax equals the uncoded argmax; inputs ``(M, C)``, float64 scalar."""
+    """The fraction of samples whose decoded argmax equals the uncoded argmax; inputs ``(M, C)``, float64 scalar.
+
+    >>> reference = torch.tensor([[2.0, 1.0], [0.0, 3.0], [1.0, 0.0], [0.0, 1.0]])
+    >>> argmax_agreement(reference + torch.tensor([[0.0, 0.5], [0.0, 0.0], [0.0, 2.0], [0.0, 0.0]]), reference)
+    tensor(0.7500, dtype=torch.float64)
+    """
     _check_same_shape(decoded, reference)
     return (decoded.argmax(dim=-1) == reference.argmax(dim=-1)).double().mean()
 
