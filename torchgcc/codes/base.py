@@ -19,6 +19,15 @@ class Code(nn.Module):
     and worker points ``beta`` ``(N,)``, both float64 on [-1, 1] and ascending, and pass their remaining keyword
     arguments (the options below) to this constructor.
 
+    >>> import torchgcc
+    >>> code = torchgcc.GCC(num_inputs=4, num_workers=12)
+    >>> x = torch.randn(5, 4, 3)  # B = 5 groups of K = 4 inputs, 3 features each
+    >>> y = code.encoder(x)  # (B, N, 3): one coded input per worker
+    >>> mask = torch.ones(5, 12, dtype=torch.bool)
+    >>> mask[:, [2, 7]] = False  # workers 2 and 7 straggle in every group
+    >>> code.decoder(y, mask).shape  # the K estimates from the 10 results that arrived
+    torch.Size([5, 4, 3])
+
     Args:
         num_inputs: K, the inputs coded together.
         num_workers: N >= K, the workers.
