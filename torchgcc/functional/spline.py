@@ -242,6 +242,12 @@ def smoothing_spline_matrix(knots: torch.Tensor, points: torch.Tensor, lam: Lam 
         ``(..., P, n)`` float64 matrix ``D`` with ``u(points) = D @ y``. Rows sum to one and straight lines are
         reproduced exactly. Equals ``scipy.interpolate.make_smoothing_spline(knots, I, lam=n * lam)(points)``
         between the outermost knots.
+
+    >>> knots = torch.linspace(-1, 1, 6, dtype=torch.float64)
+    >>> points = torch.tensor([-0.5, 0.25, 1.5], dtype=torch.float64)
+    >>> matrix = smoothing_spline_matrix(knots, points, lam=1e-2)  # (P, n) = (3, 6)
+    >>> torch.allclose(matrix @ (3 * knots + 1), 3 * points + 1)  # a line is its own smoothing spline
+    True
     """
     knots = knots.to(torch.float64)
     points = points.to(torch.float64)
