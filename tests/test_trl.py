@@ -1,0 +1,299 @@
+"""torchgcc.integrations.trl: SAGC inside TRL's GRPOTrainer, offline on a CPU with a tiny model built in code.
+
+The trainer tests run a few optimizer steps and check every batch it trains on against references computed here
+from the decoded prompts and completions: rewards recomputed by this file's own reward functions, group-relative
+advantages by the textbook formula (Python's ``statistics``), the groups' prompts, the rows that a deadline or
+dynamic sampling leaves out, and the loss normaliser. Delays are planted (a latency model of this file), so the
+straggler events are known in advance.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from torchgcc.stragglers import LatencyModel
+
+HF_STACK = ("trl", "transformers", "datasets", "accelerate", "tokenizers")
+needs_trl = pytest.mark.skipif(
+    importlib.util.find_spec("trl") is None, reason="trl is not installed (pip install -e '.[trl]')"
+)
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+
+def test_the_library_outside_integrations_imports_no_hugging_face_package():
+    """Every module of the library except torchgcc.app and torchgcc.integrations.trl, imported in a fresh process."""
+    script = (
+        "import importlib, pathlib, sys, torchgcc\n"
+        "root = pathlib.Path(torchgcc.__file__).parent\n"
+        "for path in sorted(root.rglob('*.py')):\n"
+        "    parts = path.relative_to(root.parent).with_suffix('').parts\n"
+        "    if parts[-1] == '__main__' or parts[1:2] == ('app',) or parts[1:3] == ('integrations', 'trl'):\n"
+        "        continue\n"
+        "    importlib.import_module('.'.join(parts[:-1] if parts[-1] == '__init__' else parts))\n"
+        f"print(sorted({{name.split('.')[0] for name in sys.modules}} & set({HF_STACK!r})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+class PlantedDelays(LatencyModel):
+    """Seconds per token: 1 ms, except ``slow[call]`` (row indices of that call, counted from 0), 100 s."""
+
+    def __init__(self, slow: dict[int, list[int]]) -> None:
+        self.slow, self.calls = slow, 0
+
+    def sample(self, shape, generator):
+        delays = torch.full(shape, 1e-3, dtype=torch.float64)
+        delays[self.slow.get(self.calls, [])] = 100.0
+        self.calls += 1
+        return delays
+
+
+def answer_of(prompt: str) -> int:
+    first, second = prompt.rstrip("=").split("+")
+    return int(first) + int(second)
+
+
+def exact(completions, prompts, **kwargs):
+    """The addition task's reward, written again from the prompt text."""
+    return [float(text.strip() == str(answer_of(prompt))) for text, prompt in zip(completions, prompts)]
+
+
+def length(completions, **kwargs):
+    """A dense reward (characters of the completion), so that groups of an untrained model differ."""
+    return [float(len(text)) for text in completions]
+
+
+def reference_advantages(rewards: list[float], groups: list[int]) -> list[float]:
+    """``(r - mean) / (sample std + 1e-4)`` within each group (TRL's scale_rewards="group")."""
+    members: dict[int, list[float]] = {}
+    for reward, group in zip(rewards, groups):
+        members.setdefault(group, []).append(reward)
+    stats = {g: (statistics.fmean(rs), statistics.stdev(rs)) for g, rs in members.items()}
+    return [(reward - stats[g][0]) / (stats[g][1] + 1e-4) for reward, g in zip(rewards, groups)]
+
+
+def decoded(tokenizer, batch):
+    """The batch's rows as (prompt text, completion text, completion tokens)."""
+    prompts = tokenizer.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
+    rows = []
+    for prompt, ids, mask in zip(prompts, batch["completion_ids"], batch["completion_mask"]):
+        tokens = int(mask.sum())
+        rows.append((prompt, tokenizer.decode(ids[:tokens], skip_special_tokens=True), tokens))
+    return rows
+
+
+def make_trainer(controller, reward_funcs, *, steps, prompts=4, **options):
+    from transformers import PrinterCallback
+    from trl import GRPOConfig
+
+    from torchgcc.integrations.trl import SAGCGRPOTrainer, addition_dataset, char_tokenizer, tiny_causal_lm
+
+    class Recording(SAGCGRPOTrainer):
+        """Keeps every batch the trainer hands to TRL's loss (before TRL shuffles it)."""
+
+        batches: list[dict] = []
+
+        def _generate_and_score_completions(self, inputs):
+            batch = super()._generate_and_score_completions(inputs)
+            if self.model.training:
+                self.batches.append({key: value for key, value in batch.items()})
+            return batch
+
+    tokenizer = char_tokenizer()
+    args = GRPOConfig(
+        output_dir=str(options.pop("tmp_path")),
+        per_device_train_batch_size=prompts,
+        num_generations=2,
+        max_completion_length=4,
+        learning_rate=1e-2,
+        max_steps=steps,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = Recording(
+        model=tiny_causal_lm(tokenizer, hidden=16),
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=addition_dataset(64, seed=1),
+        processing_class=tokenizer,
+        controller=controller,
+        **options,
+    )
+    trainer.batches = []
+    trainer.remove_callback(PrinterCallback)
+    return trainer, tokenizer
+
+
+def check_batch(tokenizer, batch, weights=(1.0, 1.0)):
+    """Every group shares one prompt, and the advantages are the reference from this file's own rewards."""
+    rows = decoded(tokenizer, batch)
+    groups = batch["group_ids"].tolist()
+    prompts_of: dict[int, set[str]] = {}
+    for (prompt, _, _), group in zip(rows, groups):
+        prompts_of.setdefault(group, set()).add(prompt)
+    assert all(len(prompts) == 1 for prompts in prompts_of.values()), prompts_of
+    rewards = [weights[0] * exact([text], [prompt])[0] + weights[1] * length([text])[0] for prompt, text, _ in rows]
+    expected = reference_advantages(rewards, groups)
+    assert batch["advantages"].tolist() == pytest.approx(expected, abs=1e-4)
+    assert int(batch["num_items_in_batch"]) == sum(tokens for _, _, tokens in rows)
+    return rows, groups, rewards
+
+
+@needs_trl
+def test_group_size_changes_between_steps_and_every_batch_matches_the_reference(tmp_path):
+    from torchgcc.control import group_size_controller
+
+    controller = group_size_controller((2, 4), prompts_per_step=4, budget=0.25, kappa=10.0, warmup=0, hold=1)
+    delays = PlantedDelays({3: [5]})  # one straggler, in the fourth step
+    trainer, tokenizer = make_trainer(controller, [exact, length], steps=6, rollout_delay=delays, tmp_path=tmp_path)
+    trainer.train()
+
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    sizes = [int(entry["sagc/group_size"]) for entry in logs]
+    assert len(logs) == 6 and set(sizes) == {2, 4}  # G changed between steps
+    assert all(math.isfinite(entry["loss"]) for entry in logs)
+    assert [entry["sagc/straggler_event"] for entry in logs] == [0, 0, 0, 1, 0, 0]
+    assert controller.steps == 6 and controller.events == 1 and controller.event_rate <= controller.budget
+    assert logs[-1]["sagc/event_rate"] == pytest.approx(1 / 6) and logs[-1]["sagc/dual"] == controller.dual.value
+    for batch, size in zip(trainer.batches, sizes):
+        rows, groups, _ = check_batch(tokenizer, batch)
+        assert len(rows) == 4 * size and sorted(set(groups)) == [0, 1, 2, 3]
+        assert all(groups.count(group) == size for group in set(groups))
+
+
+@needs_trl
+def test_deadline_erasures_leave_their_group_the_batch_and_the_normaliser(tmp_path):
+    from torchgcc.control import group_size_controller
+
+    controller = group_size_controller((4,), prompts_per_step=4, budget=0.5, deadline=50.0, warmup=0)
+    # first step: row 0 (group 0 keeps 3 of 4) and rows 4, 5 (group 1 keeps 2 < min_group_size 3) are late
+    delays = PlantedDelays({0: [0, 4, 5]})
+    trainer, tokenizer = make_trainer(
+        controller, [exact, length], steps=2, rollout_delay=delays, deadline=50.0, min_group_size=3, tmp_path=tmp_path
+    )
+    trainer.train()
+
+    first, second = trainer.batches
+    rows, groups, rewards = check_batch(tokenizer, first)
+    assert groups == [0, 0, 0, 2, 2, 2, 2, 3, 3, 3, 3]
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert logs[0]["sagc/erased_fraction"] == pytest.approx(3 / 16) and logs[0]["sagc/dropped_groups"] == 1
+    assert logs[0]["sagc/kept_completion_length"] == pytest.approx(statistics.fmean(t for _, _, t in rows))
+    assert logs[0]["sagc/kept_reward"] == pytest.approx(statistics.fmean(rewards))
+    assert logs[0]["sagc/straggler_event"] == 1 and logs[0]["sagc/rollout_seconds"] == 50.0
+    assert check_batch(tokenizer, second)[1] == sorted(4 * [0, 1, 2, 3])  # nothing late: whole groups
+    assert logs[1]["sagc/straggler_event"] == 0 and logs[1]["sagc/erased_fraction"] == 0
+    assert all(math.isfinite(entry["loss"]) for entry in logs)
+
+
+def even_answer_length(completions, prompts, **kwargs):
+    """Varies within a group only for prompts with an even answer: the other groups have no signal."""
+    return [float(len(text)) * (answer_of(prompt) % 2 == 0) for text, prompt in zip(completions, prompts)]
+
+
+@needs_trl
+def test_dynamic_sampling_keeps_groups_with_reward_variance_and_refills(tmp_path):
+    from torchgcc.control import group_size_controller
+
+    controller = group_size_controller((4,), prompts_per_step=4, budget=0.5, kappa=10.0, warmup=0)
+    trainer, tokenizer = make_trainer(
+        controller, [even_answer_length], steps=3, dynamic_sampling=True, max_refill_rounds=6, tmp_path=tmp_path
+    )
+    trainer.train()
+
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert controller.steps == sum(entry["sagc/rounds"] for entry in logs)  # one observation per round
+    assert any(entry["sagc/rounds"] > 1 for entry in logs)
+    for batch in trainer.batches:
+        rows, groups, _ = check_batch(tokenizer, batch, weights=(0.0, 1.0))
+        assert len(set(groups)) == 4 and all(groups.count(group) == 4 for group in set(groups))
+        for group in set(groups):
+            members = [(prompt, text) for (prompt, text, _), g in zip(rows, groups) if g == group]
+            assert answer_of(members[0][0]) % 2 == 0 and len({len(text) for _, text in members}) > 1
+
+
+def constant(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+@needs_trl
+def test_a_step_without_any_usable_group_trains_on_nothing(tmp_path):
+    from torchgcc.control import group_size_controller
+
+    controller = group_size_controller((2,), prompts_per_step=4, budget=0.5, kappa=10.0, warmup=0)
+    trainer, _ = make_trainer(
+        controller, [constant], steps=2, dynamic_sampling=True, max_refill_rounds=1, tmp_path=tmp_path
+    )
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+
+    for batch in trainer.batches:
+        assert len(batch["completion_mask"]) == 1 and int(batch["completion_mask"].sum()) == 0
+        assert int(batch["num_items_in_batch"]) == 0 and batch["advantages"].tolist() == [0.0]
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert [entry["loss"] for entry in logs] == [0.0, 0.0] and all(e["sagc/rounds"] == 2 for e in logs)
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+
+@needs_trl
+def test_group_advantages_by_group_id_match_the_formula():
+    from torchgcc.integrations.trl import group_advantages, usable_groups
+
+    nan = math.nan
+    rewards = torch.tensor([0.5, 3.0, nan, 1.0, 2.0, 2.0, 7.0, nan, 4.0, 4.0, nan])
+    groups = torch.tensor([7, 2, 7, 7, 2, 9, 2, 9, 5, 5, 9])  # members scattered; usable: 2, 3, 1 and 2
+    got = group_advantages(rewards, groups).tolist()
+    expected = {}
+    for group in set(groups.tolist()):
+        rows = [i for i, g in enumerate(groups.tolist()) if g == group and not math.isnan(rewards[i])]
+        values = [float(rewards[i]) for i in rows]
+        if len(values) > 1:
+            expected.update(zip(rows, reference_advantages(values, [group] * len(values))))
+    assert got == pytest.approx([expected.get(i, 0.0) for i in range(len(rewards))], abs=1e-6)
+    # group 9 has one usable reward: no baseline, advantage 0 (TRL's NaN std, zeroed)
+    assert usable_groups(rewards, groups).tolist() == [1, 1, 0, 1, 1, 0, 1, 0, 1, 1, 0]
+    assert usable_groups(rewards, groups, min_size=3).tolist() == [0, 1, 0, 0, 1, 0, 1, 0, 0, 0, 0]
+    # group 5 (4.0, 4.0) has no variance: dynamic sampling drops it
+    assert usable_groups(rewards, groups, require_variance=True).tolist() == [1, 1, 0, 1, 1, 0, 1, 0, 0, 0, 0]
+    batch = group_advantages(rewards, groups, scale="batch")
+    usable = rewards[~torch.isnan(rewards)]
+    assert float(batch[0]) == pytest.approx(
+        (0.5 - statistics.fmean([0.5, 1.0])) / (statistics.stdev(usable.tolist()) + 1e-4)
+    )
+    with pytest.raises(ValueError, match="scale"):
+        group_advantages(rewards, groups, scale="token")
+
+
+@needs_trl
+def test_trainer_rejects_a_controller_that_does_not_match_the_batch(tmp_path):
+    from torchgcc.control import group_size_controller
+
+    with pytest.raises(ValueError, match="prompts_per_step=4"):
+        make_trainer(
+            group_size_controller((2, 4), prompts_per_step=8, budget=0.2, kappa=10.0),
+            [exact],
+            steps=1,
+            tmp_path=tmp_path,
+        )
+    with pytest.raises(ValueError, match="at least 2"):
+        make_trainer(
+            group_size_controller((1, 4), prompts_per_step=4, budget=0.2, kappa=10.0),
+            [exact],
+            steps=1,
+            tmp_path=tmp_path,
+        )
