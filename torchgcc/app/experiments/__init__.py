@@ -36,6 +36,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "manifold": ("manifold_study", "manifold-aware GCC vs standard GCC: LeNet5, ViT, Swiss-roll polynomial"),
     "training": ("training_study", "gradient coding: DGD, IS-SGD, GC, IS-GC, PGC trained under stragglers"),
     "sagc": ("sagc_study", "SAGC: synchronous GRPO with static group sizes vs straggler-aware adaptive G"),
+    "sagc-trl": (
+        "sagc_trl_study",
+        "SAGC inside TRL's GRPOTrainer: static G vs adaptive G, dynamic sampling and a deadline, tiny model on CPU",
+    ),
     "serving": (
         "serving_study",
         "coded serving under open-loop load: median/p99/p99.9 vs rate for uncoded, replication, hedging, codes",
