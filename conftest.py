@@ -5,7 +5,7 @@
 - Every test starts from the global seed ``TORCHGCC_TEST_SEED`` (default 0) for torch, numpy and ``random``. No test
   may depend on which value it is: ``TORCHGCC_TEST_SEED=1 pytest`` and ``=2`` must pass too.
 - The library's doctests (``--doctest-modules`` in pyproject.toml) import every module of ``torchgcc/``: the Triton
-  kernels only where Triton is installed.
+  kernels only where Triton is installed, torchgcc.integrations.trl only with the [trl] extra.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import pytest
 import torch
 
 collect_ignore = [] if importlib.util.find_spec("triton") else ["torchgcc/functional/fused_decode.py"]
+if importlib.util.find_spec("trl") is None:  # the [trl] extra
+    collect_ignore.append("torchgcc/integrations/trl")
 
 GLOBAL_SEED = int(os.environ.get("TORCHGCC_TEST_SEED", "0"))
 _CACHE = tempfile.mkdtemp(prefix="torchgcc-test-cache-")

@@ -44,7 +44,14 @@ def group_advantages(
 ) -> torch.Tensor:
     """Advantages ``(R,)`` (the dtype of ``rewards``) of ``rewards`` ``(R,)`` (NaN: left out) in groups ``group_ids``
     ``(R,)`` (integers). Left-out completions, and members of a group with a single usable completion under
-    ``scale="group"``, get 0."""
+    ``scale="group"``, get 0.
+
+    Group 3 has two usable rewards (mean 0.5, std 0.707), group 5 two equal ones:
+
+    >>> rewards = torch.tensor([1.0, 2.0, 0.0, float("nan"), 2.0])
+    >>> group_advantages(rewards, torch.tensor([3, 5, 3, 3, 5]))
+    tensor([ 0.7070,  0.0000, -0.7070,  0.0000,  0.0000])
+    """
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     index, _, mean, std = _group_statistics(rewards, group_ids)
