@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import torch
 from torch import nn
 
 from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.points import PointSpec, resolve_points
 
-__all__ = ["Code"]
+__all__ = ["Code", "DecoderOptions"]
+
+
+class DecoderOptions(TypedDict):
+    """The :class:`Code` options that every decoder takes (``Code._decoder_options``, passed on by subclasses)."""
+
+    nonfinite: str
+    backend: str
+    check: bool
 
 
 class Code(nn.Module):
@@ -67,7 +77,7 @@ class Code(nn.Module):
             resolve_points(alpha, num_inputs, name="alpha", count_name="num_inputs"),
             resolve_points(beta, num_workers, name="beta", count_name="num_workers"),
         )
-        self._decoder_options = {"nonfinite": nonfinite, "backend": backend, "check": check}
+        self._decoder_options: DecoderOptions = {"nonfinite": nonfinite, "backend": backend, "check": check}
 
     @property
     def alpha(self) -> torch.Tensor:

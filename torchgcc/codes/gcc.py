@@ -59,6 +59,7 @@ def spacing_lambda(num_points: Union[int, torch.Tensor], bandwidth_ratio: Union[
     worker points, so a fit to fewer, sparser results smooths more, and its bias, ``O(lambda) = O(h^4)``, shrinks
     faster than the ``O((S / N)^3)`` straggler error. ``n`` and ``r`` may be tensors (broadcast).
     """
+    spacing: Union[float, torch.Tensor]
     if isinstance(num_points, torch.Tensor):
         spacing = 2.0 / (num_points.to(torch.float64) - 1).clamp(min=1)
     else:
@@ -152,6 +153,7 @@ class GCVSplineDecoder(SplineDecoder):
     """
 
     ratio: torch.Tensor
+    ratios: torch.Tensor
 
     def __init__(
         self,
@@ -167,13 +169,12 @@ class GCVSplineDecoder(SplineDecoder):
             raise ValueError(f"pool must be a positive number of groups or None (every group its own), got {pool!r}")
         if calibrate and pool is None:
             raise ValueError("calibrate=True needs a pooled choice (pool=P): one ratio for every later batch")
-        ratios = torch.as_tensor(ratios, dtype=torch.float64)
-        if ratios.ndim != 1 or not len(ratios) or not (ratios >= 0).all() or not torch.isfinite(ratios).all():
-            raise ValueError(f"ratios must be a non-empty list of finite bandwidth ratios >= 0, got {ratios.tolist()}")
-        ratios = ratios.sort().values  # ascending: a step down is less smoothing
+        table = torch.as_tensor(ratios, dtype=torch.float64)
+        if table.ndim != 1 or not len(table) or not (table >= 0).all() or not torch.isfinite(table).all():
+            raise ValueError(f"ratios must be a non-empty list of finite bandwidth ratios >= 0, got {table.tolist()}")
         super().__init__(alpha, beta, lam=None, **kwargs)
         self.pool, self.calibrates = pool, calibrate
-        self.register_buffer("ratios", ratios)
+        self.register_buffer("ratios", table.sort().values)  # ascending: a step down is less smoothing
         self.register_buffer("ratio", torch.tensor(float("nan"), dtype=torch.float64))
         self.calibrated = False
         self.last_lambda: Optional[torch.Tensor] = None
@@ -205,8 +206,7 @@ class GCVSplineDecoder(SplineDecoder):
         return self._calibrate(flat, mask)
 
     def _calibrate(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        self._score(flat, mask, self.survivors(mask))
-        self.ratio.copy_(self.last_ratio)
+        self.ratio.copy_(self._score(flat, mask, self.survivors(mask))[0])
         self.refresh_smoothing()
         self.calibrated = True
         return self.ratio.clone()
@@ -237,8 +237,7 @@ class GCVSplineDecoder(SplineDecoder):
             self._calibrate(flat, mask)
             return super()._matrices(flat, mask)
         survivors = self.survivors(mask)
-        self._score(flat, mask, survivors)
-        mu = survivors.counts * self.last_lambda
+        mu = survivors.counts * self._score(flat, mask, survivors)[1]
         kernels = self.kernels(mask.device)
         if kernels is not None:
             return self.unusable_to_nan(
@@ -246,8 +245,8 @@ class GCVSplineDecoder(SplineDecoder):
             )
         return self.scatter(self.spline(survivors, mu), survivors)
 
-    def _score(self, flat: torch.Tensor, mask: torch.Tensor, survivors: Survivors) -> None:
-        """Set ``last_ratio`` and ``last_lambda`` from the GCV scores of the results."""
+    def _score(self, flat: torch.Tensor, mask: torch.Tensor, survivors: Survivors) -> tuple[torch.Tensor, torch.Tensor]:
+        """Set ``last_ratio`` and ``last_lambda`` from the GCV scores of the results, and return them."""
         if self.pool is None:
             scored, picked = survivors, flat
         else:  # groups evenly spaced over the batch (a function of the sizes only)
@@ -269,6 +268,7 @@ class GCVSplineDecoder(SplineDecoder):
             chosen, informative = self.ratios[best], informative.any()
         self.last_ratio = torch.where(informative, chosen, BANDWIDTH_RATIO)  # no informative group: "spacing"
         self.last_lambda = spacing_lambda(survivors.counts, self.last_ratio)
+        return self.last_ratio, self.last_lambda
 
     def extra_repr(self) -> str:
         return f"pool={self.pool}, calibrate={self.calibrates}, ratios={len(self.ratios)}"
@@ -329,7 +329,7 @@ class GCC(Code):
         elif self.lambda_dec == "gcv":
             self.decoder = GCVSplineDecoder(alpha, beta, pool=None, min_arrived=2, **self._decoder_options)
         else:
-            lam = None if self.lambda_dec == "spacing" else self.lambda_dec
+            lam = None if self.lambda_dec == "spacing" else float(self.lambda_dec)
             self.decoder = SplineDecoder(alpha, beta, lam=lam, min_arrived=2, **self._decoder_options)
 
     def extra_repr(self) -> str:

@@ -209,7 +209,7 @@ class Decoder(_Float64Buffers):
     #: :meth:`matrices` with the results).
     depends_on_results = False
 
-    _tensor_tuples = ("layout",)
+    _tensor_tuples: tuple[str, ...] = ("layout",)
 
     alpha: torch.Tensor
     beta: torch.Tensor

@@ -139,7 +139,7 @@ class RobustSplineDecoder(Decoder):
         self.iters = iters if iters is not None else (10 if method == "huber" else 3)
         if refit is not None and refit != "spacing":
             _check_lambda("refit", refit)
-        lam = None if refit == "spacing" else refit  # SplineDecoder(lam=None) follows the spacing rule
+        lam = None if refit in (None, "spacing") else float(refit)  # SplineDecoder(lam=None): the spacing rule
         decoder_options = {**options, "min_arrived": 2}  # the refit sees at least n - q >= 2 results
         self.refit = None if refit is None else SplineDecoder(self.alpha, self.beta, lam=lam, **decoder_options)
         self.last_weights: Optional[torch.Tensor] = None
@@ -177,7 +177,7 @@ class RobustSplineDecoder(Decoder):
             survivors = mask[rows].nonzero()[:, 1].view(len(rows), count)
             knots = self.beta[survivors]  # (G, n)
             data = unit[rows.unsqueeze(1), survivors]  # (G, n, d)
-            lam = adversarial_lambda(self.q, count, self.c)
+            lam = float(adversarial_lambda(self.q, count, self.c))
             if self.q == 0:
                 _, at_alpha = weighted_smoothing_spline(knots, data, torch.ones_like(knots), self.alpha, lam)
                 estimate[rows] = at_alpha
