@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import warnings
 from functools import wraps
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 from torch import nn
@@ -36,6 +36,7 @@ def output_leaves(output: object, rows: int) -> tuple[list, list[torch.Tensor]]:
     """Split a model output into ``(keys, tensors)``: ``([None], [t])`` for a tensor, the positions of a tuple or list,
     the keys of a dict. Every tensor must have ``rows`` rows (one per coded input); anything else raises ``TypeError``
     or ``ValueError`` naming the output."""
+    keys: list[Any]
     if isinstance(output, torch.Tensor):
         keys, values = [None], [output]
     elif isinstance(output, dict):
@@ -66,7 +67,7 @@ def output_leaves(output: object, rows: int) -> tuple[list, list[torch.Tensor]]:
     return keys, values
 
 
-def rebuild_output(like: object, keys: list, tensors: list[torch.Tensor]) -> ModelOutput:
+def rebuild_output(like: ModelOutput, keys: list, tensors: list[torch.Tensor]) -> ModelOutput:
     """The inverse of :func:`output_leaves`: ``tensors`` in the container type of ``like``."""
     if isinstance(like, torch.Tensor):
         return tensors[0]
@@ -202,7 +203,7 @@ class CodedModule(nn.Module):
     def decode(self, results: list[torch.Tensor], mask: torch.Tensor) -> list[torch.Tensor]:
         """Noise, attack and decoder on every output's ``(B, N, *out)`` results at once (one call per dtype) ->
         ``(B, K, *out)`` each."""
-        out: list[Optional[torch.Tensor]] = [None] * len(results)
+        out: dict[int, torch.Tensor] = {}
         for dtype in dict.fromkeys(r.dtype for r in results):
             members = [i for i, r in enumerate(results) if r.dtype == dtype]
             flats = [results[i].reshape(results[i].shape[:2] + (-1,)) for i in members]
@@ -214,7 +215,7 @@ class CodedModule(nn.Module):
             estimates = self.code.decoder(joined, mask).split([f.shape[2] for f in flats], 2)
             for i, estimate in zip(members, estimates):
                 out[i] = estimate.reshape(estimate.shape[:2] + results[i].shape[2:])
-        return out
+        return [out[i] for i in range(len(results))]
 
     def _warn_train_batchnorm(self) -> None:
         if self._warned_batchnorm or torch.compiler.is_compiling() or not isinstance(self.model, nn.Module):
