@@ -98,12 +98,13 @@ class ComposedAttack(Attack):
         for attack in attacks:
             flat += attack.attacks if isinstance(attack, ComposedAttack) else [attack]
         super().__init__(sum(a.q for a in flat), seed=0)
-        self.attacks = flat
+        self.attacks: list[Attack] = flat
 
     def __call__(self, results: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         corrupted = torch.zeros(mask.shape, dtype=torch.bool, device=results.device)
         for attack in self.attacks:
             results = attack(results, mask)
+            assert attack.last_corrupted is not None  # every attack sets it when called
             corrupted |= attack.last_corrupted
         self.last_corrupted = corrupted
         return results

@@ -22,6 +22,7 @@ worst-MSE attack and the lowest agreement over every attack tried.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -78,16 +79,16 @@ class WorstAttacks:
                 self.detected = torch.zeros(len(best), dtype=torch.bool)
         if found.agreement is not None:
             lowest = found.agreement.min(dim=0).values
-            if self.agreement is None:
+            if self.agreement is None or self.min_agreement is None:
                 self.agreement, self.min_agreement = torch.ones(len(best), dtype=torch.float64), lowest
             self.min_agreement = torch.minimum(self.min_agreement, lowest)
         for group in groups.tolist():
             if best[group] > self.errors[group]:
                 self.errors[group] = best[group]
                 self.attacks[group] = describe(int(index[group]), group)
-                if found.detected is not None:
+                if found.detected is not None and self.detected is not None:
                     self.detected[group] = self.family_detected[family][group]
-                if found.agreement is not None:
+                if found.agreement is not None and self.agreement is not None:
                     self.agreement[group] = found.agreement[index[group], group]
 
 
@@ -112,6 +113,14 @@ class AttackErrors:
             join(self.agreement, other.agreement),
         )
 
+    def map(self, transform: Callable[[torch.Tensor], torch.Tensor]) -> "AttackErrors":
+        """``transform`` applied to each field that is present."""
+        return AttackErrors(
+            transform(self.errors),
+            None if self.detected is None else transform(self.detected),
+            None if self.agreement is None else transform(self.agreement),
+        )
+
 
 @torch.no_grad()
 def attack_errors(
@@ -134,17 +143,16 @@ def attack_errors(
     truth = reference.to(torch.float64)
     per_call = max(1, max_elements // max(1, results.numel()))
     errors = torch.empty(len(attacks), b, dtype=torch.float64)
-    detected = agreement = None
-    if classification:
-        agreement = torch.empty(len(attacks), b, dtype=torch.float64)
+    detected: Optional[torch.Tensor] = None
+    agreement = torch.empty(len(attacks), b, dtype=torch.float64) if classification else None
     for first in range(0, len(attacks), per_call):
         chunk = attacks[first : first + per_call]
         attacked = torch.cat([attack(results, mask) for attack in chunk])  # (c B, N, *out)
-        corrupted = torch.cat([attack.last_corrupted for attack in chunk])
+        corrupted = torch.cat([attack.last_corrupted for attack in chunk])  # type: ignore[misc]  # set by each call
         decoded = decoder(attacked, mask.repeat(len(chunk), 1)).to(torch.float64).unflatten(0, (len(chunk), b))
         rows = slice(first, first + len(chunk))
         errors[rows] = (decoded - truth).pow(2).flatten(2).mean(dim=2).cpu()
-        if classification:
+        if agreement is not None:
             agreement[rows] = (decoded.argmax(-1) == truth.argmax(-1)).flatten(2).double().mean(dim=2).cpu()
         flagged = getattr(decoder, "last_flagged", None)
         if flagged is not None:
@@ -152,6 +160,11 @@ def attack_errors(
                 detected = torch.zeros(len(attacks), b, dtype=torch.bool)
             detected[rows] = (flagged.to(corrupted.device) | ~corrupted).all(dim=1).view(len(chunk), b).cpu()
     return AttackErrors(errors, detected, agreement)
+
+
+def _draw(family: str, c: int, group: int) -> str:
+    """The name of the ``c``-th draw of a random attack family (:meth:`WorstAttacks.fold`'s ``describe``)."""
+    return f"{family} draw {c}"
 
 
 @torch.no_grad()
@@ -211,7 +224,7 @@ def worst_attacks(
     }
     for family, make in random_families.items():
         if family in families:
-            found.fold(family, evaluate([make(seed + i) for i in range(draws)]), lambda c, g, f=family: f"{f} draw {c}")
+            found.fold(family, evaluate([make(seed + i) for i in range(draws)]), functools.partial(_draw, family))
     if "constant" in families:
         values = (-bound, 0.0, bound)
         tried = evaluate([ConstantAttack(q, v, seed=seed + i) for v in values for i in range(draws)])
@@ -238,24 +251,20 @@ def _search_shifts(evaluate, found: WorstAttacks, mask, q: int, bound: float, fr
         [ShiftAttack(q, d, start=starts[i, o], bound=bound) for i, d in enumerate(deltas) for o in range(len(offsets))]
     )
 
-    def per_delta(values: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    def per_delta(values: torch.Tensor) -> torch.Tensor:
         """``(D G + D O, B)`` in search order -> ``(D, G + O, B)``: every position tried per delta."""
-        if values is None:
-            return None
         head, tail = values[: len(deltas) * len(grid)], values[len(deltas) * len(grid) :]
         return torch.cat([head.view(len(deltas), len(grid), b), tail.view(len(deltas), len(offsets), b)], dim=1)
 
     both = coarse.cat(fine)
-    every = AttackErrors(*(None if v is None else per_delta(v) for v in (both.errors, both.detected, both.agreement)))
+    every = both.map(per_delta)
     positions = torch.cat([spread.expand(len(deltas), -1, -1), starts], dim=1)
 
     def describe(c: int, group: int) -> str:
         d, p = divmod(c, every.errors.shape[1])
         return f"shift delta={deltas[d]:+} start={int(positions[d, p, group])}"
 
-    found.fold(
-        "shift", AttackErrors(*(None if v is None else v.reshape(-1, b) for v in vars(every).values())), describe
-    )
+    found.fold("shift", every.map(lambda values: values.reshape(-1, b)), describe)
     by_size = every.errors.view(len(fractions), -1, b)  # (J, 2 (G + O), B): over sign and position
     worst = by_size.argmax(dim=1, keepdim=True)
     found.shifts = torch.tensor([bound * f for f in fractions], dtype=torch.float64)
