@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import operator
 from abc import ABC, abstractmethod
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -112,7 +112,7 @@ class GradientCode(ABC):
         return f"{type(self).__name__}(n={self.num_workers}, s={self.num_stragglers}, k={self.num_partitions})"
 
 
-def _worker_index(value: object) -> int:
+def _worker_index(value: Any) -> int:
     """``value`` as a worker index: an integer (Python, numpy, or a 0-dim integer tensor), never a float or bool."""
     if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
         raise TypeError(f"worker indices must be integers, got {value!r}")

@@ -133,8 +133,11 @@ def coordinate(job: TrainingJob, store: dist.Store, *, emit: Callable[[Record], 
     n = job.code.num_workers
     ranks = list(range(1, n + 1))
     plane = DataPlane(store, ranks)
-    arrivals, records, start_all = [], [], time.perf_counter()
-    observed, chosen = [], []
+    arrivals: list[list[int]] = []
+    records: list[Record] = []
+    start_all = time.perf_counter()
+    observed: list[torch.Tensor] = []
+    chosen: list[int] = []
 
     def outcome(status: int) -> TrainingOutcome:
         state = None if job.policy is None else job.policy.state_dict()
@@ -147,7 +150,9 @@ def coordinate(job: TrainingJob, store: dist.Store, *, emit: Callable[[Record], 
         flat = flat_parameters(job.model)
         for rank in ranks:
             plane.post(rank, Message(meta=[_MODEL, step], tensors=[flat]))
-        arrived, messages, finish_s = [], {}, torch.full((n,), math.inf, dtype=torch.float64)
+        arrived: list[int] = []
+        messages: dict[int, torch.Tensor] = {}
+        finish_s = torch.full((n,), math.inf, dtype=torch.float64)
         while len(arrived) < wait_for:
             rank, _, message = plane.inbox.get(timeout=job.timeout)
             if isinstance(message, PairBrokenError):
@@ -166,6 +171,8 @@ def coordinate(job: TrainingJob, store: dist.Store, *, emit: Callable[[Record], 
         arrivals.append(arrived)
         record = {"step": step, "wall_s": wall_s, "arrived": arrived, "used": used}
         if job.policy is not None:
+            # the policy chose S above, and TrainingJob checks that a policy comes with a deadline
+            assert stragglers is not None and job.wait_deadline is not None
             if _collect_round(plane, step, finish_s, start, job.timeout, emit):
                 return outcome(EXIT_BROKEN_PAIR)
             late = finish_s.masked_fill(finish_s > job.wait_deadline, math.inf)

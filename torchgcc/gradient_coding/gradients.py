@@ -20,6 +20,7 @@ from torch import nn
 
 from torchgcc.gradient_coding.codes import GradientCode
 from torchgcc.gradient_coding.partitions import PartitionedData
+from torchgcc.gradient_coding.pipelined import PipelinedGradientCode
 
 __all__ = ["GradientWorker", "LossFn", "apply_update", "combine", "flat_parameters", "load_flat", "weighted_gradient"]
 
@@ -88,14 +89,14 @@ class GradientWorker:
         Unpipelined: one backward pass on ``sum_j B[i, j] loss_j``. Pipelined: one backward pass per recomputed
         slot (one per step after the warm-up), stored in the cache, then ``sum_k B[i, pi_i(k)] cache_k``.
         """
-        if not self.code.pipelined:
+        if not isinstance(self.code, PipelinedGradientCode):
             batches = [self.data.batch(p, step) for p in self.partitions]
             return weighted_gradient(model, batches, self.weights, loss_fn=self.loss_fn)
         for slot in self.code.slots_computed(step):
             self.cache[slot] = weighted_gradient(
                 model, [self.data.batch(self.partitions[slot], step)], [1.0], loss_fn=self.loss_fn
             )
-        message = torch.zeros_like(self.cache[0])
+        message = torch.zeros_like(self.cache[0])  # type: ignore[arg-type]  # the warm-up step filled every slot
         for weight, gradient in zip(self.weights.tolist(), self.cache):
             message += weight * gradient
         return message
@@ -123,5 +124,5 @@ def apply_update(model: nn.Module, gradient_sum: torch.Tensor, *, lr: float, num
         offset = 0
         for p in model.parameters():
             size = p.numel()
-            p -= (lr / num_partitions) * gradient_sum[offset : offset + size].view_as(p)
+            p.sub_((lr / num_partitions) * gradient_sum[offset : offset + size].view_as(p))
             offset += size

@@ -53,6 +53,7 @@ class PipelinedGradientCode(GradientCode):
     pipelined = True
 
     def __init__(self, code: GradientCode, decoder: str | None = None) -> None:
+        allowed: tuple[str, ...]
         if isinstance(code, FractionalRepetitionCode):
             allowed, default = ("exact",), "exact"
         elif isinstance(code, CyclicRepetitionCode):

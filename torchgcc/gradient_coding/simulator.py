@@ -24,12 +24,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
+import torch
 from torch import nn
 
 from torchgcc.gradient_coding.clock import DelaySchedule, StepTiming, WorkerClock
 from torchgcc.gradient_coding.codes import GradientCode
 from torchgcc.gradient_coding.gradients import GradientWorker, LossFn, apply_update, combine, weighted_gradient
 from torchgcc.gradient_coding.partitions import PartitionedData
+from torchgcc.gradient_coding.pipelined import PipelinedGradientCode
 
 __all__ = ["Simulation", "StepRecord", "measure_compute_time"]
 
@@ -132,11 +134,12 @@ class Simulation:
             timing = self.timing(step, wait_for)
             arrived, step_time, computing, finish = timing.arrived, timing.step_time, timing.started, timing.finish
         else:
-            arrived, step_time, computing, finish = list(arrived), math.nan, range(self.code.num_workers), []
+            arrived, step_time, finish = list(arrived), math.nan, torch.empty(0)
+            computing = list(range(self.code.num_workers))
         a = self.code.decode(arrived)
         used = a.nonzero().flatten().tolist()
         self.model.train()
-        if self.code.pipelined:  # every worker that computes this step refreshes its cache
+        if isinstance(self.code, PipelinedGradientCode):  # every worker that computes this step refreshes its cache
             messages = {i: self.workers[i].message(self.model, step) for i in computing}
             for i in computing:
                 for slot in self.code.slots_computed(step):
