@@ -163,7 +163,7 @@ class StragglerAwareController:
                 eligible = risk <= self.risk_cap
                 scores = scores.masked_fill(~eligible, -torch.inf) if eligible.any() else -risk
             best = (scores >= scores.max() - 1e-12).nonzero().squeeze(1)
-            pick = best[torch.randint(len(best), (1,), generator=self.generator)].item()
+            pick = int(best[torch.randint(len(best), (1,), generator=self.generator)])
             lowest = 0 if self.after_change else self.index - self.max_step
             target = min(max(pick, lowest), self.index + self.max_step)
         self.after_change = False

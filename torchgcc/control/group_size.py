@@ -47,7 +47,8 @@ def group_size_controller(
     """
     if (deadline is None) == (kappa is None):
         raise ValueError("give exactly one of deadline= (seconds) or kappa= (a multiple of the median duration)")
-    threshold = DeadlineThreshold(deadline) if deadline is not None else RelativeThreshold(kappa)
+    # exactly one is given (checked above)
+    threshold = DeadlineThreshold(deadline) if deadline is not None else RelativeThreshold(kappa)  # type: ignore[arg-type]
     return StragglerAwareController(
         group_sizes,
         budget=budget,
