@@ -223,10 +223,6 @@ def _dissection_level(pairs: int, device: Optional[torch.device]) -> DissectionL
     )
 
 
-#: The entries a level reads from its input's storage (the rest index its own products).
-_FIRST_LEVEL_READS = ("interior_entries", "coupling_entries", "separator_entries")
-
-
 def _dense_level(pairs: int, device: Optional[torch.device]) -> DenseLevel:
     unknowns = torch.arange(2 * pairs)
     entries = _storage_entries(unknowns.view(-1, 1), unknowns.view(1, -1), pairs)
@@ -258,10 +254,15 @@ def pentadiagonal_plan(m: int, device: Optional[torch.device] = None) -> Pentadi
         levels.append(_dissection_level(pairs, device))
         pairs = _padded(levels[-1].blocks + 1)
     dense = _dense_level(pairs, device)
-    # the first level reads the bands themselves: its positions in the pair storage mapped through pair_entries
+    # the first level reads the bands themselves: the entries it reads from its input's storage (the rest index its
+    # own products) mapped through pair_entries
     if levels:
         first = levels[0]
-        levels[0] = first._replace(**{name: pair_entries[getattr(first, name)] for name in _FIRST_LEVEL_READS})
+        levels[0] = first._replace(
+            interior_entries=pair_entries[first.interior_entries],
+            coupling_entries=pair_entries[first.coupling_entries],
+            separator_entries=pair_entries[first.separator_entries],
+        )
     else:
         dense = dense._replace(entries=pair_entries[dense.entries])
     return PentadiagonalPlan(
