@@ -73,7 +73,8 @@ class ManifoldGCC(GCC):
     ) -> None:
         super().__init__(num_inputs, num_workers, **options)
         alpha, beta = self._points
-        self.encoder = ManifoldEncoder(
+        # the manifold encoder and the reordered decoder follow Encoder's and Decoder's interfaces without deriving
+        encoder = ManifoldEncoder(
             alpha,
             beta,
             reference,
@@ -82,7 +83,8 @@ class ManifoldGCC(GCC):
             bandwidth_ratio=bandwidth_ratio,
             route=route,
         )
-        self.decoder = ReorderedDecoder(self.decoder, self.encoder)
+        self.encoder = encoder  # type: ignore[assignment]
+        self.decoder = ReorderedDecoder(self.decoder, encoder)  # type: ignore[assignment]
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, manifold encoder"
