@@ -151,14 +151,14 @@ class CodedMetrics:
             raise ValueError(
                 f"labels were given to {self._labelled} of {self._updates} updates: give them to all or none"
             )
-        state = {name: torch.cat(values) if values else None for name, values in self._state.items()}
+        state = {name: torch.cat(values) for name, values in self._state.items() if values}
         samples = state["samples"]
         out: dict[str, Any] = {"groups": len(samples), "samples": int(samples.sum())}
         out["mse"] = (state["squared_error"].sum() / state["elements"].sum()).item()
         out["mse_ci"] = mean_ci(state["squared_error"] / state["elements"])[1]
         ratios = {"agreement": "agree", "accuracy": "correct", "reference_accuracy": "reference_correct"}
         for key, name in ratios.items():
-            if state[name] is not None:
+            if name in state:
                 out[key] = (state[name].sum() / samples.sum()).item()
                 if key != "reference_accuracy":
                     out[f"{key}_ci"] = mean_ci(state[name] / samples)[1]
@@ -174,7 +174,7 @@ def _argmax_agreement_metric() -> type:
     """Build :class:`ArgmaxAgreement` (a ``torchmetrics.Metric``) on first use."""
     from torchgcc.optional import require
 
-    metric_base = require("torchmetrics").Metric
+    metric_base: Any = require("torchmetrics").Metric
 
     class ArgmaxAgreement(metric_base):
         """torchmetrics ``Metric``: argmax agreement of decoded with uncoded outputs over batches and, given labels,

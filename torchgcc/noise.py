@@ -44,7 +44,7 @@ class GaussianNoise:
     def __call__(self, results: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Noisy copy of ``results`` ``(B, N, *out)`` (``mask`` is unused: straggler values are never read)."""
         z = torch.randn(results.shape, generator=self.generator, dtype=torch.float64).to(results)
-        scale = self.sigma
+        scale: float | torch.Tensor = self.sigma
         if self.relative:
             flat = results.detach().reshape(results.shape[0], -1).to(torch.float64)
             scale = self.sigma * flat.pow(2).mean(dim=1).sqrt().view((-1,) + (1,) * (results.ndim - 1)).to(results)

@@ -31,17 +31,17 @@ class TinyPolicy(nn.Module):
         output, state = self.gru(self.embed(prompts))
         logits = self.head(output[:, -1])
         done = torch.zeros(len(prompts), dtype=torch.bool)
-        answers = []
+        tokens = []
         for _ in range(max_new_tokens):
             token = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
             token = torch.where(done, torch.full_like(token, eos), token)
-            answers.append(token)
+            tokens.append(token)
             done |= token == eos
             if done.all():
                 break
             output, state = self.gru(self.embed(token).unsqueeze(1), state)
             logits = self.head(output[:, -1])
-        answers = torch.stack(answers, 1)
+        answers = torch.stack(tokens, 1)
         pad = max_new_tokens - answers.shape[1]
         return torch.cat([answers, torch.full((len(prompts), pad), eos)], 1) if pad else answers
 
