@@ -230,7 +230,7 @@ def test_core_works_and_imports_nothing_optional_when_no_extra_is_installed():
         "import torch, torchgcc\n"
         "for name in torchgcc.__all__: getattr(torchgcc, name)\n"  # every public name and subpackage
         "import torchgcc.codes, torchgcc.functional, torchgcc.stragglers, torchgcc.coded_module, torchgcc.rl\n"
-        "import torchgcc.points, torchgcc.metrics, torchgcc.registry, torchgcc.timing\n"
+        "import torchgcc.points, torchgcc.metrics, torchgcc.registry, torchgcc.testing, torchgcc.timing\n"
         "import torchgcc.gradient_coding.distributed_training, torchgcc.distributed.job\n"
         "import torchgcc.distributed.launcher\n"
         "from torchgcc.metrics import CodedMetrics, argmax_agreement, mse\n"

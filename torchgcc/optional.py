@@ -18,6 +18,7 @@ __all__ = ["EXTRAS", "MissingExtraError", "extra_for", "require"]
 #: Top-level module name -> the ``pip install 'torchgcc[EXTRA]'`` extra that provides it (mpmath, which the tests use
 #: too, is not here: torch's sympy always installs it).
 EXTRAS: dict[str, str] = {
+    "jinja2": "experiments",
     "matplotlib": "experiments",
     "rich": "experiments",
     "sklearn": "experiments",
