@@ -161,7 +161,7 @@ class Simulation:
 
     def _staleness(self, step: int, used: list[int]) -> list[int]:
         """Counts of the partition gradients in this step's decoded sum by staleness ``0 .. max(s, largest)``."""
-        if not self.code.pipelined:
+        if not isinstance(self.code, PipelinedGradientCode):
             return [len(used) * len(self.workers[0].partitions)] + [0] * self.code.num_stragglers
         taus = [step - computed for i in used for computed in self._computed_at[i]]
         counts = [0] * (max(self.code.num_stragglers, *taus) + 1)
