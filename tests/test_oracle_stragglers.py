@@ -1,6 +1,8 @@
-"""The oracle straggler adversary against brute force: every block by scipy, every set exhaustively at small N."""
+"""The oracle straggler adversary against brute force: every block by scipy, every set exhaustively (by the decoders'
+forward, one group per row), single moves around the searched result above the exhaustive limit."""
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -9,7 +11,7 @@ from references import natural_spline_reference
 
 import torchgcc
 from torchgcc.coded_module import group_samples
-from torchgcc.oracles.stragglers import block_masks, decode_errors, worst_stragglers
+from torchgcc.oracles.stragglers import block_masks, block_pair_masks, decode_errors, worst_stragglers
 
 
 def _workload(code, samples=32, dim=2, seed=0):
@@ -41,15 +43,17 @@ def test_block_search_equals_a_brute_force_over_block_positions_with_scipy(n, s)
             brute.append(((estimate - reference[group].numpy()) ** 2).mean())
         assert found.block_errors[group].item() == pytest.approx(max(brute), rel=1e-9)
         assert found.block_starts[group].item() == int(np.argmax(brute))
-        assert found.errors[group] >= found.block_errors[group]
+        assert found.errors[group] >= found.block_errors[group] * (1 - 1e-12)  # block errors by another path
 
 
 def test_default_gcc_worst_block_agrees_with_a_per_mask_loop_to_one_percent():
-    """The data-adaptive default decoder (GCV per group): one mask and one group per call, in a plain loop."""
+    """The data-adaptive default decoder (calibrated on its first call): one mask and one group per call, in a plain
+    loop over the block positions."""
     n, s = 32, 4
     code = torchgcc.make_code("gcc", num_inputs=8, num_workers=n)
     results, reference = _workload(code, samples=24)
-    found = worst_stragglers(code.decoder, results, reference, s, searches=("block",))
+    found = worst_stragglers(code.decoder, results, reference, s)
+    assert found.exact and found.candidates == math.comb(n, s)
     for group in range(len(results)):
         errors = []
         for start in range(n - s + 1):
@@ -57,42 +61,100 @@ def test_default_gcc_worst_block_agrees_with_a_per_mask_loop_to_one_percent():
             mask[0, start : start + s] = False
             decoded = code.decoder(results[group : group + 1], mask)
             errors.append((decoded - reference[group : group + 1]).pow(2).mean().item())
-        assert found.errors[group].item() == pytest.approx(max(errors), rel=0.01)
+        assert found.block_errors[group].item() == pytest.approx(max(errors), rel=0.01)
+        assert found.errors[group] >= found.block_errors[group] * (1 - 1e-12)  # block errors by another path
 
 
-@pytest.mark.parametrize("name", ["natural", "bacc"])
-def test_oracle_finds_the_exhaustive_worst_set_at_small_n(name):
-    """All C(16, 3) = 560 straggler sets: the oracle reaches the exhaustive maximum in (almost) every group, never
-    reports more than a set's true error, and beats the best block where the worst set is not a block."""
-    n, s = 16, 3
-    code = torchgcc.make_code(name, num_inputs=4, num_workers=n)
-    results, reference = _workload(code)
-    sets = torch.ones(560, n, dtype=torch.bool)
+def _every_set(n, s):
+    sets = torch.ones(math.comb(n, s), n, dtype=torch.bool)
     for row, stragglers in enumerate(itertools.combinations(range(n), s)):
         sets[row, list(stragglers)] = False
-    exhaustive = decode_errors(code.decoder, results, reference, sets).max(dim=1).values
+    return sets
+
+
+def _runs(masks):
+    """``(C,)`` the number of runs of consecutive stragglers in each mask."""
+    return (~masks[:, 0]).int() + ((~masks[:, 1:]) & masks[:, :-1]).sum(dim=1)
+
+
+def _per_group_errors(code, results, reference, sets):
+    """Every group under every set through the decoder's forward, one (group, set) pair per row: no matrix shared
+    between groups (the oracle shares them for mask-only decoders)."""
+    per_group = sets.unsqueeze(0).expand(len(results), -1, -1)
+    return decode_errors(code.decoder, results, reference, per_group, max_elements=2**20)
+
+
+@pytest.mark.parametrize("name", ["gcc", "bacc"])
+def test_oracle_equals_the_exhaustive_search_at_n20_s6(name):
+    """All C(20, 6) = 38,760 sets, every group decoded by the forward: the oracle returns the exhaustive maximum to
+    1e-12 relative (the same products in another order), a set of exactly S stragglers whose recomputed error is
+    the one reported. On this workload (8-dimensional inputs) the former block / greedy / swap search reached only
+    40% (GCC) and 94% (BACC) of the maximum in the second group."""
+    n, s = 20, 6
+    code = torchgcc.make_code(name, num_inputs=5, num_workers=n)
+    results, reference = _workload(code, samples=20, dim=8)  # 4 groups
+    code.decoder(results, torch.ones(len(results), n, dtype=torch.bool))  # the default calibrates on all results
+    exhaustive = _per_group_errors(code, results, reference, _every_set(n, s)).max(dim=1).values
     found = worst_stragglers(code.decoder, results, reference, s)
+    assert found.exact and found.candidates == 38760
+    torch.testing.assert_close(found.errors, exhaustive, rtol=1e-12, atol=0)
     assert ((~found.masks).sum(dim=1) == s).all()
     recomputed = decode_errors(code.decoder, results, reference, found.masks.unsqueeze(1)).squeeze(1)
     torch.testing.assert_close(found.errors, recomputed, rtol=1e-12, atol=0)
-    ratio = found.errors / exhaustive
-    assert (ratio <= 1 + 1e-12).all() and ratio.mean() > 0.99
-    assert (found.errors >= found.block_errors).all()
+
+
+@pytest.mark.parametrize("name", ["natural", "bacc"])
+def test_above_the_limit_the_search_beats_every_block_pair_and_no_single_move_improves(name):
+    """With the exhaustive limit below C(16, 3) = 560: the result is at least every block's and block pair's error
+    (all sets of one or two runs, enumerated here from the combinations) and a local maximum: moving any one
+    straggler to any arrived worker does not increase the error. Never above the exhaustive maximum."""
+    n, s = 16, 3
+    code = torchgcc.make_code(name, num_inputs=4, num_workers=n)
+    results, reference = _workload(code)
+    found = worst_stragglers(code.decoder, results, reference, s, exhaustive_limit=100)
+    assert not found.exact
+    every = _every_set(n, s)
+    shaped = every[_runs(every) <= 2]
+    all_errors = _per_group_errors(code, results, reference, every)
+    shape_errors = _per_group_errors(code, results, reference, shaped)
+    assert (found.errors >= shape_errors.max(dim=1).values * (1 - 1e-12)).all()
+    assert (found.errors <= all_errors.max(dim=1).values * (1 + 1e-12)).all()
+    for group in range(len(results)):
+        stragglers = (~found.masks[group]).nonzero().flatten().tolist()
+        arrived = found.masks[group].nonzero().flatten().tolist()
+        moves = []
+        for i, j in itertools.product(stragglers, arrived):
+            mask = found.masks[group].clone()
+            mask[i], mask[j] = True, False
+            moves.append(mask)
+        one = slice(group, group + 1)
+        moved = decode_errors(code.decoder, results[one], reference[one], torch.stack(moves))
+        assert (moved <= found.errors[group] * (1 + 1e-12)).all()
+
+
+def test_block_pair_masks_are_every_set_of_two_runs():
+    n, s = 11, 4
+    pairs = block_pair_masks(n, s)
+    assert ((~pairs).sum(dim=1) == s).all()
+    every = _every_set(n, s)
+    expected = {tuple(m.tolist()) for m in every[_runs(every) == 2]}
+    assert {tuple(m.tolist()) for m in pairs} == expected and len(pairs) == len(expected)
+    assert len(block_pair_masks(n, 1)) == 0
 
 
 def test_oracle_is_far_worse_than_the_widest_gap_block():
-    """The geometric rule (the central block with Chebyshev points) holds no regression point: the oracle's error is
-    orders of magnitude larger at N = 64 (the issue measured 0-10% of the largest MSE)."""
+    """The geometric rule (the central block with Chebyshev points) holds no regression point: the worst block's
+    error is orders of magnitude larger at N = 64 (the issue measured 0-10% of the largest MSE)."""
     from torchgcc.stragglers import FixedStragglers
 
     n, s = 64, 4
     code = torchgcc.make_code("natural", num_inputs=8, num_workers=n)
     results, reference = _workload(code, samples=64)
-    found = worst_stragglers(code.decoder, results, reference, s, searches=("block",))
+    worst_block = decode_errors(code.decoder, results, reference, block_masks(n, s)).max(dim=1).values
     mask = FixedStragglers(s, "widest_gap").sample(len(results), n)
     gap = (code.decoder(results, mask) - reference).pow(2).flatten(1).mean(dim=1)
-    assert (gap <= found.errors * (1 + 1e-12)).all()
-    assert gap.mean() < 0.1 * found.errors.mean()
+    assert (gap <= worst_block * (1 + 1e-12)).all()
+    assert gap.mean() < 0.1 * worst_block.mean()
 
 
 def test_block_masks_and_argument_checks():
@@ -106,7 +168,7 @@ def test_block_masks_and_argument_checks():
     torch.testing.assert_close(none.errors, (code.decoder(results, none.masks) - reference).pow(2).mean(dim=(1, 2)))
     with pytest.raises(ValueError, match="num_stragglers must be an integer in \\[0, N - min_arrived\\] = \\[0, 6\\]"):
         worst_stragglers(code.decoder, results, reference, 7)
-    with pytest.raises(ValueError, match="searches"):
-        worst_stragglers(code.decoder, results, reference, 2, searches=("tabu",))
-    with pytest.raises(ValueError, match="radius"):
-        worst_stragglers(code.decoder, results, reference, 2, radius=0)
+    with pytest.raises(ValueError, match="starts"):
+        worst_stragglers(code.decoder, results, reference, 2, starts=0)
+    with pytest.raises(ValueError, match="exhaustive_limit"):
+        worst_stragglers(code.decoder, results, reference, 2, exhaustive_limit=True)

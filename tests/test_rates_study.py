@@ -1,6 +1,8 @@
 """``reproduce rates``: its worst-case MSE against our own brute force over every block position, which shares no code
 with the oracle: scipy's natural spline for natural-spline GCC, one decoder call per block and group for the others."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -60,4 +62,29 @@ def test_the_written_worst_case_agrees_with_a_brute_force_over_blocks_to_one_per
         assert written >= brute * (1 - 1e-9)  # the oracle also tries non-contiguous sets
         if record["scheme"] != "bacc":
             assert written == pytest.approx(brute, rel=0.01), record
-    assert tuple(result.config["searches"]) == ("block", "greedy", "swap")
+    assert result.config["exhaustive_limit"] == 200_000
+    assert all(r["exact"] for r in oracle if math.comb(r["N"], r["S"]) <= 200_000)
+
+
+def test_bacc_wins_lists_every_setting_of_either_sweep_where_bacc_is_below_gcc():
+    """From records written by hand: the S = 16 setting of the S sweep counts as much as the N sweep's."""
+
+    def record(scheme, n, s, mse, ci=0.01, adversary="oracle"):
+        return {"scheme": scheme, "adversary": adversary, "N": n, "S": s, "mse": mse, "mse_ci": ci}
+
+    data = {
+        "records": [
+            record("gcc", 32, 8, 0.5),
+            record("bacc", 32, 8, 0.4),
+            record("gcc", 64, 16, 0.554, 0.2),
+            record("bacc", 64, 16, 0.33, 0.1),
+            record("gcc", 64, 4, 0.01),
+            record("bacc", 64, 4, 0.02),
+            record("gcc", 64, 8, 0.5, adversary="widest_gap"),
+            record("bacc", 64, 8, 0.1, adversary="widest_gap"),
+        ]
+    }
+    wins = rates_study.bacc_wins(data)
+    assert [(w["N"], w["S"], w["overlap"]) for w in wins] == [(32, 8, False), (64, 16, True)]
+    table = rates_study.docs_table(data, table="bacc_wins")
+    assert table.count("\n") == 3 and "| 64 | 16 |" in table

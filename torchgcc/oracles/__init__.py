@@ -4,7 +4,7 @@ Both read what no decoding system has (the exact outputs, and every worker's res
 decoder's worst case, never for serving:
 
 - :func:`~torchgcc.oracles.stragglers.worst_stragglers`: per group, the ``S`` stragglers that maximise the MSE
-  (every block, a greedy non-contiguous search, local swaps);
+  (exhaustive up to 200,000 sets; above, every block and pair of blocks and hill climbing from the worst);
 - :func:`~torchgcc.oracles.attacks.worst_attacks`: per group, the attack by ``q`` adversaries that maximises the MSE
   (shifts over four decades at every block position, sign flips, random and constant values, greedy).
 """

@@ -5,38 +5,51 @@ reference), which no system that decodes has, and searches for the ``S`` workers
 most. It measures the worst case that the theory's ``O(S^3 N^-3)`` bound speaks of; a geometric rule such as
 :class:`torchgcc.stragglers.FixedStragglers`' ``placement="widest_gap"`` only guesses it.
 
-Three searches, per group; the worst set any of them finds is the answer:
+What it guarantees, per group:
 
-- ``"block"``: every contiguous block of ``S`` workers (``N - S + 1`` positions; the points are ascending, so a block
-  is a run of neighbouring points; the theory's worst case for splines);
-- ``"greedy"``: non-contiguous sets grown one straggler at a time, each round adding the worker whose absence
-  (given those already removed) gives the largest error: ``S`` rounds of at most ``N`` candidates;
-- ``"swap"``: hill climbing from several starts (the greedy set and the ``starts`` worst blocks): each round tries
-  moving every straggler to each arrived worker at most ``radius`` positions away and keeps the best move while it
-  increases the error (at most ``2 S`` rounds per start). It finds near-blocks such as ``{9, 10, 12}``, which beat
-  every block in some groups at small N.
-
-No polynomial search is exhaustive (there are ``C(N, S)`` sets); the tests compare the result with an exhaustive
-search at small N.
+- **exact** when ``C(N, S) <= exhaustive_limit`` (default :data:`EXHAUSTIVE_LIMIT` = 200,000): every straggler set
+  is decoded (in batches) and the worst one returned;
+- above that, **at least as bad as every set of one or two contiguous runs** of stragglers (every block and every
+  pair of blocks, ``S - 1`` splits of ``S`` at every pair of positions: the shape of the theory's worst case, the
+  largest gap, and of the near-blocks that beat it at small N), **and a local maximum under single moves**: from
+  each of several starting sets (the ``starts`` worst blocks and block pairs, and a greedy set grown one straggler at a
+  time)
+  hill climbing moves one straggler to any arrived worker while that increases the error, until no such move does.
+  No claim of a global maximum is made there (``exact`` is False).
 
 The error of a group is the mean squared error of its ``K`` estimates over every output entry,
-``mean_{k, j} (decoded - reference)^2``. Candidate masks are decoded by the decoder itself (its forward, so
-data-adaptive decoders such as GCV are searched as they serve), all groups and candidates of a round in batches of at
-most ``max_elements`` result entries.
+``mean_{k, j} (decoded - reference)^2``. Candidate masks are decoded by the decoder itself: a mask-only
+:class:`~torchgcc.codes.maps.Decoder` (its matrices depend on the mask only, as the calibrated default's do) by its
+``decode_matrix``, one matrix per candidate shared by every group that tries it; any other decoder (data-adaptive
+ones such as GCV per group, or a wrapper) by its forward, so it is searched as it serves. Batches hold at most
+``max_elements`` entries.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
-__all__ = ["WorstStragglers", "block_masks", "decode_errors", "worst_stragglers", "SEARCHES"]
+from torchgcc.codes.maps import Decoder
 
-#: The searches :func:`worst_stragglers` can run.
-SEARCHES = ("block", "greedy", "swap")
+__all__ = [
+    "EXHAUSTIVE_LIMIT",
+    "WorstStragglers",
+    "block_masks",
+    "block_pair_masks",
+    "decode_errors",
+    "subset_masks",
+    "worst_stragglers",
+]
 
-#: Default bound on the result entries (groups x workers x outputs) decoded in one batch (32 MiB of float64).
+#: Straggler sets searched exhaustively up to this many (``C(N, S)``).
+EXHAUSTIVE_LIMIT = 200_000
+
+#: Default bound on the entries (results, decode-matrix entries or estimates) one batch holds (32 MiB of float64).
 MAX_ELEMENTS = 2**22
 
 
@@ -49,19 +62,23 @@ class WorstStragglers:
         errors: ``(B,)`` float64: each group's MSE under ``masks``.
         block_errors: ``(B,)`` float64: the largest MSE over the contiguous blocks.
         block_starts: ``(B,)`` int64: the first straggler of that block.
-        greedy_errors: ``(B,)`` float64: the MSE of the greedy set (NaN when greedy was not run).
+        exact: whether ``masks`` is the worst set over all ``C(N, S)`` (the exhaustive search ran).
+        candidates: how many straggler sets were decoded per group.
     """
 
     masks: torch.Tensor
     errors: torch.Tensor
     block_errors: torch.Tensor
     block_starts: torch.Tensor
-    greedy_errors: torch.Tensor
+    exact: bool
+    candidates: int
 
     @property
     def beyond_block(self) -> torch.Tensor:
-        """``(B,)`` bool: the groups whose worst set is not a block (strictly worse than every block)."""
-        return self.errors > self.block_errors
+        """``(B,)`` bool: the groups whose worst set is not one contiguous block of stragglers."""
+        straggles = ~self.masks
+        runs = straggles[:, 0].int() + (straggles[:, 1:] & ~straggles[:, :-1]).sum(dim=1)
+        return runs > 1
 
 
 def block_masks(num_workers: int, num_stragglers: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -69,6 +86,44 @@ def block_masks(num_workers: int, num_stragglers: int, device: torch.device | st
     index = torch.arange(num_workers, device=device)
     start = torch.arange(num_workers - num_stragglers + 1, device=device).unsqueeze(1)
     return (index < start) | (index >= start + num_stragglers)
+
+
+def block_pair_masks(num_workers: int, num_stragglers: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """``(C, N)`` bool masks of every set of exactly two separate runs of stragglers: a block of ``a`` and a block of
+    ``S - a`` (``1 <= a < S``) with at least one arrived worker between them (True = arrived)."""
+    n, s = num_workers, num_stragglers
+    index = torch.arange(n, device=device)
+    rows = []
+    for first in range(1, s):
+        second = s - first
+        start1, start2 = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+        keep = start2 >= start1 + first + 1  # a gap of at least one worker
+        keep &= start2 + second <= n
+        start1, start2 = start1[keep].to(device).unsqueeze(1), start2[keep].to(device).unsqueeze(1)
+        straggle = ((index >= start1) & (index < start1 + first)) | ((index >= start2) & (index < start2 + second))
+        rows.append(~straggle)
+    return torch.cat(rows) if rows else torch.ones(0, n, dtype=torch.bool, device=device)
+
+
+def subset_masks(
+    num_workers: int, num_stragglers: int, *, chunk: int, device: torch.device | str | None = None
+) -> "itertools.Iterator[torch.Tensor]":
+    """Every ``C(N, S)`` straggler set as ``(c, N)`` bool masks (True = arrived), ``chunk`` rows at a time, in the
+    lexicographic order of the straggler indices."""
+    combinations = itertools.combinations(range(num_workers), num_stragglers)
+    while True:
+        batch = list(itertools.islice(combinations, chunk))
+        if not batch:
+            return
+        masks = torch.ones(len(batch), num_workers, dtype=torch.bool)
+        if num_stragglers:
+            masks.scatter_(1, torch.tensor(batch, dtype=torch.int64), False)
+        yield masks.to(device)
+
+
+def _shares_matrices(decoder: torch.nn.Module) -> bool:
+    """Whether ``decoder``'s estimates are ``decode_matrix(mask) @ results`` (a mask-only torchgcc decoder)."""
+    return isinstance(decoder, Decoder) and not decoder.depends_on_results
 
 
 @torch.no_grad()
@@ -86,11 +141,17 @@ def decode_errors(
         decoder: a decoder ``(G, N, *out), (G, N) mask -> (G, K, *out)``.
         results: ``(B, N, *out)`` the workers' results.
         reference: ``(B, K, *out)`` the exact outputs.
-        masks: ``(B, C, N)`` bool candidate masks per group, or ``(C, N)`` shared by every group.
-        max_elements: the most result entries decoded in one call of the decoder.
+        masks: ``(B, C, N)`` bool candidate masks per group, or ``(C, N)`` shared by every group (a mask-only
+            decoder then builds each candidate's matrix once for all groups).
+        max_elements: the most entries one batch holds.
     """
     b, n = results.shape[:2]
-    if masks.dim() == 2:
+    shared = masks.dim() == 2
+    if shared:
+        if masks.shape[1] != n:
+            raise ValueError(f"masks must be (B={b}, C, N={n}) or (C, N), got {tuple(masks.shape)}")
+        if _shares_matrices(decoder) and bool(torch.isfinite(results).all()):
+            return _shared_matrix_errors(decoder, results, reference, masks, max_elements)
         masks = masks.unsqueeze(0).expand(b, -1, -1)
     if masks.shape[0] != b or masks.shape[2] != n:
         raise ValueError(f"masks must be (B={b}, C, N={n}) or (C, N), got {tuple(masks.shape)}")
@@ -108,6 +169,24 @@ def decode_errors(
     return errors
 
 
+def _shared_matrix_errors(
+    decoder: Decoder, results: torch.Tensor, reference: torch.Tensor, masks: torch.Tensor, max_elements: int
+) -> torch.Tensor:
+    """:func:`decode_errors` for masks ``(C, N)`` shared by every group, each candidate's matrix built once."""
+    b, n = results.shape[:2]
+    flat = results.reshape(b, n, -1).to(torch.float64)
+    truth = reference.reshape(b, reference.shape[1], -1).to(torch.float64)
+    k, d = truth.shape[1:]
+    per_chunk = max(1, max_elements // max(1, k * max(n, b * d)))
+    errors = torch.empty(b, len(masks), dtype=torch.float64, device=results.device)
+    for first in range(0, len(masks), per_chunk):
+        chunk = masks[first : first + per_chunk].to(decoder.beta.device)
+        matrices = decoder.decode_matrix(chunk).to(flat.device)  # (c, K, N), zero at the stragglers
+        decoded = torch.einsum("ckn,bnd->bckd", matrices, flat)
+        errors[:, first : first + len(chunk)] = (decoded - truth.unsqueeze(1)).pow(2).mean(dim=(2, 3))
+    return errors
+
+
 @torch.no_grad()
 def worst_stragglers(
     decoder: torch.nn.Module,
@@ -115,30 +194,29 @@ def worst_stragglers(
     reference: torch.Tensor,
     num_stragglers: int,
     *,
-    searches: tuple[str, ...] = SEARCHES,
-    radius: int = 2,
+    exhaustive_limit: int = EXHAUSTIVE_LIMIT,
     starts: int = 3,
     max_elements: int = MAX_ELEMENTS,
 ) -> WorstStragglers:
     """The oracle adversary: per group, the set of ``num_stragglers`` workers whose absence maximises the MSE.
+
+    Exact (every set) when ``C(N, S) <= exhaustive_limit``; above, the worst of every block and every pair of blocks,
+    improved by single-straggler moves to a local maximum from ``starts`` starting sets (module docstring).
 
     Args:
         decoder: the decoder under attack (``code.decoder``).
         results: ``(B, N, *out)`` every worker's result (all of them: the oracle chooses who straggles).
         reference: ``(B, K, *out)`` the exact outputs ``f(x_k)``.
         num_stragglers: S, with ``0 <= S`` and ``N - S`` at least the decoder's ``min_arrived``.
-        searches: a subset of :data:`SEARCHES`; ``"block"`` always runs (it gives ``block_errors``).
-        radius: how far (in worker positions) ``"swap"`` moves one straggler per try.
-        starts: how many of the worst blocks ``"swap"`` starts from (besides the greedy set).
-        max_elements: the most result entries decoded in one call (memory bound).
+        exhaustive_limit: the most sets searched exhaustively.
+        starts: how many of each group's worst blocks and block pairs the hill climbing starts from above the
+            limit (besides the greedy set).
+        max_elements: the most entries one batch holds (memory bound).
 
     Returns:
         a :class:`WorstStragglers`; ``masks`` and ``errors`` are the worst set found per group.
     """
-    unknown = set(searches) - set(SEARCHES)
-    if unknown:
-        raise ValueError(f"searches must be a subset of {SEARCHES}, got {searches!r}")
-    for name, value in (("radius", radius), ("starts", starts)):
+    for name, value in (("starts", starts), ("exhaustive_limit", exhaustive_limit)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if results.dim() < 2 or reference.dim() < 2 or reference.shape[0] != results.shape[0]:
@@ -159,57 +237,68 @@ def worst_stragglers(
 
     device = results.device
     blocks = block_masks(n, s, device)
-    ranked, order = errors_of(blocks).sort(dim=1, descending=True)  # over the N - S + 1 positions
-    block_errors, block_starts = ranked[:, 0], order[:, 0]
-    masks, errors = blocks[block_starts], block_errors.clone()
-    greedy_errors = torch.full((b,), float("nan"), dtype=torch.float64, device=device)
-    if s == 0:
-        return WorstStragglers(masks, errors, block_errors, block_starts, greedy_errors)
-    found = [(masks, errors)] + [(blocks[order[:, i]], ranked[:, i]) for i in range(1, min(starts, order.shape[1]))]
-    if "greedy" in searches:
-        grown, greedy_errors = _greedy(errors_of, b, n, s, device)
-        found.append((grown, greedy_errors))
-    if "swap" in searches:
-        found = [_swap(errors_of, m, e, radius, rounds=2 * s) for m, e in found]
-    for candidate, candidate_errors in found:
+    block_scores = errors_of(blocks)  # first: an uncalibrated default calibrates on these masks, as before
+    block_errors, block_starts = block_scores.max(dim=1)
+    if math.comb(n, s) <= exhaustive_limit:
+        masks, errors = _exhaustive(errors_of, b, n, s, max(1, max_elements // n), device)
+        return WorstStragglers(masks, errors, block_errors, block_starts, True, math.comb(n, s))
+    pairs = block_pair_masks(n, s, device)
+    shapes = torch.cat([blocks, pairs])
+    scores = torch.cat([block_scores, errors_of(pairs)], dim=1)  # (B, blocks + pairs)
+    ranked = scores.topk(min(starts, scores.shape[1]), dim=1)  # the worst shapes first
+    found = [(shapes[ranked.indices[:, i]], ranked.values[:, i]) for i in range(ranked.indices.shape[1])]
+    found.append(_greedy(errors_of, b, n, s, device))
+    masks, errors = _climb(errors_of, *found[0])  # from the worst shape: at least as bad as every shape
+    for start in found[1:]:
+        candidate, candidate_errors = _climb(errors_of, *start)
         better = candidate_errors > errors
         masks = torch.where(better.unsqueeze(1), candidate, masks)
         errors = torch.where(better, candidate_errors, errors)
-    return WorstStragglers(masks, errors, block_errors, block_starts, greedy_errors)
+    return WorstStragglers(masks, errors, block_errors, block_starts, False, shapes.shape[0])
 
 
-def _greedy(errors_of, b: int, n: int, s: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def _exhaustive(errors_of: Callable, b: int, n: int, s: int, chunk: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The worst of every ``C(N, S)`` set per group."""
+    errors = torch.full((b,), -math.inf, dtype=torch.float64, device=device)
+    masks = torch.ones(b, n, dtype=torch.bool, device=device)
+    for candidates in subset_masks(n, s, chunk=chunk, device=device):
+        scores, at = errors_of(candidates).max(dim=1)
+        better = scores > errors
+        masks = torch.where(better.unsqueeze(1), candidates[at], masks)
+        errors = torch.where(better, scores, errors)
+    return masks, errors
+
+
+def _greedy(errors_of: Callable, b: int, n: int, s: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Grow each group's straggler set one worker at a time, always the one that increases the error most."""
     current = torch.ones(b, n, dtype=torch.bool, device=device)
     eye = torch.eye(n, dtype=torch.bool, device=device)
     best = torch.empty(b, dtype=torch.float64, device=device)
     for _ in range(s):
         scores = errors_of(current.unsqueeze(1) & ~eye)  # candidate j: current stragglers plus worker j
-        best, pick = scores.masked_fill(~current, -float("inf")).max(dim=1)
+        best, pick = scores.masked_fill(~current, -math.inf).max(dim=1)
         current = current & ~eye[pick]
     return current, best
 
 
-def _swap(errors_of, masks: torch.Tensor, errors: torch.Tensor, radius: int, *, rounds: int):
-    """Hill climbing: move one straggler by at most ``radius`` positions per round while the error grows."""
+def _climb(errors_of: Callable, masks: torch.Tensor, errors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hill climbing over single moves: each round tries moving every straggler to every arrived worker and keeps
+    the best move while it increases the error; stops at a local maximum (the error grows strictly every round, so
+    it ends)."""
     b, n = masks.shape
-    offsets = torch.tensor([o for o in range(-radius, radius + 1) if o], device=masks.device)
-    rows = torch.arange(b, device=masks.device).view(b, 1, 1)
-    for _ in range(rounds):
+    rows = torch.arange(b, device=masks.device)
+    while True:
         stragglers = (~masks).nonzero()[:, 1].view(b, -1)  # (B, S) ascending
-        target = stragglers.unsqueeze(2) + offsets  # (B, S, 2 r)
-        inside = (target >= 0) & (target < n)
-        target = target.clamp(0, n - 1)
-        valid = inside & masks[rows, target]  # the target must be an arrived worker
-        candidates = masks.view(b, 1, 1, n).repeat(1, stragglers.shape[1], len(offsets), 1)
-        candidates.scatter_(3, stragglers.view(b, -1, 1, 1).expand(-1, -1, len(offsets), 1), True)
-        candidates.scatter_(3, target.unsqueeze(3), False)
-        candidates = candidates.view(b, -1, n)
-        scores = errors_of(candidates).masked_fill(~valid.view(b, -1), -float("inf"))
+        s = stragglers.shape[1]
+        candidates = masks.view(b, 1, 1, n).repeat(1, s, n, 1)  # (B, S, N, N): move straggler i to worker j
+        candidates.scatter_(3, stragglers.view(b, s, 1, 1).expand(-1, -1, n, 1), True)
+        target = torch.arange(n, device=masks.device).view(1, 1, n, 1).expand(b, s, n, 1)
+        candidates.scatter_(3, target, False)
+        valid = masks.view(b, 1, n).expand(b, s, n)  # the target must be an arrived worker
+        scores = errors_of(candidates.view(b, s * n, n)).masked_fill(~valid.reshape(b, -1), -math.inf)
         best, pick = scores.max(dim=1)
         improved = best > errors
         if not improved.any():
-            break
-        masks = torch.where(improved.unsqueeze(1), candidates[torch.arange(b), pick], masks)
+            return masks, errors
+        masks = torch.where(improved.unsqueeze(1), candidates.view(b, s * n, n)[rows, pick], masks)
         errors = torch.where(improved, best, errors)
-    return masks, errors

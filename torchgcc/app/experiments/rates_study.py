@@ -2,8 +2,9 @@
 
 ``f`` is a fixed random smooth network (a tanh MLP on low-dimensional inputs, float64; one per seed), the smooth
 regime of the theory. The stragglers of the worst case are chosen per group by the ORACLE adversary
-(:func:`torchgcc.oracles.worst_stragglers`: every block, a greedy non-contiguous search and local swaps, maximising the
-group's MSE given the results and the exact outputs), not placed by a rule; the geometric rule
+(:func:`torchgcc.oracles.worst_stragglers`, maximising the group's MSE given the results and the exact outputs: every
+set where ``C(N, S) <= exhaustive_limit``, above that every block and pair of blocks and hill climbing from the worst
+of them), not placed by a rule; the geometric rule
 ``FixedStragglers(placement="widest_gap")`` (the old "worst" placement) is kept as a row for comparison.
 
 - vs N: MSE at every N of ``workers`` for every S of ``stragglers``, beside the bound ``O(S^3 N^-3)``;
@@ -41,6 +42,7 @@ from torchgcc.app.statistics import loglog_slope, seed_mean_ci
 from torchgcc.app.tables import markdown_grid, publish
 from torchgcc.coded_module import group_samples
 from torchgcc.oracles import worst_stragglers
+from torchgcc.oracles.stragglers import EXHAUSTIVE_LIMIT
 from torchgcc.stragglers import BernoulliStragglers, FixedStragglers
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "Config",
     "SmoothMLP",
     "add_arguments",
+    "bacc_wins",
     "brute_force_block_mse",
     "configure",
     "docs_table",
@@ -79,7 +82,8 @@ class SmoothMLP(nn.Module):
 class Config:
     """Settings: per seed, ``samples`` standard-normal inputs of ``dim`` coordinates coded ``num_inputs`` per group;
     ``schemes`` under the oracle for every (N, S) of the two sweeps; GCC under Bernoulli(p) stragglers (at least
-    ``min_arrived`` results arrive) with ``repeats`` masks per group; ``searches`` of the oracle."""
+    ``min_arrived`` results arrive) with ``repeats`` masks per group; the oracle searches every straggler set up to
+    ``exhaustive_limit`` sets."""
 
     num_inputs: int = 8
     workers: tuple[int, ...] = (32, 45, 64, 91, 128, 181, 256)
@@ -88,7 +92,7 @@ class Config:
     stragglers_sweep: tuple[int, ...] = (1, 2, 4, 8, 16)
     probabilities: tuple[float, ...] = (0.05, 0.1, 0.2)
     schemes: tuple[str, ...] = ("gcc", "natural", "bacc")
-    searches: tuple[str, ...] = ("block", "greedy", "swap")
+    exhaustive_limit: int = EXHAUSTIVE_LIMIT
     samples: int = 128
     dim: int = 2
     repeats: int = 10
@@ -186,13 +190,13 @@ def run(config: Config, *, progress: bool = True) -> ExperimentResult:
             lambda_dec[n] = code.lambda_dec
         results, reference = coded_results(f, code, inputs)
         for s in [s for size, s in settings if size == n and n - s >= code.min_arrived]:
-            found = worst_stragglers(code.decoder, results, reference, s, searches=config.searches)
+            found = worst_stragglers(code.decoder, results, reference, s, exhaustive_limit=config.exhaustive_limit)
             key = (scheme, "oracle", n, "S", s)
             per_seed.setdefault(key, {})[seed] = float(found.errors.mean())
             details.setdefault(key, {})[seed] = {
                 "block_mse": float(found.block_errors.mean()),
-                "greedy_mse": float(found.greedy_errors.mean()),
                 "beyond_block": float(found.beyond_block.double().mean()),
+                "exact": found.exact,
             }
             if s in config.stragglers:
                 mask = FixedStragglers(s, "widest_gap").sample(len(results), n)
@@ -228,15 +232,16 @@ def run(config: Config, *, progress: bool = True) -> ExperimentResult:
         record = {"scheme": scheme, "adversary": adversary, "N": n, "K": config.num_inputs, kind: value}
         record.update(mse=mean, mse_ci=ci, mse_by_seed=by_seed, seeds=len(by_seed))
         if key in details:
-            for name in ("block_mse", "greedy_mse", "beyond_block"):
+            for name in ("block_mse", "beyond_block"):
                 record[name] = float(np.mean([details[key][seed][name] for seed in config.seeds]))
+            record["exact"] = all(details[key][seed]["exact"] for seed in config.seeds)
         records.append(record)
     excess = [(r["mse"] - r["block_mse"]) / r["mse"] for r in records if r["adversary"] == "oracle"]
     load = os.getloadavg()
     written = {
         **asdict(config),
         "function": f"f(x) = tanh(x W1 + b1) W2, fixed random per seed, {config.dim} -> 16 -> 4, float64",
-        "adversary": "oracle: torchgcc.oracles.worst_stragglers (block, greedy, swap), per group",
+        "adversary": "oracle: torchgcc.oracles.worst_stragglers, per group (exhaustive up to exhaustive_limit sets)",
         "gcc_lambda_dec_by_N": lambda_dec,
         "wall_s": time.perf_counter() - started,
         "load_average": list(load),
@@ -465,6 +470,28 @@ def _by_s_table(data: Mapping[str, Any]) -> str:
     return markdown_grid(["S", "GCC slope in N", "BACC slope in N", "bound (S^3 N^-3)"], rows, left=0)
 
 
+def bacc_wins(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every (N, S) of either sweep where BACC's worst case under the oracle is below GCC's (mean over seeds), with
+    both means and CIs and whether the CIs overlap, in (N, S) order."""
+    oracle = {(r["scheme"], r["N"], r["S"]): r for r in data["records"] if r["adversary"] == "oracle"}
+    wins = []
+    for (scheme, n, s), bacc in sorted(oracle.items(), key=lambda item: item[0][1:]):
+        gcc = oracle.get(("gcc", n, s))
+        if scheme == "bacc" and gcc is not None and bacc["mse"] < gcc["mse"]:
+            overlap = bacc["mse"] + bacc["mse_ci"] >= gcc["mse"] - gcc["mse_ci"]
+            wins.append({"N": n, "S": s, "bacc": bacc, "gcc": gcc, "overlap": overlap})
+    return wins
+
+
+def _bacc_wins_table(data: Mapping[str, Any]) -> str:
+    """The settings of :func:`bacc_wins`: BACC's and GCC's worst-case MSE ± 95% CI and whether the CIs overlap."""
+    rows = [
+        [str(w["N"]), str(w["S"]), _cell(w["bacc"]), _cell(w["gcc"]), "yes" if w["overlap"] else "no"]
+        for w in bacc_wins(data)
+    ]
+    return markdown_grid(["N", "S", "BACC oracle", "GCC oracle", "CIs overlap"], rows, left=0)
+
+
 #: The tables :func:`docs_table` makes, by name.
 DOCS_TABLES: dict[str, Any] = {
     "against_N": _against_n_table,
@@ -472,6 +499,7 @@ DOCS_TABLES: dict[str, Any] = {
     "bernoulli": _bernoulli_table,
     "slopes": _slopes_table,
     "by_S": _by_s_table,
+    "bacc_wins": _bacc_wins_table,
 }
 
 
