@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -86,10 +88,30 @@ def test_pgc_cr_uniform_decoder_is_unbiased_over_random_straggler_sets(s):
     assert code.decode(list(range(n - s)))[0].item() == pytest.approx(n / ((n - s) * (s + 1)))
 
 
-def test_pgc_cr_least_squares_option_recovers_the_sum_of_its_coefficients():
-    code = make_training_scheme("pgc-cr-ls", num_workers=12, num_stragglers=2)
-    a = code.decode(list(range(2, 12)))
-    torch.testing.assert_close(a @ code.B, torch.ones(12, dtype=torch.float64), rtol=0, atol=1e-9)
+@pytest.mark.parametrize("s", [1, 2, 3])
+def test_pgc_cr_least_squares_decodes_exactly_for_every_straggler_set_at_n8(s):
+    """``pgc-cr-ls`` at n = 8: for every straggler set of size <= s, ``a`` is numpy's minimum-norm least-squares
+    solution of ``B_F^T a = 1`` and the decoded sum of fresh partition gradients is their exact sum; the authors'
+    uniform decoder (``pgc-cr``) weights every partition off 1 by more than 0.1 at exactly s stragglers."""
+    n = 8
+    exact = make_training_scheme("pgc-cr-ls", num_workers=n, num_stragglers=s)
+    uniform = make_training_scheme("pgc-cr", num_workers=n, num_stragglers=s)
+    assert exact.exact and exact.decoder == "lstsq" and not uniform.exact
+    g = torch.randn(n, 40, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
+    B = exact.B.numpy()
+    sets = [F for size in range(n - s, n + 1) for F in itertools.combinations(range(n), size)]
+    assert len(sets) == sum(math.comb(n, k) for k in range(s + 1))
+    for F in sets:
+        a = exact.decode(list(F))
+        reference, *_ = np.linalg.lstsq(B[list(F)].T, np.ones(n), rcond=None)
+        conditioning = np.linalg.cond(B[list(F)])
+        tolerance = 100 * n * np.finfo(np.float64).eps * conditioning
+        np.testing.assert_allclose(a[list(F)].numpy(), reference, rtol=0, atol=tolerance * np.abs(reference).max())
+        decoded = a @ (exact.B @ g)
+        torch.testing.assert_close(decoded, g.sum(0), rtol=0, atol=tolerance * float(g.abs().sum(0).max()))
+        if len(F) == n - s:
+            weights = uniform.decode(list(F)) @ uniform.B
+            assert (weights - 1).abs().min() > 0.1  # weights n c / ((n - s)(s + 1)), c holders arrived
 
 
 def test_pipelined_code_rejects_other_codes_and_decoders():

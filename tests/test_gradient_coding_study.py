@@ -31,7 +31,7 @@ def _tiny(out, *extra: str) -> dict:
         "--stragglers",
         "1,2",
         "--schemes",
-        "dgd,is-sgd,gc-fr,pgc-fr,pgc-cr",
+        "dgd,is-sgd,gc-fr,pgc-fr,pgc-cr,pgc-cr-ls",
         "--reference-models",
         "none",
         "--target-loss",
@@ -85,6 +85,12 @@ def test_reproduce_training_writes_consistent_results_on_both_clocks(tmp_path):
     assert by[("dgd", 1, 1.0)]["step_time"] > by[("is-sgd", 1, 1.0)]["step_time"]
     curves = {(c["scheme"], c["s"], c["m"]): c for c in carried["curves"]}
     assert curves[("dgd", 0, 1.0)]["steps"] == [5, 10] and len(curves[("pgc-cr", 2, 2.0)]["train_loss"]) == 2
+    for s in (1, 2):  # the decoders' partition weights (a^T B)_j against 1, from the arrived sets of the runs
+        mu = 12 / ((12 - s) * (s + 1))  # the uniform decoder's weights are mu * (holders arrived), 1 <= that <= s + 1
+        worst = max(abs(mu * c - 1) for c in range(1, s + 2))
+        assert 0.1 < carry[("pgc-cr", s, 1.0)]["weight_error"] <= carry[("pgc-cr", s, 1.0)]["weight_error_max"] <= worst
+        assert carry[("pgc-cr-ls", s, 1.0)]["weight_error_max"] < 1e-9
+        assert carry[("gc-fr", s, 1.0)]["weight_error_max"] == carry[("pgc-fr", s, 1.0)]["weight_error_max"] == 0
     verdict = {(v["pgc"], v["rival"], v["s"], v["m"]) for v in carried["verdicts"]}
     assert ("pgc-fr", "gc-fr", 1, 1.0) in verdict and ("pgc-cr", "dgd", 2, 2.0) in verdict
 

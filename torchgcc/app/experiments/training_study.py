@@ -34,6 +34,12 @@ One record per (model, s, scheme, m, clock), averaged over seeds (value and 95% 
 ``staleness``       fraction of the partition gradients in the decoded sums with staleness 0, 1, ... (all steps;
                     above s only where carry-over kept a pipelined worker from refreshing a slot)
 ``mean_staleness``  their mean staleness;  ``max_staleness``: the largest seen
+``weight_error``    the decoder's error on the partitions at every step: with ``a`` the decoding vector of the
+                    arrived set and ``B`` the code, each partition enters the decoded sum with weight
+                    ``w_j = (a^T B)_j`` (1 for an exact decoder); the RMS of ``w_j - 1`` over every partition and
+                    step, and ``weight_error_max`` the largest ``|w_j - 1|``. PGC-CR's ``"uniform"`` decoder (the
+                    authors', ``pgc-cr``) is approximate for every arrived set; ``pgc-cr-ls`` (least squares) is
+                    exact; IS-SGD and IS-GC drop partitions (weight 0) and rescale the rest
 ==================  =====================================================================================
 
 DGD does not depend on s: its single run is repeated in every s's rows.
@@ -101,7 +107,17 @@ class Config:
     data: str = "digits"
     data_dir: Optional[str] = None
     download: bool = False
-    schemes: tuple[str, ...] = ("dgd", "is-sgd", "is-sgd:adaptive", "gc-fr", "gc-cr", "is-gc", "pgc-fr", "pgc-cr")
+    schemes: tuple[str, ...] = (
+        "dgd",
+        "is-sgd",
+        "is-sgd:adaptive",
+        "gc-fr",
+        "gc-cr",
+        "is-gc",
+        "pgc-fr",
+        "pgc-cr",
+        "pgc-cr-ls",
+    )
     num_workers: int = 12
     stragglers: tuple[int, ...] = (1, 2, 3)
     mean_delays: tuple[float, ...] = (1.0, 2.0)
@@ -481,8 +497,8 @@ LABELS = {
     "gc-cr": "GC-CR",
     "is-gc": "IS-GC",
     "pgc-fr": "PGC-FR",
-    "pgc-cr": "PGC-CR",
-    "pgc-cr-ls": "PGC-CR (lstsq)",
+    "pgc-cr": "PGC-CR (uniform, approx.)",
+    "pgc-cr-ls": "PGC-CR (least squares, exact)",
 }
 
 
@@ -504,6 +520,15 @@ def _staleness_counts(run: TrainingRun) -> list[int]:
         for tau, count in enumerate(step):
             counts[tau] += count
     return counts
+
+
+def weight_errors(run: TrainingRun, num_workers: int) -> torch.Tensor:
+    """``(steps, k)`` float64: ``(a^T B)_j - 1`` of every partition at every step of ``run`` (its code rebuilt from
+    the scheme, ``s`` and seed; ``a`` decoded from the arrived workers the run recorded)."""
+    code = make_training_scheme(
+        run.scheme.partition(":")[0], num_workers=num_workers, num_stragglers=run.s, seed=run.seed
+    )
+    return torch.stack([code.decode(arrived) @ code.B - 1 for arrived in run.arrived])
 
 
 def summarise(runs: Sequence[TrainingRun], config: dict) -> list[dict[str, Any]]:
@@ -549,6 +574,9 @@ def summarise(runs: Sequence[TrainingRun], config: dict) -> list[dict[str, Any]]
         record["staleness"] = fractions
         record["mean_staleness"] = sum(tau * f for tau, f in enumerate(fractions))
         record["max_staleness"] = max(tau for tau, f in enumerate(fractions) if f > 0)
+        errors = torch.cat([weight_errors(r, config["num_workers"]) for r in group])
+        record["weight_error"] = float(errors.pow(2).mean().sqrt())
+        record["weight_error_max"] = float(errors.abs().max())
         records.append(record)
     return records
 
@@ -641,6 +669,7 @@ _COLUMNS = [
     ("test_accuracy", "test acc"),
     ("load", "partitions/step"),
     ("mean_staleness", "mean staleness"),
+    ("weight_error", "weight error (RMS)"),
 ]
 
 
