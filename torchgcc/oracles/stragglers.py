@@ -30,7 +30,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -107,7 +107,7 @@ def block_pair_masks(num_workers: int, num_stragglers: int, device: torch.device
 
 def subset_masks(
     num_workers: int, num_stragglers: int, *, chunk: int, device: torch.device | str | None = None
-) -> "itertools.Iterator[torch.Tensor]":
+) -> Iterator[torch.Tensor]:
     """Every ``C(N, S)`` straggler set as ``(c, N)`` bool masks (True = arrived), ``chunk`` rows at a time, in the
     lexicographic order of the straggler indices."""
     combinations = itertools.combinations(range(num_workers), num_stragglers)
@@ -119,11 +119,6 @@ def subset_masks(
         if num_stragglers:
             masks.scatter_(1, torch.tensor(batch, dtype=torch.int64), False)
         yield masks.to(device)
-
-
-def _shares_matrices(decoder: torch.nn.Module) -> bool:
-    """Whether ``decoder``'s estimates are ``decode_matrix(mask) @ results`` (a mask-only torchgcc decoder)."""
-    return isinstance(decoder, Decoder) and not decoder.depends_on_results
 
 
 @torch.no_grad()
@@ -150,7 +145,8 @@ def decode_errors(
     if shared:
         if masks.shape[1] != n:
             raise ValueError(f"masks must be (B={b}, C, N={n}) or (C, N), got {tuple(masks.shape)}")
-        if _shares_matrices(decoder) and bool(torch.isfinite(results).all()):
+        # a mask-only torchgcc decoder's estimates are decode_matrix(mask) @ results: one matrix per candidate
+        if isinstance(decoder, Decoder) and not decoder.depends_on_results and bool(torch.isfinite(results).all()):
             return _shared_matrix_errors(decoder, results, reference, masks, max_elements)
         masks = masks.unsqueeze(0).expand(b, -1, -1)
     if masks.shape[0] != b or masks.shape[2] != n:
