@@ -60,3 +60,25 @@ def reinsch_condition(knots: np.ndarray, lam: float) -> float:
         if j + 1 < n - 2:
             r[j, j + 1] = r[j + 1, j] = h[j + 1] / 6
     return float(np.linalg.cond(r + n * lam * q.T @ q))
+
+
+def solve_tolerance(knots: np.ndarray, lam: float) -> float:
+    """The difference allowed between two backward-stable solves of the smoothing spline's system on ``knots`` (entries
+    of a decode matrix, at most ~1): 64 cond eps, ``cond`` from :func:`reinsch_condition`. It covers two orders of the
+    same operations and FMA contraction (one rounding for ``a * b + c`` instead of two: each operation's error stays
+    within an ulp), so it holds for a GPU kernel against a CPU one too."""
+    return 64 * reinsch_condition(knots, lam) * np.finfo(np.float64).eps
+
+
+def berrut_tolerance(nodes: np.ndarray, points: np.ndarray) -> float:
+    """The difference allowed between two evaluations of Berrut's weights ``w_j / sum w`` (``w_j = (-1)^j / (x -
+    t_j)``) summed in different orders: the sum's error is at most ``n eps sum |w|``, so each weight's is at most
+    ``kappa (n kappa + 2) eps`` with ``kappa = sum |w| / |sum w|`` (the sum's condition number, which also bounds the
+    weights); a factor 4 for the divisions. Points on a node (exact unit rows) need no allowance."""
+    kappa = 1.0
+    for x in points:
+        if np.any(x == nodes):
+            continue
+        weights = (-1.0) ** np.arange(len(nodes)) / (x - nodes)
+        kappa = max(kappa, np.abs(weights).sum() / abs(weights.sum()))
+    return 4 * kappa * (len(nodes) * kappa + 2) * np.finfo(np.float64).eps

@@ -1,10 +1,11 @@
 """torch.compile of the decoder and of CodedModule: the whole decode, matrix construction included, is one graph
-(``fullgraph=True``, inductor on CPU) that does not recompile for new masks; and the float16 decode staying on its
-fast path."""
+(``fullgraph=True``, inductor on CPU) that runs the same kernel as eager calls (a registered operator) and does not
+recompile for new masks; and the float16 decode staying on its fast path."""
 
 import pytest
 import torch
 from helpers import random_masks
+from torch.profiler import profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchgcc
@@ -71,6 +72,44 @@ def test_fullgraph_compiled_decoder_never_recompiles_and_matches_eager(rule):
     with torch._dynamo.config.patch(error_on_recompile=True):
         for mask in masks:
             torch.testing.assert_close(compiled(y, mask), code.decoder(y, mask), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "make,kernel",
+    [
+        (lambda: torchgcc.GCC(4, 16, check=False), "torchgcc::numba_spline_rows"),
+        (lambda: torchgcc.GCC(4, 16, lambda_dec=0.0, check=False), "torchgcc::numba_spline_rows"),
+        (lambda: torchgcc.BACC(4, 16, check=False), "torchgcc::numba_berrut_rows"),
+    ],
+    ids=["default", "natural", "bacc"],
+)
+def test_fullgraph_compiled_decoders_run_the_same_cpu_kernel_as_eager(make, kernel):
+    """The compiled graph calls the registered numba operator (no op of the batched torch path: its sort, its
+    Cholesky factorisations), and the default does so once calibrated, as eager calls do."""
+    torch._dynamo.reset()
+    code = make()
+    y, mask = torch.randn(8, 16, 5), mixed_masks(8, 16)[0]
+    expected = code.decoder(y, mask)
+    compiled = torch.compile(code.decoder, fullgraph=True)
+    compiled(y, mask)
+    with profile() as recorded:
+        got = compiled(y, mask)
+    names = {event.name for event in recorded.events()}
+    assert kernel in names and not names & {"aten::sort", "aten::linalg_cholesky_ex"}, sorted(names)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_an_uncalibrated_default_refuses_fullgraph_compilation_with_a_clear_error():
+    """Its first call chooses the smoothing from the results (a read back, not traceable): compiled with
+    ``fullgraph=True`` before any eager call it raises saying what to do, and stays uncalibrated."""
+    torch._dynamo.reset()
+    code = torchgcc.GCC(4, 16, check=False)
+    y, mask = torch.randn(8, 16, 5), mixed_masks(8, 16)[0]
+    with pytest.raises(RuntimeError, match="not calibrated yet.*Call the decoder once eagerly"):
+        torch.compile(code.decoder, fullgraph=True)(y, mask)
+    assert not code.decoder.calibrated
+    expected = code.decoder(y, mask)
+    torch.testing.assert_close(torch.compile(code.decoder, fullgraph=True)(y, mask), expected, rtol=0, atol=0)
 
 
 def test_fullgraph_compiled_coded_module_never_recompiles_and_matches_eager():

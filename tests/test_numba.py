@@ -2,15 +2,17 @@
 (scipy's splines, Berrut's formula written point by point) and against the decoders' contract on the torch path."""
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from helpers import berrut_points_on_nodes, masks_with_every_straggler_count, random_masks
-from references import berrut_reference, csaps_reference, natural_spline_reference, reinsch_condition
+from references import berrut_reference, csaps_reference, natural_spline_reference, solve_tolerance
 
 import torchgcc
 from torchgcc.codes.gcc import spacing_lambda
@@ -28,25 +30,13 @@ def masks_with_stragglers_also_at_the_ends(num_workers: int, max_stragglers: int
     return torch.cat([masks, ends[ends.sum(-1) >= 2]])
 
 
-def test_the_cpu_default_is_the_numba_kernel_and_torch_compile_traces_the_torch_path():
-    decoder = torchgcc.GCC(4, 8).decoder
-    assert decoder.kernel_backend(torch.device("cpu")) == "numba"
+def test_the_cpu_default_is_the_numba_kernel():
+    assert torchgcc.GCC(4, 8).decoder.kernel_backend(torch.device("cpu")) == "numba"
+    assert torchgcc.BACC(4, 8).decoder.kernel_backend(torch.device("cpu")) == "numba"
     assert torchgcc.LCC(4, 8, degree=1).decoder.kernel_backend(torch.device("cpu")) == "torch"  # no kernel
     assert torchgcc.GCC(4, 8, backend="torch").decoder.kernel_backend(torch.device("cpu")) == "torch"
     with pytest.raises(ValueError, match="backend='numba' is not available for LagrangeDecoder"):
         torchgcc.LCC(4, 8, degree=1, backend="numba")
-
-    @torch.compile(fullgraph=True, backend="eager")
-    def traced(mask):
-        return torch.tensor(decoder.kernel_backend(mask.device) == "torch")
-
-    assert bool(traced(torch.ones(2, 8, dtype=torch.bool)))
-
-
-def solve_tolerance(knots: np.ndarray, lam: float) -> float:
-    """Error allowed between two backward-stable solves of the same system: 64 cond eps (the entries of a decode
-    matrix are at most ~1)."""
-    return 64 * reinsch_condition(knots, lam) * np.finfo(np.float64).eps
 
 
 def csaps_tolerance(knots: np.ndarray, lam: float) -> float:
@@ -141,12 +131,34 @@ def test_decoder_errors_and_policies_are_those_of_the_torch_path():
     torch.testing.assert_close(kernel.decoder(nan_at_straggler, mask), kernel.decoder(y, mask))
 
 
-def test_the_kernel_rejects_other_devices_and_masks_with_one_clear_error():
-    beta, alpha = torch.linspace(-1, 1, 8, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
-    with pytest.raises(ValueError, match="numba backend runs on CPU tensors"):
-        numba_decode.spline_decode_matrices(torch.ones(2, 8, dtype=torch.bool, device="meta"), beta, alpha, beta[:2])
-    with pytest.raises(ValueError, match=r"mask must be a \(B, N=8\) bool tensor"):
-        numba_decode.berrut_decode_matrices(torch.ones(2, 8), beta, alpha)
+def test_unusable_groups_are_nan_and_stragglers_rows_zero_in_the_kernels_own_output():
+    """The kernels mark a group of fewer than ``min_arrived`` survivors themselves (NaN everywhere) and write the
+    stragglers' rows as zeros; with a per-group smoothing table each group reads its own row."""
+    beta, alpha = torch.linspace(-1, 1, 9, dtype=torch.float64), torch.tensor([-0.5, 0.1, 0.7], dtype=torch.float64)
+    mask = masks_with_every_straggler_count(9, 8)  # 9 .. 1 survivors
+    mu = torch.arange(10, dtype=torch.float64).view(1, -1) * 1e-3
+    for rows, fewest in (
+        (numba_decode.spline_rows(mask, beta, alpha, mu, 4), 4),
+        (numba_decode.berrut_rows(mask, beta, alpha, 3), 3),
+    ):
+        unusable = mask.sum(-1) < fewest
+        assert rows.shape == (9, 9, 3) and torch.isnan(rows[unusable]).all()
+        assert torch.isfinite(rows[~unusable]).all() and (rows[~unusable][~mask[~unusable]] == 0).all()
+    per_group = numba_decode.spline_rows(
+        mask, beta, alpha, mu.expand(9, -1).contiguous() * torch.arange(9).view(-1, 1), 2
+    )
+    for group in (0, 4):
+        alone = numba_decode.spline_rows(mask[group : group + 1], beta, alpha, mu * group, 2)
+        torch.testing.assert_close(per_group[group], alone[0], rtol=0, atol=0)
+
+
+def test_the_registered_operators_pass_torch_library_opcheck():
+    """Schema, fake (shape-only) implementation and the CPU kernel agree, as ``torch.compile`` needs them to."""
+    beta, alpha = torch.linspace(-1, 1, 8, dtype=torch.float64), torch.tensor([-0.3, 0.2], dtype=torch.float64)
+    mask = random_masks(5, 8, 3, seed=1)
+    mu = torch.full((1, 9), 1e-4, dtype=torch.float64)
+    torch.library.opcheck(torch.ops.torchgcc.numba_spline_rows, (mask, beta, alpha, mu, 2))
+    torch.library.opcheck(torch.ops.torchgcc.numba_berrut_rows, (mask, beta, alpha, 1))
 
 
 def test_concurrent_calls_from_threads_give_the_serial_results():
@@ -210,15 +222,39 @@ def test_a_batch_split_over_threads_equals_one_call_and_a_forked_child_still_dec
     # once the parent has used its OpenMP threads (torch's limitation, not the kernel's)
     code = (
         "import os, numpy as np, torch, torchgcc\n"
-        "from torchgcc.functional.numba_decode import spline_decode_matrices\n"
+        "from torchgcc.functional.numba_decode import spline_rows\n"
         "torch.set_num_threads(2)\n"
         "beta, alpha = torch.linspace(-1, 1, 64, dtype=torch.float64), torch.linspace(-0.9, 0.9, 16).double()\n"
-        "m, mu = torch.ones(512, 64, dtype=torch.bool), torch.tensor(1e-4, dtype=torch.float64)\n"
-        "spline_decode_matrices(m, beta, alpha, mu)\n"
+        "m, mu = torch.ones(512, 64, dtype=torch.bool), torch.full((1, 65), 1e-4, dtype=torch.float64)\n"
+        "spline_rows(m, beta, alpha, mu, 2)\n"
         "pid = os.fork()\n"
         "if pid == 0:\n"
-        "    os._exit(0 if np.isfinite(spline_decode_matrices(m, beta, alpha, mu).numpy()).all() else 1)\n"
+        "    os._exit(0 if np.isfinite(spline_rows(m, beta, alpha, mu, 2).numpy()).all() else 1)\n"
         "print(os.waitpid(pid, 0)[1])\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.split() == ["0"], result.stderr[-2000:]
+
+
+def test_a_read_only_install_without_a_writable_home_decodes(tmp_path):
+    """numba caches compiled kernels next to their source or under the user's home; a read-only install run by a user
+    without a writable home has neither (NUMBA_CACHE_DIR unset): the kernels compile in the process, after one
+    warning, instead of the first decode failing. A file stands where each cache directory would go, so that the
+    directories cannot be made even by root (who ignores permission bits)."""
+    package = tmp_path / "site-packages"
+    shutil.copytree(Path(torchgcc.__file__).parent, package / "torchgcc", ignore=shutil.ignore_patterns("__pycache__"))
+    (package / "torchgcc" / "functional" / "__pycache__").write_text("")
+    home = tmp_path / "home"
+    home.write_text("")
+    for path in [package, *package.rglob("*")]:
+        path.chmod(path.stat().st_mode & ~0o222)
+    env = {key: value for key, value in os.environ.items() if key not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
+    env.update(HOME=str(home), PYTHONPATH=str(package), PYTHONDONTWRITEBYTECODE="1")
+    code = (
+        "import logging, torch, torchgcc; logging.basicConfig(); code = torchgcc.GCC(4, 8, lambda_dec='spacing'); "
+        "out = code.decoder(torch.randn(3, 8, 2), torch.ones(3, 8, dtype=torch.bool)); "
+        "print(torchgcc.__file__.startswith(%r), code.decoder.kernel_backend(out.device), bool(out.isfinite().all()))"
+    ) % str(package)
+    result = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert result.stdout.split() == ["True", "numba", "True"], result.stderr[-3000:]
+    assert result.stderr.count("no writable cache directory") == 1, result.stderr[-3000:]

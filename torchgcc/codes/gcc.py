@@ -47,6 +47,13 @@ GCV_MIN_POINTS = 5
 #: far more than too little (a candidate step is a factor ~1.4 in the ratio, 4 in lambda).
 GCV_STEP_DOWN = 1
 
+#: The error of an uncalibrated default decoder traced by ``torch.compile``.
+UNCALIBRATED_UNDER_COMPILE = (
+    "GCC's default decoder (lambda_dec='adaptive') is not calibrated yet: its first call chooses the smoothing from "
+    "the results, which torch.compile cannot trace. Call the decoder once eagerly (or decoder.calibrate(y, mask)) "
+    "before compiling it, or use lambda_dec='spacing'"
+)
+
 #: Named decoder smoothing rules accepted by ``GCC(lambda_dec=...)`` besides explicit numbers.
 LAMBDA_RULES = ("adaptive", "gcv", "spacing")
 
@@ -122,8 +129,8 @@ class SplineDecoder(Decoder):
         survivors."""
         return padded_spline_matrices(survivors.knots, survivors.counts, self.alpha, mu, self.plan)
 
-    def fused_matrices(self, mask: torch.Tensor, counts: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
-        return kernels.spline_decode_matrices(mask, self.beta, self.alpha, self.mu_table.index_select(0, counts))
+    def kernel_rows(self, mask: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
+        return kernels.spline_rows(mask, self.beta, self.alpha, self.mu_table.view(1, -1), self.min_arrived)
 
 
 class GCVSplineDecoder(SplineDecoder):
@@ -206,6 +213,8 @@ class GCVSplineDecoder(SplineDecoder):
         return self._calibrate(flat, mask)
 
     def _calibrate(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # the choice reads the results once: no graph holds it
+            raise RuntimeError(UNCALIBRATED_UNDER_COMPILE)
         self.ratio.copy_(self._score(flat, mask, self.survivors(mask))[0])
         self.refresh_smoothing()
         self.calibrated = True
@@ -237,13 +246,13 @@ class GCVSplineDecoder(SplineDecoder):
             self._calibrate(flat, mask)
             return super()._matrices(flat, mask)
         survivors = self.survivors(mask)
-        mu = survivors.counts * self._score(flat, mask, survivors)[1]
+        lam = self._score(flat, mask, survivors)[1]
         kernels = self.kernels(mask.device)
-        if kernels is not None:
-            return self.unusable_to_nan(
-                kernels.spline_decode_matrices(mask, self.beta, self.alpha, mu), survivors.counts
-            )
-        return self.scatter(self.spline(survivors, mu), survivors)
+        if kernels is not None:  # mu[g, n] = n lam_g: each group's own table
+            mu = torch.arange(self.num_workers + 1, device=mask.device) * lam.unsqueeze(-1)
+            rows = kernels.spline_rows(mask.contiguous(), self.beta, self.alpha, mu, self.min_arrived)
+            return rows.transpose(1, 2)
+        return self.scatter(self.spline(survivors, survivors.counts * lam), survivors)
 
     def _score(self, flat: torch.Tensor, mask: torch.Tensor, survivors: Survivors) -> tuple[torch.Tensor, torch.Tensor]:
         """Set ``last_ratio`` and ``last_lambda`` from the GCV scores of the results, and return them."""

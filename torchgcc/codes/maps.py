@@ -5,14 +5,13 @@ that arrived to estimates of the K outputs; its matrix depends on which workers 
 (float64, from the survivors compacted by :func:`torchgcc.functional.compact_survivors`: static shapes, no host
 reads, the same launches for any batch) and applied in float32 to float16/bfloat16 results, in the results' own dtype
 otherwise (see :func:`apply_linear`), the result cast to the results' dtype. The spline and Berrut decoders build
-every group's matrix in one kernel call: a fused Triton launch on CUDA, a compiled numba kernel on CPU (see
-:data:`BACKENDS`).
+every group's matrix in one kernel call: a Triton launch on CUDA, a compiled numba kernel on CPU, each a registered
+torch operator that ``torch.compile`` keeps in its graph (see :data:`BACKENDS`).
 """
 
 from __future__ import annotations
 
 import importlib.util
-from functools import lru_cache
 from types import ModuleType
 from typing import Optional
 
@@ -35,24 +34,27 @@ __all__ = [
 #: What a decoder does with a non-finite value from a worker whose result arrived.
 NONFINITE_POLICIES = ("error", "straggle")
 
-#: How a decoder builds its matrices: ``"torch"`` (batched torch operations, any device, traceable by
-#: ``torch.compile``), ``"triton"`` (one fused kernel launch for every group of the batch, CUDA;
-#: :mod:`torchgcc.functional.fused_decode`), ``"numba"`` (one compiled kernel call for every group, CPU, eager only;
+#: How a decoder builds its matrices: ``"torch"`` (batched torch operations, any device: the reference, and the
+#: fallback where no kernel runs), ``"triton"`` (one kernel launch for every group of the batch, CUDA;
+#: :mod:`torchgcc.functional.fused_decode`), ``"numba"`` (one compiled kernel call for every group, CPU;
 #: :mod:`torchgcc.functional.numba_decode`) or ``"auto"``: for a decoder with kernels, triton for CUDA data and numba
-#: for CPU data outside ``torch.compile`` where the package is installed; torch otherwise.
+#: for CPU data where the package is installed; torch otherwise. The kernels are registered torch operators: eager
+#: calls, ``torch.compile`` (``fullgraph=True`` too) and CUDA-graph capture run the same kernel.
 BACKENDS = ("auto", "torch", "triton", "numba")
 
 
-@lru_cache(maxsize=None)
+_TRITON = importlib.util.find_spec("triton") is not None
+_NUMBA = importlib.util.find_spec("numba") is not None
+
+
 def triton_available() -> bool:
     """Whether the ``triton`` package can be imported (it is not imported here)."""
-    return importlib.util.find_spec("triton") is not None
+    return _TRITON
 
 
-@lru_cache(maxsize=None)
 def numba_available() -> bool:
     """Whether the ``numba`` package can be imported (it is not imported here)."""
-    return importlib.util.find_spec("numba") is not None
+    return _NUMBA
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -202,7 +204,7 @@ class Decoder(_Float64Buffers):
     ``mask`` is bool with True where the result arrived.
     """
 
-    #: Whether :meth:`fused_matrices` is implemented (a Triton and a numba kernel for this decoder).
+    #: Whether :meth:`kernel_rows` is implemented (a Triton and a numba kernel for this decoder).
     has_fused_kernel = False
 
     #: Whether the matrices depend on the results too (then :meth:`decode_matrix` raises ``TypeError``; call
@@ -259,11 +261,12 @@ class Decoder(_Float64Buffers):
         survivor, zero in the padding columns ``j >= counts``; ``W = layout.width``): the subclass's map."""
         raise NotImplementedError
 
-    def fused_matrices(self, mask: torch.Tensor, counts: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
-        """``(B, K, N)`` float64 decode matrices of every row of ``mask`` (``counts`` ``(B,)`` its survivors) from one
-        call of a kernel of ``kernels`` (:mod:`torchgcc.functional.fused_decode` or
-        :mod:`torchgcc.functional.numba_decode`: the same functions)."""
-        raise NotImplementedError(f"{type(self).__name__} has no fused kernel")
+    def kernel_rows(self, mask: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
+        """``(B, N, K)`` float64 decode matrices, transposed, of every row of a ``(B, N)`` contiguous ``mask`` on the
+        kernel's device from one call of a kernel of ``kernels`` (:mod:`torchgcc.functional.fused_decode` or
+        :mod:`torchgcc.functional.numba_decode`: the same functions); NaN in the groups of fewer than
+        ``min_arrived`` survivors."""
+        raise NotImplementedError(f"{type(self).__name__} has no kernel")
 
     def kernel_backend(self, device: torch.device) -> str:
         """The backend that builds the matrices for data on ``device``: ``"torch"``, ``"triton"`` or ``"numba"``
@@ -274,17 +277,29 @@ class Decoder(_Float64Buffers):
             return "torch"
         if device.type == "cuda" and triton_available():
             return "triton"
-        if device.type == "cpu" and not torch.compiler.is_compiling() and numba_available():
+        if device.type == "cpu" and numba_available():
             return "numba"
         return "torch"
 
     def kernels(self, device: torch.device) -> Optional[ModuleType]:
-        """The kernel module for data on ``device`` (imported here), or None for the torch path."""
+        """The kernel module for data on ``device``, or None for the torch path. Imported on first use (also while
+        ``torch.compile`` traces: its tracer runs import statements)."""
         backend = self.kernel_backend(device)
-        if backend == "triton":
-            return importlib.import_module("torchgcc.functional.fused_decode")  # imports triton
         if backend == "numba":
-            return importlib.import_module("torchgcc.functional.numba_decode")  # imports numba
+            if device.type != "cpu":
+                raise ValueError(f"backend='numba' runs on CPU tensors, got data on {device}; use 'auto' or 'torch'")
+            from torchgcc.functional import numba_decode  # imports numba
+
+            return numba_decode
+        if backend == "triton":
+            from torchgcc.functional import fused_decode  # imports triton
+
+            if device.type != "cuda" and not fused_decode.interpreted():
+                raise ValueError(
+                    f"backend='triton' runs on CUDA tensors (or on CPU with TRITON_INTERPRET=1 set before import), "
+                    f"got data on {device}; use 'auto' or 'torch'"
+                )
+            return fused_decode
         return None
 
     def warm_up(self) -> None:
@@ -294,8 +309,7 @@ class Decoder(_Float64Buffers):
         torch path."""
         kernels = self.kernels(self.beta.device)
         if kernels is not None:
-            mask = torch.ones(1, self.num_workers, dtype=torch.bool, device=self.beta.device)
-            self.fused_matrices(mask, mask.sum(dim=-1), kernels)
+            self.kernel_rows(torch.ones(1, self.num_workers, dtype=torch.bool, device=self.beta.device), kernels)
 
     def survivors(self, mask: torch.Tensor) -> Survivors:
         """The compacted survivors of ``mask`` over the worker points, in the rows of :attr:`layout`."""
@@ -341,19 +355,32 @@ class Decoder(_Float64Buffers):
         matrices = self._matrices(flat, mask)
         if self.nonfinite == "straggle":  # the non-finite results now treated as stragglers must not be read
             flat = torch.where(mask.unsqueeze(-1), flat, 0.0)
-        out = apply_linear(matrices, flat)
-        if self.check and not self._all_good(mask, out):  # the one read back from the device
+        out, flag = self._apply(matrices, flat)
+        if self.check and not self._all_good(mask, out, flag):  # the one read back from the device
             out = self._repair(flat, mask, matrices)
         return out if y.ndim == 3 else out.reshape((y.shape[0], self.num_inputs) + y.shape[2:])
 
-    def _all_good(self, mask: torch.Tensor, out: torch.Tensor) -> bool:
-        """Whether every estimate is finite, read back as one flag (a group with too few results has NaN ones:
-        :meth:`scatter`)."""
-        if out.numel() == 0:
-            return bool((mask.sum(dim=-1) >= self.min_arrived).all())
+    def _apply(self, matrices: torch.Tensor, flat: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """``(matrices @ flat, flag)``: the estimates by :func:`apply_linear` and, with ``check``, a tensor that is zero
+        iff all of them are finite (one pass over them). With the Triton backend and a float32 product, one kernel
+        does both (:func:`torchgcc.functional.fused_decode.apply_rows`)."""
+        if compute_dtype(flat.dtype) == torch.float32 and self.kernel_backend(flat.device) == "triton":
+            from torchgcc.functional import fused_decode  # imports triton
+
+            return fused_decode.apply_rows(matrices.to(flat.device), flat, self.check)
+        out = apply_linear(matrices, flat)
+        if not self.check or out.numel() == 0:
+            return out, None
         with torch.no_grad():  # a check, not part of the graph (and no autograd warning on the read)
             low, high = torch.aminmax(out)  # NaN propagates to both ends, an Inf shows at one: no overflow
-            return float((low - low) + (high - high)) == 0.0  # x - x is 0 for finite x, NaN for NaN and +-Inf
+            return out, (low - low) + (high - high)  # x - x is 0 for finite x, NaN for NaN and +-Inf
+
+    def _all_good(self, mask: torch.Tensor, out: torch.Tensor, flag: Optional[torch.Tensor]) -> bool:
+        """Whether every estimate is finite (``flag`` zero), read back as one number (a group with too few results
+        has NaN ones); where there are no estimates, whether every group has enough results."""
+        if out.numel() == 0:
+            return bool((mask.sum(dim=-1) >= self.min_arrived).all())
+        return not bool(flag)  # NaN and non-zero counts are true
 
     def _repair(self, flat: torch.Tensor, mask: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
         """The slow path after a failed check: raise for too few or non-finite arrived results, else keep NaN/Inf
@@ -381,7 +408,7 @@ class Decoder(_Float64Buffers):
     def _matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """:meth:`matrices` of checked ``(B, N, d)`` results; the base decoder ignores them (its matrices depend on
         the mask only), data-adaptive decoders override this."""
-        return self.decode_matrix(mask, check=False)
+        return self._mask_matrices(mask)
 
     def decode_matrix(self, mask: torch.Tensor, *, check: bool | None = None) -> torch.Tensor:
         """``(B, K, N)`` float64 decode matrices for a ``(B, N)`` bool mask, zero in the straggler columns.
@@ -400,12 +427,16 @@ class Decoder(_Float64Buffers):
             return torch.empty(len(mask), self.num_inputs, self.num_workers, dtype=torch.float64, device="meta")
         if self.check if check is None else check:
             self._check_counts(mask)
+        return self._mask_matrices(mask)
+
+    def _mask_matrices(self, mask: torch.Tensor) -> torch.Tensor:
+        """:meth:`decode_matrix` of a checked mask (NaN matrices for groups of too few survivors), on the decoder's
+        device: the kernel's rows transposed (a view), or the torch path's matrices."""
         if mask.device != self.beta.device:
             mask = mask.to(self.beta.device)
         kernels = self.kernels(mask.device)
         if kernels is not None:
-            counts = mask.sum(dim=-1)
-            return self.unusable_to_nan(self.fused_matrices(mask, counts, kernels), counts)
+            return self.kernel_rows(mask.contiguous(), kernels).transpose(1, 2)
         survivors = self.survivors(mask)
         return self.scatter(self.fit_matrix(survivors), survivors)
 

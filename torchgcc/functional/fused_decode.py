@@ -1,38 +1,52 @@
-"""Fused Triton kernels that build the decode matrices of a whole batch of straggler masks in one launch.
+"""Triton kernels for the decode on CUDA: the decode matrices of a whole batch of straggler masks in one launch, and
+their product with the results in a second one, with the check's finiteness flag; registered as torch operators.
 
-One program per mask ``(B, N)`` row writes that mask's ``(K, N)`` decode matrix, zero in the straggler columns:
+Launches and their contracts (the same as :mod:`torchgcc.functional.numba_decode`'s on CPU):
 
-- :func:`spline_decode_matrices`: the cubic smoothing spline through the surviving worker points evaluated at the
-  ``K`` regression points (the matrices of :func:`torchgcc.functional.smoothing_spline_matrix`, scattered into the
-  surviving columns). The program compacts the survivors ``t_0 < ... < t_{n-1}``, forms the Reinsch bands of
-  ``M = R + mu Q^T Q`` (``mu = n lam``) and the sparse right-hand sides ``c - mu Q^T v`` of the K points (four
-  entries each), factors ``M = L diag(d) L^T`` while it solves ``L z = b`` in the same forward sweep, then solves
-  ``D L^T x = z`` backwards and emits the matrix row of knot ``r`` as soon as ``x_{r-2}`` is known:
-  ``D[:, r] = x_r / h_r - (1 / h_{r-1} + 1 / h_r) x_{r-1} + x_{r-2} / h_{r-1} + (a, b at the point's interval)``.
-  Work O(N K) per mask: the program runs the banded recurrences sequentially, which a kernel does cheaply where
-  the torch path (:mod:`torchgcc.functional.banded`) would need a launch per step. The smoothing ``mu = n lam`` of
-  every row is read from memory, so the spacing rule and the data-adaptive rules (computed on the device first) use the
-  same kernel.
-- :func:`berrut_decode_matrices`: Berrut's rational interpolant through the survivors (closed form, two sweeps).
+- :func:`spline_rows` (``torchgcc::triton_spline_rows``): ``(B, N)`` bool masks in, ``(B, N, K)`` float64 *rows* out
+  (row ``j`` of a group holds worker ``j``'s weights for the K points: the transposed ``(K, N)`` decode matrix, every
+  row written contiguously), zero rows for the stragglers and NaN everywhere in a group with fewer than
+  ``min_arrived`` survivors. A program builds ``GROUPS`` groups at once, in a ``(GROUPS, BLOCK_K)`` block of lanes
+  (one lane per group and point; a full warp at K = 16 with two groups). It compacts the survivors of a chunk of
+  workers at a time (a prefix sum of the mask, a scatter of the knots), counts each point's knots to its left (its
+  interval), reads the group's ``mu = n lam`` from a table indexed by ``n``, then runs the recurrences of
+  :mod:`torchgcc.functional.numba_decode` with every group's scalars in registers: the forward sweep forms the
+  Reinsch bands of ``M = R + mu Q^T Q``, factors ``M = L diag(d) L^T`` and solves ``L z = b`` for the K sparse
+  right-hand sides (``z`` kept in the output's own rows, which the backward sweep reads before it overwrites them),
+  the backward sweep solves ``diag(d) L^T x = z`` and writes knot ``r``'s row once ``x_{r-2}`` is known. The loads
+  of the next knot are issued a step ahead; one float64 division per step is on the recurrence's critical path.
+- :func:`berrut_rows` (``torchgcc::triton_berrut_rows``): Berrut's rational interpolant, one program per group, a
+  ``(CHUNK, BLOCK_K)`` tile of rows at a time.
+- :func:`apply_rows` (``torchgcc::triton_apply``): ``out = matrices @ y`` for float32, float16 and bfloat16 results
+  (float32 products and sums, IEEE, no TF32), ``(B, K, N)`` matrices of any strides, one program per
+  ``(group, BLOCK_K points, BLOCK_D outputs)`` tile, and with ``check`` a count of the non-finite estimates (atomics
+  only where a tile has one), so that the check reads one number back and never makes a second pass over the output.
 
-Everything is float64, one warp per mask (the K points are its lanes). The kernels are launched on CUDA tensors; with
-the environment variable ``TRITON_INTERPRET=1`` set before this module is imported, Triton's interpreter runs them on
-CPU tensors (slow, for testing). No CUDA run of them has been recorded yet (``benchmarks/gpu_check.sh`` does it).
+Per call with ``check=False``: two launches (rows, product) and no host synchronisation, capturable in a CUDA graph
+(the memory comes from torch's allocator); ``check=True`` adds the flag's zeroing and its one read. Being
+``torch.library.triton_op`` operators, ``torch.compile`` sees the kernels (``fullgraph=True`` holds) and calls the
+same launches.
 
-This module imports ``triton`` at import time; ``torchgcc`` imports it only when a decoder uses the ``"triton"``
-backend.
+With the environment variable ``TRITON_INTERPRET=1`` set before this module is imported, Triton's interpreter runs
+the kernels on CPU tensors (slow, for testing). No CUDA run of them has been recorded yet (``benchmarks/gpu_check.sh``
+does it; docs/api.md writes down what to expect).
+
+This module imports ``triton``; ``torchgcc`` imports it only when a decoder uses the ``"triton"`` backend.
 """
 
 import contextlib
 import os
-from typing import Tuple
 
 import numpy as np
 import torch
 import triton
 import triton.language as tl
+from torch.library import triton_op, wrap_triton
 
-__all__ = ["spline_decode_matrices", "berrut_decode_matrices", "interpreted"]
+__all__ = ["APPLY_DTYPES", "apply_rows", "berrut_rows", "interpreted", "spline_rows"]
+
+#: The result dtypes :func:`apply_rows` takes (its products are float32).
+APPLY_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def interpreted() -> bool:
@@ -41,177 +55,266 @@ def interpreted() -> bool:
 
 
 @triton.jit
-def _spline_kernel(
+def _spline_rows_kernel(
     mask_ptr,
     beta_ptr,
     alpha_ptr,
+    mu_ptr,
     out_ptr,
     knots_ptr,
-    index_ptr,
-    bands_ptr,
-    z_ptr,
-    mu_ptr,
+    cols_ptr,
+    factors_ptr,
+    B,
     N,
     K,
+    mu_stride,
+    min_arrived,
+    GROUPS: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    CHUNK: tl.constexpr,
 ):
-    pid = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, BLOCK_K)
-    kmask = offs < K
-    alpha = tl.load(alpha_ptr + offs, mask=kmask, other=0.0)
-    zeros = tl.zeros([BLOCK_K], dtype=tl.float64)
-    mask_row = mask_ptr + pid * N
-    out_row = out_ptr + pid * K * N
-    knots = knots_ptr + pid * N
-    index = index_ptr + pid * N
-    d_row = bands_ptr + pid * 3 * N
-    e_row = d_row + N
-    f_row = e_row + N
-    z_rows = z_ptr + pid * N * BLOCK_K
+    group = tl.program_id(0).to(tl.int64) * GROUPS + tl.arange(0, GROUPS)  # (G,)
+    in_batch = group < B
+    lane = tl.arange(0, BLOCK_K)  # (P,): the points
+    point_ok = lane < K
+    alpha = tl.load(alpha_ptr + lane, mask=point_ok, other=0.0)
+    lanes_ok = in_batch[:, None] & point_ok[None, :]  # (G, P)
+    rows = out_ptr + group * N * K  # (G,): row j of a group at rows + j K
+    knots = knots_ptr + group * N
+    cols = cols_ptr + group * N
+    factors = factors_ptr + group * 3 * N
+    slot = tl.arange(0, CHUNK)
 
-    # Sweep 0: compact the survivors (knots and their columns), zero the straggler columns, and count the knots at
-    # or left of every point.
-    n = tl.program_id(0) * 0
-    count = tl.zeros([BLOCK_K], dtype=tl.int32)
-    for j in range(0, N):
-        arrived = tl.load(mask_row + j) != 0
-        knot = tl.load(beta_ptr + j)
-        tl.store(knots + n, knot, mask=arrived)
-        tl.store(index + n, j, mask=arrived)
-        tl.store(out_row + offs * N + j, zeros, mask=kmask & (tl.load(mask_row + j) == 0))
-        count += (arrived & (knot <= alpha)).to(tl.int32)
-        n += arrived.to(tl.int32)
-    nf = n.to(tl.float64)
-    mu = tl.load(mu_ptr + pid)  # the row's mu = n lam, computed on the device by the caller
-    last = tl.maximum(n - 1, 0)  # loads are clamped to the survivors (masks with n < 2 are rejected by the caller)
+    # Compaction, a chunk of workers at a time: survivor s of a group is its knot s (point and worker index); each
+    # point counts the knots at or left of it.
+    n = tl.zeros([GROUPS], dtype=tl.int32)
+    count = tl.zeros([GROUPS, BLOCK_K], dtype=tl.int32)
+    for start in range(0, N, CHUNK):
+        worker = start + slot
+        worker_ok = worker < N
+        in_chunk = in_batch[:, None] & worker_ok[None, :]
+        arrived = tl.load(mask_ptr + group[:, None] * N + worker[None, :], mask=in_chunk, other=0) != 0  # (G, C)
+        beta = tl.load(beta_ptr + worker, mask=worker_ok, other=0.0)
+        ones = arrived.to(tl.int32)
+        position = n[:, None] + tl.cumsum(ones, axis=1) - ones
+        tl.store(knots[:, None] + position, beta[None, :] + tl.zeros([GROUPS, CHUNK], dtype=tl.float64), mask=arrived)
+        tl.store(cols[:, None] + position, worker[None, :] + tl.zeros([GROUPS, CHUNK], dtype=tl.int32), mask=arrived)
+        left = arrived[:, :, None] & (beta[None, :, None] <= alpha[None, None, :])  # (G, C, P)
+        count += tl.sum(left.to(tl.int32), axis=1)
+        n += tl.sum(ones, axis=1)
+    tl.debug_barrier()  # the knots are read by other lanes than wrote them
 
-    # Interval of every point: knots[idx] <= alpha < knots[idx + 1], clamped to the end intervals.
-    idx = tl.minimum(tl.maximum(count - 1, 0), tl.maximum(n - 2, 0))
-    t_left = tl.load(knots + idx, mask=kmask, other=0.0)
-    h_at = tl.load(knots + tl.minimum(idx + 1, last), mask=kmask, other=1.0) - t_left
-    a = (t_left + h_at - alpha) / h_at  # weight of the fitted value at knot idx
-    b = (alpha - t_left) / h_at  # ... at knot idx + 1
+    mu = tl.load(mu_ptr + group * mu_stride + n, mask=in_batch, other=0.0)  # (G,) mu = n lam of the group
+    m = n - 2  # interior knots
+    last_knot = tl.maximum(n - 1, 0)
+    last = last_knot[:, None]
+    # each point's interval knots[idx] <= alpha < knots[idx + 1] (clamped to the end intervals), its weights a, b of
+    # the fitted values there, and its right-hand side's entries in interior rows idx - 2 .. idx + 1
+    idx = tl.minimum(tl.maximum(count - 1, 0), tl.maximum(n - 2, 0)[:, None])
+    t_left = tl.load(knots[:, None] + idx, mask=lanes_ok, other=0.0)
+    h_at = tl.load(knots[:, None] + tl.minimum(idx + 1, last), mask=lanes_ok, other=1.0) - t_left
+    h_before = t_left - tl.load(knots[:, None] + tl.maximum(idx - 1, 0), mask=lanes_ok, other=0.0)
+    h_after = tl.load(knots[:, None] + tl.minimum(idx + 2, last), mask=lanes_ok, other=1.0) - tl.load(
+        knots[:, None] + tl.minimum(idx + 1, last), mask=lanes_ok, other=0.0
+    )
+    inv_at = 1.0 / h_at
+    inv_before = tl.where(idx >= 1, 1.0 / h_before, 0.0)
+    inv_after = tl.where(idx + 2 <= last, 1.0 / h_after, 0.0)
+    a = (t_left + h_at - alpha[None, :]) * inv_at
+    b = (alpha[None, :] - t_left) * inv_at
     outside = (a < 0) | (b < 0)  # beyond the outermost knots the natural spline is linear
     c_a = tl.where(outside, -a, a * a * a - a) * h_at * h_at / 6.0
     c_b = tl.where(outside, -b, b * b * b - b) * h_at * h_at / 6.0
-    # Spacings next to the interval, read only where the entry's column is interior (loads clamped otherwise).
-    h_before = t_left - tl.load(knots + tl.maximum(idx - 1, 0), mask=kmask, other=0.0)
-    h_after = tl.load(knots + tl.minimum(idx + 2, last), mask=kmask, other=1.0) - tl.load(
-        knots + tl.minimum(idx + 1, last), mask=kmask, other=0.0
-    )
-    inv_before = tl.where(idx >= 1, 1.0 / h_before, 0.0)
-    inv_at = 1.0 / h_at
-    inv_after = tl.where(idx + 2 <= last, 1.0 / h_after, 0.0)
-    # Right-hand side entries in interior columns idx - 2 .. idx + 1 (Q's columns are (1/h_j, -(1/h_j + 1/h_{j+1}),
-    # 1/h_{j+1}) in rows j, j + 1, j + 2).
-    entry0 = -mu * inv_before * a
-    entry1 = c_a - mu * (-(inv_before + inv_at) * a + inv_at * b)
-    entry2 = c_b - mu * (inv_at * a + -(inv_at + inv_after) * b)
-    entry3 = -mu * inv_after * b
+    mu_p = mu[:, None]
+    entry0 = -mu_p * inv_before * a
+    entry1 = c_a - mu_p * (-(inv_before + inv_at) * a + inv_at * b)
+    entry2 = c_b - mu_p * (inv_at * a - (inv_at + inv_after) * b)
+    entry3 = -mu_p * inv_after * b
 
-    # Sweep 1 (forward): bands of M, its LDL^T factors and z = L^{-1} rhs, row i = interior knot i + 1.
-    m = n - 2
-    d1 = nf * 0 + 1.0
-    d2 = nf * 0 + 1.0
-    e1 = nf * 0
-    f1 = nf * 0
-    f2 = nf * 0
-    z1 = zeros
-    z2 = zeros
-    for i in range(0, m):
-        t0 = tl.load(knots + i)
-        t1 = tl.load(knots + i + 1)
-        t2 = tl.load(knots + i + 2)
-        t3 = tl.load(knots + tl.minimum(i + 3, last))
-        h0 = t1 - t0
-        h1 = t2 - t1
-        lo = 1.0 / h0
-        hi = 1.0 / h1
-        mid = -(lo + hi)
-        lo_next = hi
+    # Forward sweep: row i of M (interior knot i + 1) from knots i .. i + 3, its factors d, e, f, and z.
+    t0 = tl.load(knots, mask=in_batch, other=0.0)
+    t1 = tl.load(knots + tl.minimum(1, last_knot), mask=in_batch, other=1.0)
+    t2 = tl.load(knots + tl.minimum(2, last_knot), mask=in_batch, other=2.0)
+    t3 = tl.load(knots + tl.minimum(3, last_knot), mask=in_batch, other=3.0)
+    inv0 = 1.0 / (t1 - t0)
+    inv1 = 1.0 / (t2 - t1)
+    d1 = tl.full([GROUPS], 1.0, tl.float64)
+    d2 = tl.full([GROUPS], 1.0, tl.float64)
+    e1 = tl.zeros([GROUPS], dtype=tl.float64)
+    f1 = tl.zeros([GROUPS], dtype=tl.float64)
+    f2 = tl.zeros([GROUPS], dtype=tl.float64)
+    z1 = tl.zeros([GROUPS, BLOCK_K], dtype=tl.float64)
+    z2 = tl.zeros([GROUPS, BLOCK_K], dtype=tl.float64)
+    for i in range(0, tl.max(m, axis=0)):
+        t4 = tl.load(knots + tl.minimum(i + 4, last_knot), mask=in_batch, other=4.0)  # the next step's knot
+        active = i < m
+        lo, hi = inv0, inv1
         hi_next = tl.where(i + 1 < m, 1.0 / (t3 - t2), 0.0)
-        mid_next = -(lo_next + hi_next)
-        diag = (h0 + h1) / 3.0 + mu * (lo * lo + mid * mid + hi * hi)
-        off1 = tl.where(i + 1 < m, h1 / 6.0 + mu * (mid * lo_next + hi * mid_next), 0.0)
-        off2 = tl.where(i + 2 < m, mu * (hi * hi_next), 0.0)
+        mid = -(lo + hi)
+        diag = (t2 - t0) / 3.0 + mu * (lo * lo + mid * mid + hi * hi)
+        off1 = tl.where(i + 1 < m, (t2 - t1) / 6.0 + mu * (mid * hi - hi * (hi + hi_next)), 0.0)
+        off2 = tl.where(i + 2 < m, mu * hi * hi_next, 0.0)
         d = diag - e1 * e1 * d1 - f2 * f2 * d2
-        e = (off1 - f1 * e1 * d1) / d
-        f = off2 / d
+        inv_d = 1.0 / d
+        e = (off1 - f1 * e1 * d1) * inv_d
+        f = off2 * inv_d
         rhs = (
             tl.where(idx - 2 == i, entry0, 0.0)
             + tl.where(idx - 1 == i, entry1, 0.0)
             + tl.where(idx == i, entry2, 0.0)
             + tl.where(idx + 1 == i, entry3, 0.0)
         )
-        z = rhs - e1 * z1 - f2 * z2
-        tl.store(d_row + i, d)
-        tl.store(e_row + i, e)
-        tl.store(f_row + i, f)
-        tl.store(z_rows + i * BLOCK_K + offs, z)
-        d2 = d1
-        d1 = d
-        e1 = e
-        f2 = f1
-        f1 = f
-        z2 = z1
-        z1 = z
+        z = rhs - e1[:, None] * z1 - f2[:, None] * z2
+        tl.store(rows[:, None] + i * K + lane[None, :], z, mask=lanes_ok & active[:, None])
+        tl.store(factors + 3 * i, inv_d, mask=in_batch & active)
+        tl.store(factors + 3 * i + 1, e, mask=in_batch & active)
+        tl.store(factors + 3 * i + 2, f, mask=in_batch & active)
+        d2, d1, e1, f2, f1 = d1, d, e, f1, f
+        z2, z1 = z1, z
+        t0, t1, t2, t3 = t1, t2, t3, t4
+        inv0, inv1 = inv1, hi_next
+    tl.debug_barrier()
 
-    # Sweep 2 (backward): x = (D L^T)^{-1} z, and the matrix column of knot r once x_{r-2} is known.
-    x_r = zeros  # x_r, x_{r-1}: zero beyond the interior
-    x_r1 = zeros
-    for step in range(0, n):
+    # Backward sweep: x_j = z_j / d_j - e_j x_{j+1} - f_j x_{j+2} for j = r - 2, then knot r's row
+    # x_r / h_r - (1 / h_{r-1} + 1 / h_r) x_{r-1} + x_{r-2} / h_{r-1}, plus a, b where r ends a point's interval.
+    x_r = tl.zeros([GROUPS, BLOCK_K], dtype=tl.float64)  # x_r and x_{r-1}: zero beyond the interior
+    x_r1 = tl.zeros([GROUPS, BLOCK_K], dtype=tl.float64)
+    r = n - 1
+    t_r = tl.load(knots + tl.maximum(r, 0), mask=in_batch, other=0.0)
+    t_before = tl.load(knots + tl.maximum(r - 1, 0), mask=in_batch, other=0.0)
+    inv_right = tl.zeros([GROUPS], dtype=tl.float64)  # 1 / h_r, zero at the last knot
+    for step in range(0, tl.max(n, axis=0)):
         r = n - 1 - step
         j = r - 2
         jj = tl.maximum(j, 0)
-        x_next = x_r1  # x_{j+1}
-        x_next2 = x_r  # x_{j+2}
-        x_j = (
-            tl.load(z_rows + jj * BLOCK_K + offs) * (1.0 / tl.load(d_row + jj))
-            - tl.load(e_row + jj) * x_next
-            - tl.load(f_row + jj) * x_next2
+        active = r >= 0
+        solved = j >= 0
+        z_j = tl.load(rows[:, None] + jj[:, None] * K + lane[None, :], mask=lanes_ok & solved[:, None], other=0.0)
+        inv_d = tl.load(factors + 3 * jj, mask=in_batch & solved, other=0.0)
+        e = tl.load(factors + 3 * jj + 1, mask=in_batch & solved, other=0.0)
+        f = tl.load(factors + 3 * jj + 2, mask=in_batch & solved, other=0.0)
+        t_next = tl.load(knots + tl.maximum(r - 2, 0), mask=in_batch, other=0.0)  # the next step's t_{r-1}
+        x_j = tl.where(solved[:, None], z_j * inv_d[:, None] - e[:, None] * x_r1 - f[:, None] * x_r, 0.0)
+        inv_left = tl.where(r >= 1, 1.0 / (t_r - t_before), 0.0)  # 1 / h_{r-1}
+        value = inv_right[:, None] * x_r - (inv_left + inv_right)[:, None] * x_r1 + inv_left[:, None] * x_j
+        value += tl.where(idx == r[:, None], a, 0.0) + tl.where(idx + 1 == r[:, None], b, 0.0)
+        column = tl.load(cols + tl.maximum(r, 0), mask=in_batch & active, other=0)
+        tl.store(rows[:, None] + column[:, None] * K + lane[None, :], value, mask=lanes_ok & active[:, None])
+        x_r, x_r1 = x_r1, x_j
+        inv_right = inv_left
+        t_r, t_before = t_before, t_next
+    tl.debug_barrier()
+
+    # The stragglers' rows are zero (the forward sweep used some as scratch), an unusable group's are NaN.
+    unusable = n < tl.maximum(min_arrived, 2)
+    for start in range(0, N, CHUNK):
+        worker = start + slot
+        worker_ok = in_batch[:, None] & (worker < N)[None, :]
+        arrived = tl.load(mask_ptr + group[:, None] * N + worker[None, :], mask=worker_ok, other=0) != 0
+        fill = tl.where(unusable[:, None], float("nan"), 0.0).to(tl.float64) + tl.zeros([GROUPS, CHUNK], tl.float64)
+        write = worker_ok & (unusable[:, None] | ~arrived)
+        tl.store(
+            rows[:, None, None] + worker[None, :, None] * K + lane[None, None, :],
+            fill[:, :, None] + tl.zeros([GROUPS, CHUNK, BLOCK_K], tl.float64),
+            mask=write[:, :, None] & point_ok[None, None, :],
         )
-        x_j = tl.where(j >= 0, x_j, 0.0)
-        t_r = tl.load(knots + r)
-        inv_h_r = tl.where(r < n - 1, 1.0 / (tl.load(knots + tl.minimum(r + 1, last)) - t_r), 0.0)
-        inv_h_r1 = tl.where(r >= 1, 1.0 / (t_r - tl.load(knots + tl.maximum(r - 1, 0))), 0.0)
-        column = inv_h_r * x_r + -(inv_h_r1 + inv_h_r) * x_r1 + inv_h_r1 * x_j
-        column = column + tl.where(idx == r, a, 0.0) + tl.where(idx + 1 == r, b, 0.0)
-        tl.store(out_row + offs * N + tl.load(index + r), column, mask=kmask)
-        x_r = x_r1
-        x_r1 = x_j
 
 
 @triton.jit
-def _berrut_kernel(mask_ptr, beta_ptr, alpha_ptr, out_ptr, N, K, BLOCK_K: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, BLOCK_K)
-    kmask = offs < K
-    alpha = tl.load(alpha_ptr + offs, mask=kmask, other=0.0)
-    mask_row = mask_ptr + pid * N
-    out_row = out_ptr + pid * K * N
-    # Sweep 1: the sum of the weights (-1)^rank / (alpha - t_j) over survivors, and whether a point hits a node.
+def _berrut_rows_kernel(
+    mask_ptr, beta_ptr, alpha_ptr, out_ptr, N, K, min_arrived, BLOCK_K: tl.constexpr, CHUNK: tl.constexpr
+):
+    group = tl.program_id(0).to(tl.int64)
+    lane = tl.arange(0, BLOCK_K)
+    point_ok = lane < K
+    alpha = tl.load(alpha_ptr + lane, mask=point_ok, other=0.0)
+    slot = tl.arange(0, CHUNK)
+    rows = out_ptr + group * N * K
+    # Sweep 1: the sum of the weights (-1)^rank / (alpha - t_j) over the survivors, and whether a point hits one.
     total = tl.zeros([BLOCK_K], dtype=tl.float64)
     hits = tl.zeros([BLOCK_K], dtype=tl.int32)
-    rank = tl.program_id(0) * 0
-    for j in range(0, N):
-        arrived = tl.load(mask_row + j) != 0
-        diff = alpha - tl.load(beta_ptr + j)
-        hit = arrived & (diff == 0)
+    n = tl.program_id(0) * 0
+    for start in range(0, N, CHUNK):
+        worker = start + slot
+        arrived = tl.load(mask_ptr + group * N + worker, mask=worker < N, other=0) != 0
+        ones = arrived.to(tl.int32)
+        rank = n + tl.cumsum(ones, axis=0) - ones
         sign = 1.0 - 2.0 * (rank % 2).to(tl.float64)
-        total += tl.where(arrived & (diff != 0), sign / tl.where(hit | (diff == 0), 1.0, diff), 0.0)
-        hits += hit.to(tl.int32)
-        rank += arrived.to(tl.int32)
-    # Sweep 2: normalised weights, or the unit row of the node a point hits; zero in straggler columns.
-    rank = rank * 0
-    for j in range(0, N):
-        arrived = tl.load(mask_row + j) != 0
-        diff = alpha - tl.load(beta_ptr + j)
-        hit = arrived & (diff == 0)
+        diff = alpha[None, :] - tl.load(beta_ptr + worker, mask=worker < N, other=0.0)[:, None]  # (C, P)
+        counted = arrived[:, None] & (diff != 0)
+        total += tl.sum(tl.where(counted, sign[:, None] / tl.where(counted, diff, 1.0), 0.0), axis=0)
+        hits += tl.sum((arrived[:, None] & (diff == 0)).to(tl.int32), axis=0)
+        n += tl.sum(ones, axis=0)
+    # Sweep 2: the normalised weights, or the unit row of the node a point hits; zero rows for the stragglers, NaN
+    # everywhere for an unusable group.
+    unusable = n < tl.maximum(min_arrived, 1)
+    n = n * 0
+    for start in range(0, N, CHUNK):
+        worker = start + slot
+        arrived = tl.load(mask_ptr + group * N + worker, mask=worker < N, other=0) != 0
+        ones = arrived.to(tl.int32)
+        rank = n + tl.cumsum(ones, axis=0) - ones
         sign = 1.0 - 2.0 * (rank % 2).to(tl.float64)
-        weight = tl.where(arrived & (diff != 0), sign / tl.where(diff == 0, 1.0, diff), 0.0) / total
-        value = tl.where(hits > 0, hit.to(tl.float64), weight)
-        tl.store(out_row + offs * N + j, value, mask=kmask)
-        rank += arrived.to(tl.int32)
+        diff = alpha[None, :] - tl.load(beta_ptr + worker, mask=worker < N, other=0.0)[:, None]
+        counted = arrived[:, None] & (diff != 0)
+        weight = tl.where(counted, sign[:, None] / tl.where(counted, diff, 1.0), 0.0) / total[None, :]
+        value = tl.where(hits[None, :] > 0, (arrived[:, None] & (diff == 0)).to(tl.float64), weight)
+        value = tl.where(unusable, float("nan"), value)
+        tl.store(rows + worker[:, None] * K + lane[None, :], value, mask=(worker < N)[:, None] & point_ok[None, :])
+        n += tl.sum(ones, axis=0)
+
+
+@triton.jit
+def _apply_kernel(
+    mat_ptr,
+    y_ptr,
+    out_ptr,
+    flag_ptr,
+    K,
+    N,
+    D,
+    mat_b,
+    mat_k,
+    mat_n,
+    y_b,
+    y_n,
+    y_d,
+    k_tiles,
+    d_tiles,
+    BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    CHECK: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    group = pid // (k_tiles * d_tiles)
+    k_tile = (pid // d_tiles) % k_tiles
+    d_tile = pid % d_tiles
+    point = k_tile * BLOCK_K + tl.arange(0, BLOCK_K)
+    column = d_tile * BLOCK_D + tl.arange(0, BLOCK_D)
+    point_ok = point < K
+    column_ok = column < D
+    acc = tl.zeros([BLOCK_K, BLOCK_D], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        worker = start + tl.arange(0, BLOCK_N)
+        worker_ok = worker < N
+        weights = tl.load(
+            mat_ptr + group * mat_b + point[:, None] * mat_k + worker[None, :] * mat_n,
+            mask=point_ok[:, None] & worker_ok[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        results = tl.load(
+            y_ptr + group * y_b + worker[:, None] * y_n + column[None, :] * y_d,
+            mask=worker_ok[:, None] & column_ok[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        acc = tl.dot(weights, results, acc, input_precision="ieee")
+    valid = point_ok[:, None] & column_ok[None, :]
+    value = acc.to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + group * K * D + point[:, None] * D + column[None, :], value, mask=valid)
+    if CHECK:
+        bad = tl.sum((valid & ~(tl.abs(value.to(tl.float32)) < float("inf"))).to(tl.int32))
+        tl.atomic_add(flag_ptr, bad, mask=bad > 0)
 
 
 def _quiet():
@@ -219,79 +322,125 @@ def _quiet():
     return np.errstate(all="ignore") if interpreted() else contextlib.nullcontext()
 
 
-def _prepare(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-    if mask.dtype != torch.bool or mask.ndim != 2 or mask.shape[1] != beta.shape[0]:
-        raise ValueError(f"mask must be a (B, N={beta.shape[0]}) bool tensor, got {mask.dtype} {tuple(mask.shape)}")
-    if mask.device.type != "cuda" and not interpreted():
-        raise ValueError(
-            f"the triton backend runs on CUDA tensors (or on CPU with TRITON_INTERPRET=1 set before import), "
-            f"got a mask on {mask.device}; use backend='torch' there"
-        )
-    device = mask.device
-    beta = beta.to(device=device, dtype=torch.float64).contiguous()
-    alpha = alpha.to(device=device, dtype=torch.float64).contiguous()
-    out = torch.empty(mask.shape[0], alpha.shape[0], beta.shape[0], dtype=torch.float64, device=device)
-    return mask.contiguous().view(torch.uint8), beta, alpha, out
+def _block(count: int) -> int:
+    return max(triton.next_power_of_2(count), 2)
 
 
-def spline_decode_matrices(
-    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mu: torch.Tensor
+@triton_op("torchgcc::triton_spline_rows", mutates_args=())
+def spline_rows(
+    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mu: torch.Tensor, min_arrived: int
 ) -> torch.Tensor:
-    """``(B, K, N)`` float64 smoothing-spline decode matrices for ``(B, N)`` bool masks (True = arrived).
-
-    Args:
-        mask: ``(B, N)`` bool; every row needs at least two survivors (rows with fewer give undefined values, the
-            caller checks the counts).
-        beta: ``(N,)`` ascending worker points.
-        alpha: ``(K,)`` points where the spline is evaluated.
-        mu: ``(B,)`` float64 ``mu = n lam`` of each row (``n`` its survivors, ``lam`` the smoothing of the
-            mean-normalised objective), on the mask's device: a rule of the survivor counts or a data-adaptive
-            choice, computed there without a read back.
-
-    Equals :func:`torchgcc.functional.smoothing_spline_matrix` of each row's survivors, scattered into their
-    columns, to rounding.
-    """
-    mask_u8, beta, alpha, out = _prepare(mask, beta, alpha)
+    """``(B, N, K)`` float64 smoothing-spline decode rows for ``(B, N)`` bool masks (True = arrived), on CUDA (or on
+    CPU tensors under ``TRITON_INTERPRET=1``); arguments and result as
+    :func:`torchgcc.functional.numba_decode.spline_rows` says (contiguous inputs on the mask's device, not
+    checked)."""
     groups, num_workers = mask.shape
-    num_inputs = alpha.shape[0]
-    block = max(triton.next_power_of_2(num_inputs), 2)
-    device = mask.device
-    knots = torch.empty(groups, num_workers, dtype=torch.float64, device=device)
-    index = torch.empty(groups, num_workers, dtype=torch.int32, device=device)
-    bands = torch.empty(groups, 3, num_workers, dtype=torch.float64, device=device)
-    z = torch.empty(groups, num_workers, block, dtype=torch.float64, device=device)
-    mu = mu.to(device=device, dtype=torch.float64).expand(groups).contiguous()
-    if groups:
+    num_points = alpha.shape[0]
+    block = _block(num_points)
+    per_program = max(1, 32 // block)  # groups per program: a full warp of lanes where K is small
+    chunk = max(16, min(64, 2048 // (per_program * block)))
+    out = torch.empty(groups, num_workers, num_points, dtype=torch.float64, device=mask.device)
+    knots = torch.empty(groups, num_workers, dtype=torch.float64, device=mask.device)
+    cols = torch.empty(groups, num_workers, dtype=torch.int32, device=mask.device)
+    factors = torch.empty(groups, num_workers, 3, dtype=torch.float64, device=mask.device)
+    with _quiet():
+        wrap_triton(_spline_rows_kernel)[(triton.cdiv(groups, per_program),)](
+            mask.view(torch.uint8),
+            beta,
+            alpha,
+            mu,
+            out,
+            knots,
+            cols,
+            factors,
+            groups,
+            num_workers,
+            num_points,
+            mu.shape[1] if mu.shape[0] > 1 else 0,
+            min_arrived,
+            GROUPS=per_program,
+            BLOCK_K=block,
+            CHUNK=chunk,
+            num_warps=max(1, min(8, per_program * block // 32)),
+        )
+    return out
+
+
+@triton_op("torchgcc::triton_berrut_rows", mutates_args=())
+def berrut_rows(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, min_arrived: int) -> torch.Tensor:
+    """``(B, N, K)`` float64 Berrut decode rows for ``(B, N)`` bool masks, on CUDA; as
+    :func:`torchgcc.functional.numba_decode.berrut_rows` says."""
+    groups, num_workers = mask.shape
+    num_points = alpha.shape[0]
+    block = _block(num_points)
+    out = torch.empty(groups, num_workers, num_points, dtype=torch.float64, device=mask.device)
+    with _quiet():
+        wrap_triton(_berrut_rows_kernel)[(groups,)](
+            mask.view(torch.uint8),
+            beta,
+            alpha,
+            out,
+            num_workers,
+            num_points,
+            min_arrived,
+            BLOCK_K=block,
+            CHUNK=max(16, min(64, 2048 // block)),
+            num_warps=max(1, min(8, block // 32)),
+        )
+    return out
+
+
+@triton_op("torchgcc::triton_apply", mutates_args=())
+def apply_rows(matrices: torch.Tensor, y: torch.Tensor, check: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(matrices @ y, flag)``: ``(B, K, N)`` matrices (float64 or float32, any strides) applied to ``(B, N, d)``
+    results of a dtype in :data:`APPLY_DTYPES` in float32, rounded once to ``y``'s dtype, ``(B, K, d)`` contiguous;
+    with ``check`` the flag (int32 ``(1,)``) counts the non-finite estimates, without it it is empty."""
+    groups, num_points, num_workers = matrices.shape
+    outputs = y.shape[-1]
+    out = torch.empty(groups, num_points, outputs, dtype=y.dtype, device=y.device)
+    flag = torch.zeros(1 if check else 0, dtype=torch.int32, device=y.device)
+    block_k = min(max(triton.next_power_of_2(num_points), 16), 64)
+    block_d = 64
+    k_tiles, d_tiles = triton.cdiv(num_points, block_k), triton.cdiv(outputs, block_d)
+    if groups * k_tiles * d_tiles:
         with _quiet():
-            _spline_kernel[(groups,)](
-                mask_u8,
-                beta,
-                alpha,
+            wrap_triton(_apply_kernel)[(groups * k_tiles * d_tiles,)](
+                matrices,
+                y,
                 out,
-                knots,
-                index,
-                bands,
-                z,
-                mu,
+                flag,
+                num_points,
                 num_workers,
-                num_inputs,
-                BLOCK_K=block,
-                num_warps=1,
+                outputs,
+                matrices.stride(0),
+                matrices.stride(1),
+                matrices.stride(2),
+                y.stride(0),
+                y.stride(1),
+                y.stride(2),
+                k_tiles,
+                d_tiles,
+                BLOCK_K=block_k,
+                BLOCK_N=32,
+                BLOCK_D=block_d,
+                CHECK=check,
+                num_warps=4,
             )
-    return out
+    return out, flag
 
 
-def berrut_decode_matrices(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """``(B, K, N)`` float64 Berrut decode matrices for ``(B, N)`` bool masks (True = arrived; at least one per row).
+def _save_for_backward(ctx, inputs, output) -> None:
+    matrices, y, _ = inputs
+    ctx.save_for_backward(matrices, y)
 
-    Equals :func:`torchgcc.functional.berrut_matrix` of each row's survivors, scattered into their columns.
-    """
-    mask_u8, beta, alpha, out = _prepare(mask, beta, alpha)
-    groups, num_workers = mask.shape
-    block = max(triton.next_power_of_2(alpha.shape[0]), 2)
-    if groups:
-        with _quiet():
-            _berrut_kernel[(groups,)](
-                mask_u8, beta, alpha, out, num_workers, alpha.shape[0], BLOCK_K=block, num_warps=1
-            )
-    return out
+
+def _apply_backward(ctx, grad_out, grad_flag):
+    """The product's gradients in float32, as autograd of ``torch.bmm`` in :func:`apply_linear` gives them."""
+    matrices, y = ctx.saved_tensors
+    grad = grad_out.float()
+    grad_matrices = (grad @ y.float().transpose(1, 2)).to(matrices.dtype) if ctx.needs_input_grad[0] else None
+    grad_y = (matrices.float().transpose(1, 2) @ grad).to(y.dtype) if ctx.needs_input_grad[1] else None
+    return grad_matrices, grad_y, None
+
+
+apply_rows.register_autograd(_apply_backward, setup_context=_save_for_backward)

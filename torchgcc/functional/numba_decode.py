@@ -1,47 +1,78 @@
-"""Compiled CPU kernels (numba) that build the decode matrices of a whole batch of straggler masks in one call.
+"""Compiled CPU kernels (numba) that build the decode matrices of a whole batch of straggler masks in one call, and
+the torch operators that run them (``torchgcc::numba_spline_rows``, ``torchgcc::numba_berrut_rows``).
 
-The CPU counterparts of the Triton kernels in :mod:`torchgcc.functional.fused_decode`, the same algorithms and the
-same contracts (``(B, N)`` bool masks in, ``(B, K, N)`` float64 matrices out, zero in the straggler columns):
+The CPU counterparts of the Triton kernels in :mod:`torchgcc.functional.fused_decode`, the same contracts: ``(B, N)``
+bool masks in, ``(B, N, K)`` float64 *rows* out (row ``j`` of a group holds worker ``j``'s weights for the K points,
+the transpose of the ``(K, N)`` decode matrix, so that every row is written contiguously), zero rows for the
+stragglers and NaN everywhere in a group with fewer than ``min_arrived`` survivors:
 
-- :func:`spline_decode_matrices`: per mask, compact the survivors ``t_0 < ... < t_{n-1}``, form the Reinsch bands of
-  ``M = R + mu Q^T Q`` (``mu = n lam``) and the sparse right-hand sides ``c - mu Q^T v`` of the K points (four
-  entries each, :mod:`torchgcc.functional.spline`), factor ``M = L diag(d) L^T`` while solving ``L z = b`` in one
-  forward sweep, solve ``diag(d) L^T x = z`` backwards and write knot ``r``'s column
-  ``D[:, r] = x_r / h_r - (1 / h_{r-1} + 1 / h_r) x_{r-1} + x_{r-2} / h_{r-1} + (a, b at the point's interval)``
-  once ``x_{r-2}`` is known. O(N K) work and O(N K) scratch per mask.
-- :func:`berrut_decode_matrices`: Berrut's rational interpolant through the survivors (two sweeps).
+- :func:`spline_rows`: per mask, count and compact the survivors ``t_0 < ... < t_{n-1}``, read the group's smoothing
+  ``mu = n lam`` from a table indexed by ``n``, form the Reinsch bands of ``M = R + mu Q^T Q`` and the sparse
+  right-hand sides ``c - mu Q^T v`` of the K points (four entries each, :mod:`torchgcc.functional.spline`), factor
+  ``M = L diag(d) L^T`` while solving ``L z = b`` in one forward sweep, solve ``diag(d) L^T x = z`` backwards and write
+  knot ``r``'s row ``x_r / h_r - (1 / h_{r-1} + 1 / h_r) x_{r-1} + x_{r-2} / h_{r-1} + (a, b at the point's
+  interval)``. O(N K) work and O(N K) scratch per mask.
+- :func:`berrut_rows`: Berrut's rational interpolant through the survivors (two sweeps).
 
 Why a compiled kernel on CPU: the batched torch path (:mod:`torchgcc.functional.banded`) solves the banded systems
-of every mask with a few hundred vectorised operations, each a pass over ``(B, N, K)`` arrays and, for the 2x2-block
-elimination, many small LAPACK calls; the sequential recurrences here touch each entry once (``benchmarks/decode.py``
-measures both). The kernels release the GIL: a call splits the batch's groups over up to ``torch.get_num_threads()``
-threads (each given at least :data:`MIN_WORK_PER_THREAD`), and calls from several threads run concurrently;
-everything is float64. They are compiled on first use and cached on disk (numba's ``cache=True``), so the first call
-of a fresh environment takes a few seconds. They take CPU tensors outside ``torch.compile`` (the decoders use the
-torch path when traced) and are not differentiable (the matrices depend on the mask only).
+of every mask with a few hundred vectorised operations; the sequential recurrences here touch each entry once
+(``benchmarks/decode.py`` measures both). The kernels release the GIL: a call splits the batch's groups over up to
+``torch.get_num_threads()`` threads (each given at least :data:`MIN_WORK_PER_THREAD`; small calls run on the calling
+thread alone), and calls from several threads run concurrently; everything is float64.
 
-This module imports ``numba`` at import time; ``torchgcc`` imports it only when a decoder uses the ``"numba"``
-backend (the default for CPU data).
+Each kernel is registered as a torch operator with a fake (shape-only) implementation, so ``torch.compile`` (also
+with ``fullgraph=True``) keeps the call in its graph and runs the same kernel. In eager mode the wrappers call the
+implementation directly: going through the dispatcher adds about 12 microseconds per call (torch 2.14), the whole
+kernel time of a small batch.
+
+Compilation and its cache: the kernels are compiled on first use (about a second) and cached on disk by numba, in the
+directory ``NUMBA_CACHE_DIR`` names (numba's own setting, read when numba is imported), else next to this file, else
+in the user's cache directory. Where none of them is writable (a read-only install run by a user without a writable
+home) they are compiled in every process instead, after one logged warning.
+
+This module imports ``numba``; ``torchgcc`` imports it only when a decoder uses the ``"numba"`` backend (the default
+for CPU data).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional
 
 import numba
 import numpy as np
 import torch
 
-__all__ = ["berrut_decode_matrices", "spline_decode_matrices"]
+__all__ = ["MIN_WORK_PER_THREAD", "berrut_rows", "spline_rows"]
+
+logger = logging.getLogger("torchgcc.functional.numba_decode")
+
+_warned_about_cache = False
 
 
-@numba.njit(cache=True, nogil=True)
-def _spline_kernel(mask, beta, alpha, mu_by_group, out):  # pragma: no cover - compiled (tested through the wrapper)
+def _compiled(function: Callable) -> Callable:
+    """``function`` compiled by numba (GIL released), cached on disk where a cache directory is writable."""
+    global _warned_about_cache
+    try:
+        return numba.njit(cache=True, nogil=True)(function)
+    except RuntimeError as error:  # numba: "cannot cache function ...: no locator available"
+        if not _warned_about_cache:
+            _warned_about_cache = True
+            logger.warning(
+                "numba finds no writable cache directory (%s): the decode kernels are compiled in every process "
+                "(about a second each); set NUMBA_CACHE_DIR to a writable directory to keep them",
+                error,
+            )
+        return numba.njit(nogil=True)(function)
+
+
+def _spline_kernel(mask, beta, alpha, mu, min_arrived, out):  # pragma: no cover - compiled
     groups, num_workers = mask.shape
     num_points = alpha.shape[0]
+    shared_mu = mu.shape[0] == 1
     knots = np.empty(num_workers)
     column = np.empty(num_workers, np.int64)
     # inv_h[r + 1] = 1 / (t_{r+1} - t_r) for r < n - 1, zero at 0 and from n: the terms of h_{-1} and h_{n-1} vanish
@@ -53,16 +84,18 @@ def _spline_kernel(mask, beta, alpha, mu_by_group, out):  # pragma: no cover - c
     # interior row i's right-hand sides, then z, then x, in row i + 2: two zero rows on either side of the m rows
     x = np.zeros((num_workers + 4, num_points))
     for g in range(groups):
-        out[g] = 0.0  # the straggler columns stay zero
         n = 0
-        for j in range(num_workers):  # compact the survivors
+        for j in range(num_workers):  # compact the survivors; the stragglers' rows are zero
             if mask[g, j]:
                 knots[n] = beta[j]
                 column[n] = j
                 n += 1
-        if n < 2:  # the caller marks such groups unusable
+            else:
+                out[g, j, :] = 0.0
+        if n < max(min_arrived, 2):  # unusable: NaN everywhere, so that the estimates are too
+            out[g] = np.nan
             continue
-        mu = mu_by_group[g]
+        lam_n = mu[0 if shared_mu else g, n]
         m = n - 2
         for r in range(n - 1):
             inv_h[r + 1] = 1.0 / (knots[r + 1] - knots[r])
@@ -84,10 +117,10 @@ def _spline_kernel(mask, beta, alpha, mu_by_group, out):  # pragma: no cover - c
                 ca, cb = (ak * ak * ak - ak) * h * h / 6.0, (bk * bk * bk - bk) * h * h / 6.0
             a[k], b[k] = ak, bk
             entries = (
-                -mu * before * ak,
-                ca - mu * (-(before + at) * ak + at * bk),
-                cb - mu * (at * ak - (at + after) * bk),
-                -mu * after * bk,
+                -lam_n * before * ak,
+                ca - lam_n * (-(before + at) * ak + at * bk),
+                cb - lam_n * (at * ak - (at + after) * bk),
+                -lam_n * after * bk,
             )
             for offset in range(4):
                 row = i - 2 + offset
@@ -101,9 +134,9 @@ def _spline_kernel(mask, beta, alpha, mu_by_group, out):  # pragma: no cover - c
             h1 = knots[i + 2] - knots[i + 1]
             lo, hi, hi_next = inv_h[i + 1], inv_h[i + 2], inv_h[i + 3]
             mid = -(lo + hi)
-            diag = (h0 + h1) / 3.0 + mu * (lo * lo + mid * mid + hi * hi)
-            off1 = h1 / 6.0 + mu * (mid * hi - hi * (hi + hi_next)) if i + 1 < m else 0.0
-            off2 = mu * hi * hi_next if i + 2 < m else 0.0
+            diag = (h0 + h1) / 3.0 + lam_n * (lo * lo + mid * mid + hi * hi)
+            off1 = h1 / 6.0 + lam_n * (mid * hi - hi * (hi + hi_next)) if i + 1 < m else 0.0
+            off2 = lam_n * hi * hi_next if i + 2 < m else 0.0
             d = diag - e1 * e1 * d1 - f2 * f2 * d2
             inv_d = 1.0 / d
             e = (off1 - f1 * e1 * d1) * inv_d
@@ -117,56 +150,57 @@ def _spline_kernel(mask, beta, alpha, mu_by_group, out):  # pragma: no cover - c
             inv_d, e, f = factors[0, j], factors[1, j], factors[2, j]
             for k in range(num_points):
                 x[j + 2, k] = x[j + 2, k] * inv_d - e * x[j + 3, k] - f * x[j + 4, k]
-        # knot r's column: (Q x)_r, then the fitted values' weights a, b at each point's interval
+        # knot r's row: (Q x)_r, plus the fitted values' weights a, b where r ends a point's interval
         for r in range(n):
             right, left = inv_h[r + 1], inv_h[r]
-            target = column[r]
+            row = out[g, column[r]]
             for k in range(num_points):
-                out[g, k, target] = right * x[r + 2, k] - (left + right) * x[r + 1, k] + left * x[r, k]
+                row[k] = right * x[r + 2, k] - (left + right) * x[r + 1, k] + left * x[r, k]
         for k in range(num_points):
-            out[g, k, column[idx[k]]] += a[k]
-            out[g, k, column[idx[k] + 1]] += b[k]
+            out[g, column[idx[k]], k] += a[k]
+            out[g, column[idx[k] + 1], k] += b[k]
 
 
-@numba.njit(cache=True, nogil=True)
-def _berrut_kernel(mask, beta, alpha, out):  # pragma: no cover - compiled (tested through the wrapper)
+def _berrut_kernel(mask, beta, alpha, min_arrived, out):  # pragma: no cover - compiled
     groups, num_workers = mask.shape
     num_points = alpha.shape[0]
+    total = np.empty(num_points)
+    hit = np.empty(num_points, np.int64)
     for g in range(groups):
-        for k in range(num_points):
-            # the sum of the weights (-1)^rank / (alpha - t_j) over the survivors, or the survivor alpha hits
-            total = 0.0
-            hit = -1
-            rank = 0
-            for j in range(num_workers):
-                if mask[g, j]:
+        # the sum of the weights (-1)^rank / (alpha - t_j) over the survivors, or the survivor alpha hits
+        total[:] = 0.0
+        hit[:] = -1
+        rank = 0
+        for j in range(num_workers):
+            if mask[g, j]:
+                sign = 1.0 - 2.0 * (rank % 2)
+                for k in range(num_points):
                     diff = alpha[k] - beta[j]
                     if diff == 0.0:
-                        hit = j
+                        hit[k] = j
                     else:
-                        total += (1.0 - 2.0 * (rank % 2)) / diff
-                    rank += 1
-            rank = 0
-            for j in range(num_workers):
-                if not mask[g, j]:
-                    out[g, k, j] = 0.0
-                    continue
-                if hit >= 0:
-                    out[g, k, j] = 1.0 if j == hit else 0.0
-                else:
-                    out[g, k, j] = (1.0 - 2.0 * (rank % 2)) / (alpha[k] - beta[j]) / total
+                        total[k] += sign / diff
                 rank += 1
+        if rank < max(min_arrived, 1):
+            out[g] = np.nan
+            continue
+        rank = 0
+        for j in range(num_workers):
+            row = out[g, j]
+            if not mask[g, j]:
+                row[:] = 0.0
+                continue
+            sign = 1.0 - 2.0 * (rank % 2)
+            for k in range(num_points):
+                if hit[k] >= 0:
+                    row[k] = 1.0 if j == hit[k] else 0.0
+                else:
+                    row[k] = sign / (alpha[k] - beta[j]) / total[k]
+            rank += 1
 
 
-def _prepare(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor) -> Tuple[np.ndarray, ...]:
-    if mask.dtype != torch.bool or mask.ndim != 2 or mask.shape[1] != beta.shape[0]:
-        raise ValueError(f"mask must be a (B, N={beta.shape[0]}) bool tensor, got {mask.dtype} {tuple(mask.shape)}")
-    if mask.device.type != "cpu":
-        raise ValueError(f"the numba backend runs on CPU tensors, got a mask on {mask.device}; use 'auto' or 'torch'")
-    out = torch.empty(mask.shape[0], alpha.shape[0], beta.shape[0], dtype=torch.float64)
-    arrays = (mask.contiguous(), beta.to(torch.float64).contiguous(), alpha.to(torch.float64).contiguous(), out)
-    return tuple(array.numpy() for array in arrays)
-
+_spline_kernel = _compiled(_spline_kernel)
+_berrut_kernel = _compiled(_berrut_kernel)
 
 #: The least work (groups x N x K) a thread is given: splitting smaller batches costs more in hand-offs (tens of
 #: microseconds) than it saves (a group at N = 64, K = 16 takes about 2 microseconds).
@@ -197,49 +231,93 @@ def _helpers(count: int) -> ThreadPoolExecutor:
 def _over_groups(run: Callable[[int, int], None], groups: int, work_per_group: int) -> None:
     """``run(start, stop)`` over contiguous chunks of ``range(groups)``, on up to ``torch.get_num_threads()`` threads
     (the calling one included; the kernels release the GIL), each given at least :data:`MIN_WORK_PER_THREAD`."""
-    chunks = max(1, min(torch.get_num_threads(), groups, groups * work_per_group // MIN_WORK_PER_THREAD))
+    chunks = min(groups, groups * work_per_group // MIN_WORK_PER_THREAD)
+    if chunks < 2 or torch.get_num_threads() < 2:
+        run(0, groups)
+        return
+    chunks = min(chunks, torch.get_num_threads())
     bounds = [groups * i // chunks for i in range(chunks + 1)]
-    futures = (
-        [_helpers(chunks - 1).submit(run, *chunk) for chunk in zip(bounds[1:-1], bounds[2:])] if chunks > 1 else []
-    )
+    futures = [_helpers(chunks - 1).submit(run, *chunk) for chunk in zip(bounds[1:-1], bounds[2:])]
     run(bounds[0], bounds[1])
     for future in futures:
         future.result()
 
 
-def spline_decode_matrices(
-    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mu: torch.Tensor
+def _spline_rows(
+    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mu: torch.Tensor, min_arrived: int
 ) -> torch.Tensor:
-    """``(B, K, N)`` float64 smoothing-spline decode matrices for ``(B, N)`` bool masks (True = arrived), on CPU.
+    out = torch.empty(mask.shape[0], beta.shape[0], alpha.shape[0], dtype=torch.float64)
+    mask_np, beta_np, alpha_np, mu_np, out_np = (t.numpy() for t in (mask, beta, alpha, mu, out))
+    shared = mu_np.shape[0] == 1
+
+    def run(start: int, stop: int) -> None:
+        rows = mu_np if shared else mu_np[start:stop]
+        _spline_kernel(mask_np[start:stop], beta_np, alpha_np, rows, min_arrived, out_np[start:stop])
+
+    _over_groups(run, mask_np.shape[0], out_np.shape[1] * out_np.shape[2])
+    return out
+
+
+def _berrut_rows(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, min_arrived: int) -> torch.Tensor:
+    out = torch.empty(mask.shape[0], beta.shape[0], alpha.shape[0], dtype=torch.float64)
+    mask_np, beta_np, alpha_np, out_np = (t.numpy() for t in (mask, beta, alpha, out))
+
+    def run(start: int, stop: int) -> None:
+        _berrut_kernel(mask_np[start:stop], beta_np, alpha_np, min_arrived, out_np[start:stop])
+
+    _over_groups(run, mask_np.shape[0], out_np.shape[1] * out_np.shape[2])
+    return out
+
+
+@torch.library.custom_op("torchgcc::numba_spline_rows", mutates_args=(), device_types="cpu")
+def _spline_rows_op(
+    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mu: torch.Tensor, min_arrived: int
+) -> torch.Tensor:
+    return _spline_rows(mask, beta, alpha, mu, min_arrived)
+
+
+@torch.library.custom_op("torchgcc::numba_berrut_rows", mutates_args=(), device_types="cpu")
+def _berrut_rows_op(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, min_arrived: int) -> torch.Tensor:
+    return _berrut_rows(mask, beta, alpha, min_arrived)
+
+
+@_spline_rows_op.register_fake
+def _(mask, beta, alpha, mu, min_arrived):
+    return mask.new_empty((mask.shape[0], beta.shape[0], alpha.shape[0]), dtype=torch.float64)
+
+
+@_berrut_rows_op.register_fake
+def _(mask, beta, alpha, min_arrived):
+    return mask.new_empty((mask.shape[0], beta.shape[0], alpha.shape[0]), dtype=torch.float64)
+
+
+def spline_rows(
+    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mu: torch.Tensor, min_arrived: int
+) -> torch.Tensor:
+    """``(B, N, K)`` float64 smoothing-spline decode rows (the transposed ``(B, K, N)`` matrices) for ``(B, N)`` bool
+    masks (True = arrived), on CPU.
 
     Args:
-        mask: ``(B, N)`` bool; rows with fewer than two survivors come back zero (the caller marks them unusable).
-        beta: ``(N,)`` ascending worker points.
-        alpha: ``(K,)`` points where the spline is evaluated.
-        mu: ``(B,)`` (or a scalar) float64 ``mu = n lam`` of each row, ``n`` its survivors and ``lam`` the smoothing
-            of the mean-normalised objective (the argument of
-            :func:`~torchgcc.functional.spline.padded_spline_matrices`).
+        mask: ``(B, N)`` bool, contiguous.
+        beta: ``(N,)`` float64 ascending worker points, contiguous.
+        alpha: ``(K,)`` float64 points where the spline is evaluated, contiguous.
+        mu: ``(1, N + 1)`` or ``(B, N + 1)`` float64, contiguous: ``mu[., n] = n lam`` for a group of ``n`` survivors
+            (``lam`` the smoothing of the mean-normalised objective, the argument of
+            :func:`~torchgcc.functional.padded_spline_matrices`), one table for every group or one per group.
+        min_arrived: groups with fewer survivors (or fewer than 2) are NaN everywhere.
 
-    Equals :func:`torchgcc.functional.smoothing_spline_matrix` of each row's survivors, scattered into their
-    columns, to rounding.
+    Equals :func:`torchgcc.functional.smoothing_spline_matrix` of each row's survivors, transposed and scattered into
+    their rows, to rounding. The inputs are not checked (the decoder has checked them).
     """
-    mask_np, beta_np, alpha_np, out_np = _prepare(mask, beta, alpha)
-    mu_np = mu.detach().to(torch.float64).expand(mask.shape[0]).contiguous().numpy()
-
-    def run(start: int, stop: int) -> None:
-        _spline_kernel(mask_np[start:stop], beta_np, alpha_np, mu_np[start:stop], out_np[start:stop])
-
-    _over_groups(run, len(mask_np), beta_np.shape[0] * alpha_np.shape[0])
-    return torch.from_numpy(out_np)
+    if torch.compiler.is_compiling():
+        return _spline_rows_op(mask, beta, alpha, mu, min_arrived)
+    return _spline_rows(mask, beta, alpha, mu, min_arrived)
 
 
-def berrut_decode_matrices(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """``(B, K, N)`` float64 Berrut decode matrices for ``(B, N)`` bool masks (True = arrived; at least one per row),
-    on CPU. Equals :func:`torchgcc.functional.berrut_matrix` of each row's survivors, scattered into their columns."""
-    mask_np, beta_np, alpha_np, out_np = _prepare(mask, beta, alpha)
-
-    def run(start: int, stop: int) -> None:
-        _berrut_kernel(mask_np[start:stop], beta_np, alpha_np, out_np[start:stop])
-
-    _over_groups(run, len(mask_np), beta_np.shape[0] * alpha_np.shape[0])
-    return torch.from_numpy(out_np)
+def berrut_rows(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, min_arrived: int) -> torch.Tensor:
+    """``(B, N, K)`` float64 Berrut decode rows for ``(B, N)`` bool masks (True = arrived), on CPU: the transposed
+    :func:`torchgcc.functional.berrut_matrix` of each row's survivors, scattered into their rows; NaN everywhere in a
+    group with fewer than ``min_arrived`` (or no) survivors. Arguments as :func:`spline_rows` says."""
+    if torch.compiler.is_compiling():
+        return _berrut_rows_op(mask, beta, alpha, min_arrived)
+    return _berrut_rows(mask, beta, alpha, min_arrived)
