@@ -355,12 +355,12 @@ class Decoder(_Float64Buffers):
         matrices = self._matrices(flat, mask)
         if self.nonfinite == "straggle":  # the non-finite results now treated as stragglers must not be read
             flat = torch.where(mask.unsqueeze(-1), flat, 0.0)
-        out, flag = self._apply(matrices, flat)
+        out, flag = self._product(matrices, flat)
         if self.check and not self._all_good(mask, out, flag):  # the one read back from the device
             out = self._repair(flat, mask, matrices)
         return out if y.ndim == 3 else out.reshape((y.shape[0], self.num_inputs) + y.shape[2:])
 
-    def _apply(self, matrices: torch.Tensor, flat: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def _product(self, matrices: torch.Tensor, flat: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """``(matrices @ flat, flag)``: the estimates by :func:`apply_linear` and, with ``check``, a tensor that is zero
         iff all of them are finite (one pass over them). With the Triton backend and a float32 product, one kernel
         does both (:func:`torchgcc.functional.fused_decode.apply_rows`)."""
