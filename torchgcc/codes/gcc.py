@@ -130,7 +130,7 @@ class SplineDecoder(Decoder):
         return padded_spline_matrices(survivors.knots, survivors.counts, self.alpha, mu, self.plan)
 
     def kernel_rows(self, mask: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
-        return kernels.spline_rows(mask, self.beta, self.alpha, self.mu_table.view(1, -1), self.min_arrived)
+        return kernels.spline_rows(mask, self.beta, self.alpha, self.mu_table, self.min_arrived)
 
 
 class GCVSplineDecoder(SplineDecoder):

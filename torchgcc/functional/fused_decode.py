@@ -356,7 +356,7 @@ def spline_rows(
             groups,
             num_workers,
             num_points,
-            mu.shape[1] if mu.shape[0] > 1 else 0,
+            mu.shape[-1] if mu.ndim == 2 and mu.shape[0] > 1 else 0,
             min_arrived,
             GROUPS=per_program,
             BLOCK_K=block,

@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
@@ -243,15 +244,32 @@ def _over_groups(run: Callable[[int, int], None], groups: int, work_per_group: i
         future.result()
 
 
+#: numpy views of the decoders' constant inputs (points, smoothing tables), by ``id``: a weak reference to the
+#: tensor, its data pointer when viewed, the view. A hit needs the same live tensor on the same memory.
+_views: dict[int, tuple[weakref.ref, int, np.ndarray]] = {}
+
+
+def _constant(tensor: torch.Tensor) -> np.ndarray:
+    """``tensor.numpy()``, remembered for the tensors a decoder passes on every call."""
+    entry = _views.get(id(tensor))
+    if entry is not None and entry[0]() is tensor and entry[1] == tensor.data_ptr():
+        return entry[2]
+    key = id(tensor)
+    _views[key] = (weakref.ref(tensor, lambda _: _views.pop(key, None)), tensor.data_ptr(), tensor.numpy())
+    return _views[key][2]
+
+
 def _spline_rows(
     mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mu: torch.Tensor, min_arrived: int
 ) -> torch.Tensor:
     out = torch.empty(mask.shape[0], beta.shape[0], alpha.shape[0], dtype=torch.float64)
-    mask_np, beta_np, alpha_np, mu_np, out_np = (t.numpy() for t in (mask, beta, alpha, mu, out))
-    shared = mu_np.shape[0] == 1
+    mask_np, out_np = mask.numpy(), out.numpy()
+    beta_np, alpha_np, mu_np = _constant(beta), _constant(alpha), _constant(mu)
+    if mu_np.ndim == 1:
+        mu_np = mu_np[None]
 
     def run(start: int, stop: int) -> None:
-        rows = mu_np if shared else mu_np[start:stop]
+        rows = mu_np if mu_np.shape[0] == 1 else mu_np[start:stop]
         _spline_kernel(mask_np[start:stop], beta_np, alpha_np, rows, min_arrived, out_np[start:stop])
 
     _over_groups(run, mask_np.shape[0], out_np.shape[1] * out_np.shape[2])
@@ -260,7 +278,7 @@ def _spline_rows(
 
 def _berrut_rows(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, min_arrived: int) -> torch.Tensor:
     out = torch.empty(mask.shape[0], beta.shape[0], alpha.shape[0], dtype=torch.float64)
-    mask_np, beta_np, alpha_np, out_np = (t.numpy() for t in (mask, beta, alpha, out))
+    mask_np, out_np, beta_np, alpha_np = mask.numpy(), out.numpy(), _constant(beta), _constant(alpha)
 
     def run(start: int, stop: int) -> None:
         _berrut_kernel(mask_np[start:stop], beta_np, alpha_np, min_arrived, out_np[start:stop])
@@ -301,8 +319,8 @@ def spline_rows(
         mask: ``(B, N)`` bool, contiguous.
         beta: ``(N,)`` float64 ascending worker points, contiguous.
         alpha: ``(K,)`` float64 points where the spline is evaluated, contiguous.
-        mu: ``(1, N + 1)`` or ``(B, N + 1)`` float64, contiguous: ``mu[., n] = n lam`` for a group of ``n`` survivors
-            (``lam`` the smoothing of the mean-normalised objective, the argument of
+        mu: ``(N + 1,)`` or ``(B, N + 1)`` float64, contiguous: ``mu[..., n] = n lam`` for a group of ``n``
+            survivors (``lam`` the smoothing of the mean-normalised objective, the argument of
             :func:`~torchgcc.functional.padded_spline_matrices`), one table for every group or one per group.
         min_arrived: groups with fewer survivors (or fewer than 2) are NaN everywhere.
 
