@@ -118,3 +118,25 @@ def test_bfloat16_near_max_encodes_without_intermediate_overflow():
     assert bool(torch.isfinite(got).all())
     eps = torch.finfo(torch.bfloat16).eps
     assert bool(((got.double() - reference).abs() <= eps * reference.abs()).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_encoder_scales_exactly_where_the_plain_product_could_overflow(dtype):
+    """Below the bound (``L max|x| < 2^127``, ``L`` the largest row sum of ``|E|``) the encoder's product is the plain
+    float32 one (no power-of-two scaling: three passes fewer); above it the scaled one, finite where the plain one
+    is not."""
+    from torch.profiler import profile
+
+    code = torchgcc.GCC(8, 32)
+    lebesgue = float(code.encoder.matrix.abs().sum(dim=1).max())
+    shape = torch.cos(3 * code.alpha).reshape(1, 8, 1)
+    shape = shape / shape.abs().max()  # max |x| is the scale
+    for scale, scaled in ((0.99 * 2.0**127 / lebesgue, False), (1.01 * 2.0**127 / lebesgue, True)):
+        x = (scale * shape).to(dtype)
+        with profile() as recorded:
+            got = code.encoder(x)
+        assert any(event.name == "aten::ldexp" for event in recorded.events()) == scaled
+        assert bool(torch.isfinite(got).all())
+        plain = (code.encoder.matrix.float() @ x[0].float()).to(dtype)
+        if not scaled:
+            torch.testing.assert_close(got[0], plain, rtol=0, atol=0)

@@ -147,9 +147,13 @@ class Encoder(_Float64Buffers):
 
     ``matrix`` is the ``(N, K)`` float64 map, applied by :func:`apply_linear` (float32 for float16/bfloat16 inputs)
     and the output cast to the input's dtype. For float32 and bfloat16 inputs (whose range the float32 product shares)
-    each group is scaled by a power of two that brings its largest input to [0.5, 1) before the product and back
-    after it: exact, and no intermediate overflow for inputs near 3e38 whose codes fit. The encoder never reads back
-    from the device.
+    a product can overflow although the codes fit: its partial sums reach ``L max|x|`` (``L`` the largest row sum of
+    ``|E|``). Unless the inputs are known to be small enough, each group is scaled by a power of two that brings its
+    largest input to [0.5, 1) before the product and back after it: exact, and no intermediate overflow for inputs
+    near 3e38 whose codes fit, but three more passes over the data. On CPU in eager mode the encoder first looks:
+    one pass over the inputs and one number read (free there), and the plain product runs where ``L max|x|`` is below
+    ``2^127``. On other devices, where a read is a synchronisation, and under ``torch.compile`` it always scales and
+    never reads back from the device.
     """
 
     matrix: torch.Tensor
@@ -171,13 +175,24 @@ class Encoder(_Float64Buffers):
         if x.ndim < 2 or x.shape[1] != self.num_inputs:
             raise ValueError(f"encoder expects inputs of shape (B, K={self.num_inputs}, *feat), got {tuple(x.shape)}")
         flat = x.reshape(x.shape[0], self.num_inputs, -1)
-        if flat.dtype in _MAY_OVERFLOW:
+        if flat.dtype in _MAY_OVERFLOW and not self._surely_fits(flat):
             largest = flat.detach().abs().amax(dim=(1, 2), keepdim=True).float()
             exponent = torch.frexp(torch.nan_to_num(largest, nan=1.0, posinf=1.0)).exponent
             coded = torch.ldexp(apply_linear(self.matrix, torch.ldexp(flat, -exponent)), exponent)
         else:
             coded = apply_linear(self.matrix, flat)
         return coded.reshape((x.shape[0], self.num_workers) + x.shape[2:])
+
+    def _surely_fits(self, flat: torch.Tensor) -> bool:
+        """Whether the plain float32 product of ``flat`` cannot overflow: ``L max|x| < 2^127`` (half the float32
+        range: room for the rounding of the partial sums), decided by one read on CPU in eager mode; False elsewhere
+        (a NaN or an Inf input is never sure either: the scaled product treats it as before)."""
+        if flat.device.type != "cpu" or torch.compiler.is_compiling() or flat.numel() == 0:
+            return False
+        with torch.no_grad():
+            low, high = torch.aminmax(flat)
+            bound = torch.maximum(-low, high).double() * self.matrix.abs().sum(dim=1).amax()
+            return float(bound) < 2.0**127
 
 
 class Decoder(_Float64Buffers):
