@@ -1,11 +1,13 @@
-"""Independent numerical references (scipy, csaps, textbook formulas) used across the tests."""
+"""Independent numerical references (scipy, csaps, textbook formulas) used across the tests.
+
+csaps is imported where it is used: the GPU machine's image has no csaps, and test_cuda needs only the tolerances.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import scipy.linalg
 import scipy.sparse
-from csaps import CubicSmoothingSpline
 from scipy.interpolate import CubicSpline, make_smoothing_spline
 
 
@@ -28,6 +30,8 @@ def natural_spline_reference(knots: np.ndarray, points: np.ndarray, lam: float) 
 
 def csaps_reference(knots: np.ndarray, points: np.ndarray, lam: float) -> np.ndarray:
     """``(P, n)`` matrix from csaps with p = 1 / (1 + n lam), for points inside the hull of the knots."""
+    from csaps import CubicSmoothingSpline
+
     n = len(knots)
     spline = CubicSmoothingSpline(knots, np.eye(n), smooth=1.0 / (1.0 + n * lam))
     return np.asarray(spline(points)).T
