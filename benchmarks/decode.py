@@ -1,32 +1,29 @@
-"""Decode cost against a bare ``torch.bmm``: every decode rule, fresh masks, over batch sizes and numbers of workers.
+"""Decode cost against a bare ``torch.bmm``, eager and compiled side by side, over workers, batch, outputs and threads.
 
-For each N in ``--workers``, B in ``--groups`` and mask kind (``fixed``: S = N / 4 stragglers at random places, one
-survivor count; ``bernoulli``: each worker straggles with probability ``--p``, many survivor counts), with K =
-``--inputs`` and ``--outputs`` results per worker (fewer where B N d would pass ``--max-elements``; the row says), it
-measures in one run, interleaved repeat by repeat (the order rotating, so that no call always runs first) so that
-load and cache effects hit all alike:
+For each N in ``--workers``, B in ``--groups``, d in ``--outputs`` and thread count in ``--threads``, with K =
+``--inputs`` and S = N / 4 stragglers at random places (a fresh mask every call), it times in one run, interleaved
+sample by sample (the order rotating, so that no call always runs first) so that load and cache effects hit all
+alike:
 
-- ``bmm``: the bare ``torch.bmm`` of ``(B, K, N)`` matrices with ``(B, N, d)`` results, the floor of any linear decode;
-- ``default``: ``GCC(K, N)`` (``lambda_dec="adaptive"``), calibrated beforehand on one batch: the steady state, its
-  matrices built from each fresh mask in the call (nothing is cached between calls);
-- ``default_first_call``: the calibrating first call of a fresh default decoder (pooled GCV, then the decode);
-- ``spacing`` and ``natural`` (``lambda_dec=0``): mask-only rules, each call building its matrices;
-- ``spacing_torch``: the spacing rule on the batched torch path (``backend="torch"``: what ``torch.compile`` traces,
-  and every device without a kernel), beside the default backend the others use (numba on CPU, Triton on CUDA;
-  the row's ``backend`` says which ran);
-- per call, with one ``torch.profiler`` pass each: aten ops and host reads (``_local_scalar_dense``, ``nonzero``,
-  ``unique``), with the default ``check=True`` and with ``check=False``.
+- ``bmm``: the bare ``torch.bmm`` of ``(B, K, N)`` float32 matrices with the ``(B, N, d)`` float32 results, the floor of
+  any linear decode;
+- ``eager``: ``GCC(K, N)``'s decoder (the default, ``lambda_dec="adaptive"``, calibrated beforehand on one batch: the
+  steady state), ``check=True`` (the default: one read back), its matrices built from each fresh mask in the call;
+- ``eager_unchecked``: the same with ``check=False`` (no read back);
+- ``compiled``: ``torch.compile(decoder, fullgraph=True)`` of the ``check=False`` decoder (``--compile-backend``,
+  default inductor): the compiled graph calls the same kernel operator as the eager call;
+- ``graph`` (CUDA only): the ``check=False`` decode captured in a CUDA graph, replayed after copying the mask in.
 
-Times are medians over ``--repeats`` repeats (at most ``--large-repeats`` where N > 256: a call costs seconds
-there); ratios are medians of each repeat's own ratio to its bmm (paired: on a shared machine a slow spell that
-lasts some calls hits the bmm and the decode of one repeat alike). Writes JSON (settings, seeds, the load average
-before and after, threads, environment, every row) to ``--out`` and prints the rows. The acceptance settings of
-issue 17 are the row N = 64, B = 512 (``--threads 2``: default <= 2.5x and spacing <= 1.5x the bmm, for both mask
-kinds)::
+A sample is ``inner`` calls back to back, ``inner`` chosen so that the bmm's sample lasts at least
+``--min-sample-seconds``; times are medians over ``--repeats`` samples, per call; ratios are medians of each sample's
+own ratio to its bmm (paired: a slow spell of the shared machine hits the bmm and the decodes of one sample alike).
+Each row also counts, with one ``torch.profiler`` pass, the aten ops and host reads of an eager call. The JSON
+(settings, seeds, environment, the load average before and after each row, every row) is rewritten after every row
+to ``--out``. The acceptance rows of issue 29 are N = 64, d = 1000, B = 8 and 512 (:data:`TARGETS`), for every
+thread count, eager and compiled. One command, to rerun on a quiet machine::
 
-    python benchmarks/decode.py --threads 2 --out benchmarks/results/decode.json
-    python benchmarks/decode.py --quick                  # N = 32, 64 only, fewer repeats
-    python benchmarks/decode.py --device cuda            # on a GPU (the fused kernel where available)
+    python benchmarks/decode.py --out benchmarks/results/decode.json
+    python benchmarks/decode.py --device cuda --threads 1 --out decode-cuda.json
 """
 
 from __future__ import annotations
@@ -34,29 +31,25 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import statistics
+import time
 from pathlib import Path
 
 import torch
 from torch.profiler import profile
 
 import torchgcc
-from torchgcc.stragglers import BernoulliStragglers, FixedStragglers
+from torchgcc.codes.maps import numba_available
+from torchgcc.stragglers import FixedStragglers
 from torchgcc.timing import make_timer
 
 #: Profiler events that read device memory back to the host.
 READS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::unique", "aten::_unique2", "aten::unique_consecutive"}
-#: Each timed decoder: its ``lambda_dec`` and ``backend``.
-RULES = {
-    "default": ("adaptive", "auto"),
-    "spacing": ("spacing", "auto"),
-    "natural": (0.0, "auto"),
-    "spacing_torch": ("spacing", "torch"),
-}
-#: Issue 17's targets at N = 64, B = 512: time against the bmm, and aten ops per call.
-TARGETS = {"default_over_bmm": 2.5, "spacing_over_bmm": 1.5, "ops": 300}
+#: Issue 29's bounds on decode / bmm at N = 64, K = 16, d = 1000, by B (every thread count, eager and compiled).
+TARGETS = {8: 1.5, 512: 1.2}
 
 
 def ops_and_reads(fn) -> dict[str, int]:
@@ -68,138 +61,164 @@ def ops_and_reads(fn) -> dict[str, int]:
     return {"ops": len(names), "reads": sum(name in READS for name in names)}
 
 
-def mask_sampler(kind: str, num_workers: int, p: float, seed: int):
-    if kind == "fixed":
-        return FixedStragglers(num_workers // 4, seed=seed)
-    return BernoulliStragglers(p, seed=seed, min_arrived=2)
+def captured(decoder, y: torch.Tensor, mask: torch.Tensor):
+    """A function that copies a mask into a static one and replays the decode captured in a CUDA graph."""
+    static_mask = mask.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            decoder(y, static_mask)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        decoder(y, static_mask)
+
+    def replay(new_mask: torch.Tensor) -> None:
+        static_mask.copy_(new_mask)
+        graph.replay()
+
+    return replay
 
 
-def measure_row(args, num_workers: int, groups: int, kind: str, device: torch.device) -> dict:
-    """One row: the timings and counts of every rule at (N, B, mask kind)."""
+def measure_shape(args, num_workers: int, groups: int, outputs: int, device: torch.device) -> list[dict]:
+    """The rows of one (N, B, d): one per thread count, the compiled decoder shared by all of them."""
     k = args.inputs
-    outputs = max(1, min(args.outputs, args.max_elements // (groups * num_workers)))
     generator = torch.Generator().manual_seed(args.seed)
     y = torch.randn(groups, num_workers, outputs, generator=generator).to(device)
     matrices = torch.randn(groups, k, num_workers, generator=generator).to(device)
-    sampler = mask_sampler(kind, num_workers, args.p, args.seed)
-    repeats = args.repeats if num_workers <= 256 else min(args.repeats, args.large_repeats)
-    masks = [sampler.sample(groups, num_workers).to(device) for _ in range(repeats + 1)]
-    codes = {
-        name: torchgcc.GCC(k, num_workers, lambda_dec=rule, backend=backend).to(device)
-        for name, (rule, backend) in RULES.items()
+    sampler = FixedStragglers(num_workers // 4, seed=args.seed)
+    masks = [sampler.sample(groups, num_workers).to(device) for _ in range(16)]
+    eager = torchgcc.GCC(k, num_workers).to(device).decoder
+    unchecked = torchgcc.GCC(k, num_workers, check=False).to(device).decoder
+    eager(y, masks[0])  # calibrate on one batch: later calls are the steady state
+    unchecked(y, masks[0])
+    torch._dynamo.reset()  # a fresh cache for each shape (no recompilation limit across rows)
+    compiled = torch.compile(unchecked, fullgraph=True, dynamic=False, backend=args.compile_backend)
+    start = time.perf_counter()
+    compiled(y, masks[0])
+    compile_seconds = time.perf_counter() - start
+    calls = {
+        "bmm": lambda i: torch.bmm(matrices, y),
+        "eager": lambda i: eager(y, masks[i % len(masks)]),
+        "eager_unchecked": lambda i: unchecked(y, masks[i % len(masks)]),
+        "compiled": lambda i: compiled(y, masks[i % len(masks)]),
     }
-    codes["default"].decoder(y, masks[0])  # calibrate on one batch: later calls are the steady state
+    if device.type == "cuda":
+        replay = captured(unchecked, y, masks[0])
+        calls["graph"] = lambda i: replay(masks[i % len(masks)])
     timer = make_timer(device)
-    times: dict[str, list[float]] = {name: [] for name in ("bmm", *RULES, "default_first_call")}
-    for repeat, mask in enumerate(masks[1:]):  # interleaved, a fresh mask each repeat
-        calls = {"bmm": lambda: torch.bmm(matrices, y)}
-        calls.update({name: lambda code=code, mask=mask: code.decoder(y, mask) for name, code in codes.items()})
-        fresh = torchgcc.GCC(k, num_workers).to(device)
-        calls["default_first_call"] = lambda fresh=fresh, mask=mask: fresh.decoder(y, mask)
+    rows = []
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        load_before = os.getloadavg()
+        for call in calls.values():  # warm up under this thread count
+            call(0)
+        single = timer.time_once(lambda: calls["bmm"](0))
+        inner = max(1, math.ceil(args.min_sample_seconds / max(single, 1e-7)))
+        times: dict[str, list[float]] = {name: [] for name in calls}
         order = list(calls)
-        for name in order[repeat % len(order) :] + order[: repeat % len(order)]:  # each call first in turn
-            times[name].append(timer.time_once(calls[name]))
-    median = {name: statistics.median(values) for name, values in times.items()}
-    counts = {}
-    for name, (rule, backend) in RULES.items():
-        for check in (True, False):
-            code = torchgcc.GCC(k, num_workers, lambda_dec=rule, backend=backend, check=check).to(device)
-            code.decoder(y, masks[0])
-            counts[f"{name}{'' if check else '_check_false'}"] = ops_and_reads(
-                lambda code=code: code.decoder(y, masks[1])
-            )
-    return {
-        "N": num_workers,
-        "B": groups,
-        "masks": kind,
-        "backend": codes["spacing"].decoder.kernel_backend(device),
-        "outputs": outputs,
-        "repeats": repeats,
-        "distinct_survivor_counts": len(torch.unique(torch.stack(masks[1:]).sum(-1))),
-        "median_seconds": median,
-        "over_bmm": {  # paired: the calls of one repeat run back to back, so a slow spell of the machine hits both
-            name: statistics.median(value / bmm for value, bmm in zip(values, times["bmm"]))
-            for name, values in times.items()
-            if name != "bmm"
-        },
-        "per_call": counts,
-        "calibrated_ratio": float(codes["default"].decoder.ratio),
-    }
+        for repeat in range(args.repeats):
+            for name in order[repeat % len(order) :] + order[: repeat % len(order)]:
+                call = calls[name]
+                sample = timer.time_once(lambda call=call, inner=inner: [call(i) for i in range(inner)])
+                times[name].append(sample / inner)
+        counts = {
+            "eager": ops_and_reads(lambda: eager(y, masks[1])),
+            "eager_unchecked": ops_and_reads(lambda: unchecked(y, masks[1])),
+        }
+        rows.append(
+            {
+                "N": num_workers,
+                "K": k,
+                "B": groups,
+                "d": outputs,
+                "threads": threads,
+                "backend": eager.kernel_backend(device),
+                "inner": inner,
+                "repeats": args.repeats,
+                "median_seconds": {name: statistics.median(values) for name, values in times.items()},
+                "over_bmm": {  # paired: the samples of one repeat run back to back
+                    name: statistics.median(value / bmm for value, bmm in zip(values, times["bmm"]))
+                    for name, values in times.items()
+                    if name != "bmm"
+                },
+                "per_call": counts,
+                "compile_seconds": compile_seconds,
+                "calibrated_ratio": float(eager.ratio),
+                "load_average_before": load_before,
+                "load_average_after": os.getloadavg(),
+            }
+        )
+    return rows
+
+
+def acceptance(rows: list[dict]) -> list[dict]:
+    """Issue 29's acceptance rows: decode / bmm against :data:`TARGETS`, eager and compiled."""
+    return [
+        {
+            "B": row["B"],
+            "threads": row["threads"],
+            "target": TARGETS[row["B"]],
+            "eager_over_bmm": row["over_bmm"]["eager"],
+            "compiled_over_bmm": row["over_bmm"]["compiled"],
+            "passes": max(row["over_bmm"]["eager"], row["over_bmm"]["compiled"]) <= TARGETS[row["B"]],
+        }
+        for row in rows
+        if row["N"] == 64 and row["K"] == 16 and row["d"] == 1000 and row["B"] in TARGETS
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts")
     parser.add_argument("--inputs", type=int, default=16, help="K")
-    parser.add_argument("--workers", type=int, nargs="+", default=[32, 64, 256, 1024, 4096], help="N values")
-    parser.add_argument("--groups", type=int, nargs="+", default=[8, 512], help="B values")
-    parser.add_argument("--outputs", type=int, default=1000, help="results per worker d")
-    parser.add_argument("--max-elements", type=int, default=2**27, help="cap on B N d (d is lowered to fit)")
-    parser.add_argument("--p", type=float, default=0.25, help="straggling probability of the Bernoulli masks")
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--large-repeats", type=int, default=3, help="repeats where N > 256")
+    parser.add_argument("--workers", type=int, nargs="+", default=[64, 1024], help="N values")
+    parser.add_argument("--groups", type=int, nargs="+", default=[1, 8, 512], help="B values")
+    parser.add_argument("--outputs", type=int, nargs="+", default=[10, 1000], help="d values")
+    parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--min-sample-seconds", type=float, default=0.002)
+    parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="N = 32, 64 only, 3 repeats")
     parser.add_argument("--out", type=Path, default=Path("torchgcc-results/decode/decode.json"))
     args = parser.parse_args()
-    if args.quick:
-        args.workers, args.repeats = [n for n in args.workers if n <= 64] or [32, 64], 3
-    if (
-        args.repeats < 1
-        or args.large_repeats < 1
-        or min(args.workers) < 2
-        or min(args.groups) < 1
-        or not 0 <= args.p < 1
-    ):
-        parser.error("need --repeats >= 1, --workers >= 2, --groups >= 1 and 0 <= --p < 1")
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    if args.repeats < 1 or min(args.workers) < 4 or min(args.groups) < 1 or min(args.threads) < 1:
+        parser.error("need --repeats >= 1, --workers >= 4, --groups >= 1 and --threads >= 1")
+    if args.inputs > min(args.workers):
+        parser.error(f"--inputs (K = {args.inputs}) must be at most the smallest --workers (N)")
     device = torch.device(args.device)
-    load_before = os.getloadavg()
-    rows = []
-    for num_workers in args.workers:
-        for groups in args.groups:
-            for kind in ("fixed", "bernoulli"):
-                row = measure_row(args, num_workers, groups, kind, device)
-                rows.append(row)
-                ratios = ", ".join(f"{name} {value:.2f}x" for name, value in row["over_bmm"].items())
-                ops = row["per_call"]
-                print(
-                    f"N={num_workers:5d} B={groups:4d} {kind:9s} d={row['outputs']:4d} bmm "
-                    f"{1e3 * row['median_seconds']['bmm']:8.2f} ms | {ratios} | ops {ops['default']['ops']} "
-                    f"(reads {ops['default']['reads']}, unchecked {ops['default_check_false']['reads']})",
-                    flush=True,
-                )
-    acceptance = [row for row in rows if row["N"] == 64 and row["B"] == 512]
     report = {
         "settings": {key: value for key, value in vars(args).items() if key != "out"},
+        "stragglers": "FixedStragglers(N // 4), a fresh mask each call (16 masks cycled)",
         "environment": {
             "torch": torch.__version__,
-            "numba": importlib.metadata.version("numba") if torchgcc.codes.maps.numba_available() else None,
+            "numba": importlib.metadata.version("numba") if numba_available() else None,
             "python": platform.python_version(),
             "device": str(device),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
-            "threads": torch.get_num_threads(),
             "cpu_count": os.cpu_count(),
-            "load_average_before": load_before,
-            "load_average_after": os.getloadavg(),
+            "load_average_before": os.getloadavg(),
         },
-        "rows": rows,
-        "targets": TARGETS,
-        "acceptance": {
-            row["masks"]: {
-                "default_over_bmm": row["over_bmm"]["default"],
-                "spacing_over_bmm": row["over_bmm"]["spacing"],
-                "default_passes": row["over_bmm"]["default"] <= TARGETS["default_over_bmm"],
-                "spacing_passes": row["over_bmm"]["spacing"] <= TARGETS["spacing_over_bmm"],
-                "ops_pass": all(count["ops"] <= TARGETS["ops"] for count in row["per_call"].values()),
-            }
-            for row in acceptance
-        },
+        "targets": {f"B={groups}": bound for groups, bound in TARGETS.items()},
+        "rows": [],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    for num_workers in args.workers:
+        for groups in args.groups:
+            for outputs in args.outputs:
+                for row in measure_shape(args, num_workers, groups, outputs, device):
+                    report["rows"].append(row)
+                    report["acceptance"] = acceptance(report["rows"])
+                    report["environment"]["load_average_after"] = os.getloadavg()
+                    args.out.write_text(json.dumps(report, indent=2))
+                    ratios = ", ".join(f"{name} {value:.2f}x" for name, value in row["over_bmm"].items())
+                    print(
+                        f"N={num_workers:5d} B={groups:4d} d={outputs:5d} threads={row['threads']} bmm "
+                        f"{1e3 * row['median_seconds']['bmm']:8.3f} ms | {ratios} | load "
+                        f"{row['load_average_after'][0]:.1f}",
+                        flush=True,
+                    )
     print(f"wrote {args.out}")
 
 
