@@ -125,3 +125,27 @@ def test_samplers_draw_the_same_masks_when_asked_for_the_cpu():
         assert torch.equal(make().sample(6, 10, device="cpu"), make().sample(6, 10))
         sampler = make()
         assert sampler.generator_for(None) is sampler.generator is sampler.generator_for(torch.device("cpu"))
+
+
+def test_no_stragglers_need_no_points_whatever_the_placement():
+    """widest_gap used to place points for a valid call with S = 0 and fail on N = 1."""
+    for placement in ("random", "contiguous", "widest_gap"):
+        assert FixedStragglers(0, placement).sample(3, 1).all()
+
+
+@pytest.mark.parametrize(
+    "make, error, message",
+    [
+        (lambda: BernoulliStragglers("0.1"), TypeError, "p must be a finite number in \\[0, 1\\), got '0.1'"),
+        (lambda: BernoulliStragglers(1.0), ValueError, "p must be a finite number in \\[0, 1\\), got 1.0"),
+        (lambda: BernoulliStragglers(0.1, min_arrived="2"), TypeError, "min_arrived must be an integer"),
+        (lambda: FixedStragglers("2"), TypeError, "num_stragglers must be an integer >= 0, got '2'"),
+        (lambda: FixedStragglers(1, seed="0"), TypeError, "seed must be an integer"),
+        (lambda: FixedStragglers(1).sample("3", 8), TypeError, "num_groups must be an integer"),
+        (lambda: LatencyStragglers(deadline="1"), TypeError, "deadline \\(seconds\\) must be a positive"),
+        (lambda: LatencyStragglers(num_stragglers=1.5), ValueError, "num_stragglers must be an integer"),
+    ],
+)
+def test_numbers_given_otherwise_are_named(make, error, message):
+    with pytest.raises(error, match=message):
+        make()

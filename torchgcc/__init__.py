@@ -5,15 +5,19 @@ The public names are imported on first use (PEP 562), so ``import torchgcc`` and
 """
 
 import importlib
+import importlib.util
 from typing import Any
 
 __version__ = "0.1.0"
 
-#: Public name -> the module that defines it (``None``: the name is a submodule of torchgcc).
+#: Public name -> the module that defines it (``None``: the name is a submodule of torchgcc). Every other submodule
+#: is an attribute too, imported on first use (``torchgcc.codes.RobustGCC`` right after ``import torchgcc``).
 _EXPORTS: dict[str, str | None] = {
     "BACC": "torchgcc.codes",
     "CodedModule": "torchgcc.coded_module",
     "Code": "torchgcc.codes",
+    "coded_module": None,
+    "codes": None,
     "GCC": "torchgcc.codes",
     "LCC": "torchgcc.codes",
     "attacks": None,
@@ -39,14 +43,12 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
+    if name in _EXPORTS and _EXPORTS[name] is not None:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"torchgcc.{name}") is not None:
+        value = importlib.import_module(f"torchgcc.{name}")  # any subpackage, as after `import torchgcc.codes`
+    else:
         raise AttributeError(f"module 'torchgcc' has no attribute {name!r}")
-    module = _EXPORTS[name]
-    value = (
-        importlib.import_module(f"torchgcc.{name}")
-        if module is None
-        else getattr(importlib.import_module(module), name)
-    )
     globals()[name] = value
     return value
 

@@ -25,6 +25,7 @@ from typing import Callable, Optional, Union
 
 import torch
 
+from torchgcc.checks import check_integer, check_real
 from torchgcc.points import PointSpec, resolve_points
 from torchgcc.registry import Registry
 
@@ -56,7 +57,7 @@ class StragglerModel(ABC):
     """A seeded sampler of straggler masks."""
 
     def __init__(self, seed: Optional[int] = None) -> None:
-        self.seed = seed
+        self.seed = None if seed is None else check_integer("seed", seed)
         self.generator = self._new_generator(torch.device("cpu"))
         self._device_generators: dict[torch.device, torch.Generator] = {}
 
@@ -116,8 +117,7 @@ class FixedStragglers(StragglerModel):
         seed: Optional[int] = None,
     ) -> None:
         super().__init__(seed)
-        if not isinstance(num_stragglers, int) or isinstance(num_stragglers, bool) or num_stragglers < 0:
-            raise ValueError(f"num_stragglers must be a non-negative integer, got {num_stragglers!r}")
+        num_stragglers = check_integer("num_stragglers", num_stragglers, minimum=0)
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
         self.num_stragglers = num_stragglers
@@ -125,11 +125,14 @@ class FixedStragglers(StragglerModel):
         self.points = points
 
     def sample(self, num_groups: int, num_workers: int, device: Device = None) -> torch.Tensor:
+        num_groups, num_workers = check_shape(num_groups, num_workers)
         s = self.num_stragglers
         if s >= num_workers:
             raise ValueError(f"num_stragglers={s} leaves no worker out of N={num_workers}")
         generator = self.generator_for(device)
         device = generator.device
+        if s == 0:  # every worker arrives, wherever the placement would put stragglers
+            return torch.ones(num_groups, num_workers, dtype=torch.bool, device=device)
         if self.placement == "random":
             order = torch.rand(num_groups, num_workers, generator=generator, device=device).argsort(dim=1)
             return order >= s  # the first S of a random permutation straggle
@@ -143,6 +146,11 @@ class FixedStragglers(StragglerModel):
 
     def __repr__(self) -> str:
         return f"FixedStragglers(num_stragglers={self.num_stragglers}, placement={self.placement!r})"
+
+
+def check_shape(num_groups: object, num_workers: object) -> tuple[int, int]:
+    """``(num_groups, num_workers)`` of a mask to sample, if they are integers ``>= 0`` and ``>= 1``."""
+    return check_integer("num_groups", num_groups, minimum=0), check_integer("num_workers", num_workers, minimum=1)
 
 
 def widest_gap_block_start(points: torch.Tensor, num_stragglers: int) -> int:
@@ -174,12 +182,11 @@ class BernoulliStragglers(StragglerModel):
 
     def __init__(self, p: float, *, min_arrived: int = 0, seed: Optional[int] = None) -> None:
         super().__init__(seed)
-        if not 0 <= p < 1:
-            raise ValueError(f"p must be in [0, 1), got {p!r}")
-        self.p = p
-        self.min_arrived = min_arrived
+        self.p = check_real("p", p, low=0, high=1, high_open=True)
+        self.min_arrived = check_integer("min_arrived", min_arrived, minimum=0)
 
     def sample(self, num_groups: int, num_workers: int, device: Device = None) -> torch.Tensor:
+        num_groups, num_workers = check_shape(num_groups, num_workers)
         if self.min_arrived > num_workers:
             raise ValueError(f"min_arrived={self.min_arrived} exceeds N={num_workers}")
         generator = self.generator_for(device)
@@ -241,8 +248,8 @@ class Bimodal(LatencyModel):
 
     def __init__(self, fast: float = 1.0, slow: float = 5.0, p_slow: float = 0.1, jitter: float = 0.05) -> None:
         _check_positive(fast=fast, slow=slow)
-        if not 0 <= p_slow <= 1 or not 0 <= jitter < 1:
-            raise ValueError("p_slow must be in [0, 1] and jitter in [0, 1)")
+        p_slow = check_real("p_slow", p_slow, low=0, high=1)
+        jitter = check_real("jitter", jitter, low=0, high=1, high_open=True)
         self.fast, self.slow, self.p_slow, self.jitter = fast, slow, p_slow, jitter
 
     def sample(self, shape, generator):
@@ -277,7 +284,8 @@ class PersistentSlow(LatencyModel):
 
     def __init__(self, slow: tuple[int, ...] = (0,), delay: float = 3.0, base: Optional[LatencyModel] = None) -> None:
         _check_positive(delay=delay)
-        self.slow, self.delay, self.base = tuple(int(i) for i in slow), delay, base
+        slow = tuple(check_integer("slow (worker indices)", i) for i in slow)
+        self.slow, self.delay, self.base = slow, delay, base
 
     def sample(self, shape, generator):
         out = torch.zeros(shape, dtype=torch.float64) if self.base is None else self.base.sample(shape, generator)
@@ -296,8 +304,7 @@ class TailChange(LatencyModel):
 
     def __init__(self, shift: float = 1.0, scale: float = 0.2, scale_after: float = 0.4, change_at: int = 100) -> None:
         _check_positive(shift=shift, scale=scale, scale_after=scale_after)
-        if not isinstance(change_at, int) or change_at < 0:
-            raise ValueError(f"change_at must be a non-negative integer number of draws, got {change_at!r}")
+        change_at = check_integer("change_at (draws)", change_at, minimum=0)
         self.before = ShiftedExponential(shift, scale)
         self.after = ShiftedExponential(shift, scale_after)
         self.change_at = change_at
@@ -424,10 +431,10 @@ class LatencyStragglers(StragglerModel):
     ) -> None:
         super().__init__(seed)
         self.latency = make_latency_model(latency, **params) if isinstance(latency, str) else latency
-        if num_stragglers is not None and num_stragglers < 0:
-            raise ValueError(f"num_stragglers must be >= 0, got {num_stragglers}")
-        if deadline is not None and not deadline > 0:
-            raise ValueError(f"deadline must be > 0 seconds, got {deadline}")
+        if num_stragglers is not None:
+            num_stragglers = check_integer("num_stragglers", num_stragglers, minimum=0)
+        if deadline is not None:
+            deadline = check_real("deadline (seconds)", deadline, low=0, low_open=True)
         self.num_stragglers = num_stragglers
         self.deadline = deadline
 
@@ -439,6 +446,7 @@ class LatencyStragglers(StragglerModel):
 
     def sample_delays(self, num_groups: int, num_workers: int, device: Device = None) -> torch.Tensor:
         """``(num_groups, num_workers)`` float64 latencies in seconds, on ``device`` (default CPU)."""
+        num_groups, num_workers = check_shape(num_groups, num_workers)
         return self.latency.sample((num_groups, num_workers), self.generator_for(device))
 
     def mask_from_delays(self, delays: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -467,5 +475,4 @@ class LatencyStragglers(StragglerModel):
 
 def _check_positive(**values: float) -> None:
     for name, value in values.items():
-        if not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+        check_real(name, value, low=0, low_open=True)

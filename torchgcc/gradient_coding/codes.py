@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import operator
 from abc import ABC, abstractmethod
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 
@@ -94,10 +94,15 @@ class GradientCode(ABC):
         """Decoding vector ``a`` ``(n,)`` float64 from the workers that arrived, in arrival order.
 
         Raises:
-            TypeError: a worker index is not an integer (``0.5``, ``True``; numpy and 0-dim integer tensors are).
+            TypeError: ``arrived`` is not a sequence, or a worker index is not an integer (``0.5``, ``True``; numpy
+                and 0-dim integer tensors are).
             ValueError: a worker index is out of range or repeated.
             UndecodableError: the arrived workers cannot recover the gradient sum (exact codes) or none arrived.
         """
+        if isinstance(arrived, (str, bytes)) or not isinstance(arrived, Iterable):
+            raise TypeError(
+                f"arrived must be a sequence of the worker indices that arrived (e.g. [0, 2, 3]), got {arrived!r}"
+            )
         arrived = [_worker_index(i) for i in arrived]
         if len(set(arrived)) != len(arrived) or any(not 0 <= i < self.num_workers for i in arrived):
             raise ValueError(f"arrived must list distinct workers in [0, {self.num_workers}), got {arrived}")

@@ -1,0 +1,76 @@
+"""Checks of the numbers the public constructors take: one-line errors that name the argument, what it must be and
+what was given.
+
+A value that is not a number at all (a string, None, a list) raises ``TypeError``; a number of the wrong kind or
+outside its range (``2.5`` workers, ``-1``, NaN) raises ``ValueError``. Numpy numbers are numbers; ``bool`` is not.
+
+>>> check_integer("num_workers", 8, minimum=1)
+8
+>>> check_integer("num_workers", "8", minimum=1)
+Traceback (most recent call last):
+...
+TypeError: num_workers must be an integer >= 1, got '8' (str); pass a number, not a string
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Optional
+
+__all__ = ["check_integer", "check_real"]
+
+
+def _not_a_number(name: str, what: str, value: object) -> TypeError:
+    hint = "; pass a number, not a string" if isinstance(value, str) else ""
+    return TypeError(f"{name} must be {what}, got {value!r} ({type(value).__name__}){hint}")
+
+
+def _interval(low: Optional[float], high: Optional[float], low_open: bool, high_open: bool) -> str:
+    if low is None and high is None:
+        return ""
+    if high is None:
+        return f" {'>' if low_open else '>='} {low:g}"
+    if low is None:
+        return f" {'<' if high_open else '<='} {high:g}"
+    return f" in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+
+def check_integer(name: str, value: object, *, minimum: Optional[int] = None, maximum: Optional[int] = None) -> int:
+    """``value`` as an ``int`` if it is an integer in ``[minimum, maximum]`` (either bound optional), else a
+    one-line ``TypeError`` (not a number) or ``ValueError`` (not an integer, or out of range) naming ``name``."""
+    what = "an integer" + _interval(minimum, maximum, False, False)
+    if isinstance(value, bool) or not isinstance(value, numbers.Number):
+        raise _not_a_number(name, what, value)
+    if not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return value
+
+
+def check_real(
+    name: str,
+    value: object,
+    *,
+    low: Optional[float] = None,
+    high: Optional[float] = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """``value`` as a finite ``float`` in the interval from ``low`` to ``high`` (either bound optional, closed unless
+    ``low_open`` / ``high_open``), else a one-line ``TypeError`` (not a real number) or ``ValueError`` (NaN, infinite
+    or out of range) naming ``name``."""
+    if low == 0 and low_open and high is None:
+        what = "a positive finite number"
+    else:
+        what = "a finite number" + _interval(low, high, low_open, high_open)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _not_a_number(name, what, value)
+    value = float(value)
+    below = low is not None and (value <= low if low_open else value < low)
+    above = high is not None and (value >= high if high_open else value > high)
+    if not math.isfinite(value) or below or above:
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return value
