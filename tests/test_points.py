@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+import torchgcc
 from torchgcc.points import chebyshev_first_kind, chebyshev_second_kind, equispaced, resolve_points
 
 
@@ -46,6 +47,8 @@ def test_resolve_points_accepts_rules_and_valid_tensors():
         ([0.0, 1.0, 0.5], 3, "increasing"),
         ([0.0, 1.0], 3, "shape"),
         ([0.0, float("nan"), 1.0], 3, "finite"),
+        ([0.0, 0.5, 1.0 + 1e-15], 3, "must lie on \\[-1, 1\\]"),
+        ([-10.0, 0.0, 1.0], 3, "2 \\* \\(t - lo\\) / \\(hi - lo\\) - 1"),
     ],
 )
 def test_resolve_points_rejects_bad_points(spec, n, message):
@@ -57,3 +60,28 @@ def test_resolve_points_rejects_bad_points(spec, n, message):
 def test_bad_counts(rule):
     with pytest.raises(ValueError):
         rule(0)
+
+
+@pytest.mark.parametrize("code", ["gcc", "natural", "bacc", "lcc"])
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+def test_every_code_rejects_points_outside_the_unit_interval(code, backend):
+    """The torch path used to decode points beyond [-1, 1] wrongly (a straggler's sort key fell among the survivors'),
+    the numba path rightly, and the smoothing rules assume [-1, 1] anyway: every backend rejects them, naming the
+    points and the map to [-1, 1]."""
+    options = {"degree": 1} if code == "lcc" else {}
+    for name, points in (("alpha", torch.tensor([1.0, 5.0, 9.0])), ("beta", torch.linspace(0, 10, 8))):
+        with pytest.raises(ValueError, match=f"{name} must lie on \\[-1, 1\\]"):
+            torchgcc.make_code(code, num_inputs=3, num_workers=8, backend=backend, **{name: points}, **options)
+
+
+def test_decoders_built_directly_check_their_points():
+    from torchgcc.codes.gcc import SplineDecoder
+
+    with pytest.raises(ValueError, match="beta must lie on"):
+        SplineDecoder(torch.tensor([0.0]), torch.linspace(0, 3, 5), lam=0.0, min_arrived=2)
+
+
+@pytest.mark.parametrize("count", ["3", 2.5, None, True])
+def test_rules_reject_counts_that_are_not_integers(count):
+    with pytest.raises((TypeError, ValueError), match="the number of points must be an integer"):
+        chebyshev_first_kind(count)

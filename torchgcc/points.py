@@ -3,6 +3,12 @@
 GCC, BACC and LCC place the K inputs at regression points ``alpha`` and the N workers at points ``beta``. The
 defaults follow the BACC and GCC papers: ``alpha`` are Chebyshev points of the first kind and ``beta`` Chebyshev
 points of the second kind. Every function returns a float64 tensor sorted ascending.
+
+Points must lie on [-1, 1] (:func:`check_points`): the codes' smoothing is defined there (the spline objective
+integrates ``u''^2`` over a length that the ``"spacing"`` and GCV rules and the adversarial lambda assume to be 2,
+and a cubic spline's smoothing parameter changes with the cube of the points' scale), as is the Chebyshev basis of
+LCC's fits. Points on another interval ``[lo, hi]`` map there by ``2 (t - lo) / (hi - lo) - 1``, for ``alpha`` and
+``beta`` alike; the spline and polynomial codes are then the same codes of the mapped variable.
 """
 
 from __future__ import annotations
@@ -12,9 +18,12 @@ from typing import Callable, Sequence, Union
 
 import torch
 
+from torchgcc.checks import check_integer
+
 __all__ = [
     "chebyshev_first_kind",
     "chebyshev_second_kind",
+    "check_points",
     "equispaced",
     "resolve_points",
     "POINT_RULES",
@@ -64,8 +73,8 @@ PointSpec = Union[str, Sequence[float], torch.Tensor]
 def resolve_points(spec: PointSpec, n: int, *, name: str = "points", count_name: str = "n") -> torch.Tensor:
     """Turn a rule name (see :data:`POINT_RULES`) or explicit points into a float64 ``(n,)`` tensor.
 
-    Explicit points must be finite, strictly increasing (so no duplicates) and number ``n``; ``count_name`` names
-    ``n`` in the error when a rule cannot make that many points (e.g. ``"num_workers"``).
+    Explicit points must be finite, strictly increasing (so no duplicates), on [-1, 1] and number ``n`` (see
+    :func:`check_points`); ``count_name`` names ``n`` in the errors (e.g. ``"num_workers"``).
 
     >>> resolve_points("equispaced", 5)
     tensor([-1.0000, -0.5000,  0.0000,  0.5000,  1.0000], dtype=torch.float64)
@@ -86,19 +95,40 @@ def resolve_points(spec: PointSpec, n: int, *, name: str = "points", count_name:
                 f"{name}={spec!r} cannot place {count_name}={n!r} points ({error}); raise {count_name} "
                 f"or pick another {name} rule"
             ) from None
-    points = torch.as_tensor(spec, dtype=torch.float64).detach().clone()
+    if isinstance(spec, torch.Tensor):
+        points = spec.detach().to(torch.float64, copy=True)
+    else:
+        try:
+            points = torch.as_tensor(spec, dtype=torch.float64)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(
+                f"{name} must be a rule name ({sorted(POINT_RULES)}) or {n} numbers, got {spec!r}"
+            ) from None
     if points.ndim != 1 or points.numel() != n:
-        raise ValueError(f"{name} must have shape ({n},), got {tuple(points.shape)}")
+        raise ValueError(f"{name} must have shape ({n},) ({count_name}={n} points), got {tuple(points.shape)}")
+    return check_points(points, name)
+
+
+def check_points(points: torch.Tensor, name: str = "points") -> torch.Tensor:
+    """``points`` if they are a float64 ``(n,)`` tensor of finite, strictly increasing values on [-1, 1], else a
+    one-line ``ValueError`` naming ``name`` and the fix. Reads the values (one host read)."""
+    if points.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {tuple(points.shape)}")
     if not torch.isfinite(points).all():
-        raise ValueError(f"{name} must be finite")
+        raise ValueError(f"{name} must be finite, got {points.tolist()}")
     steps = points.diff()
     if (steps == 0).any():
         raise ValueError(f"{name} contain duplicates; every point must be distinct")
     if (steps < 0).any():
         raise ValueError(f"{name} must be sorted in strictly increasing order")
+    if len(points) and (points[0] < -1 or points[-1] > 1):
+        lo, hi = float(points[0]), float(points[-1])
+        raise ValueError(
+            f"{name} must lie on [-1, 1], got points from {lo:g} to {hi:g}; map them there with "
+            f"2 * (t - lo) / (hi - lo) - 1 (alpha and beta alike: the smoothing is defined on [-1, 1])"
+        )
     return points
 
 
 def _check_count(n: int, *, minimum: int) -> None:
-    if not isinstance(n, int) or isinstance(n, bool) or n < minimum:
-        raise ValueError(f"the number of points must be an integer >= {minimum}, got {n!r}")
+    check_integer("the number of points", n, minimum=minimum)
