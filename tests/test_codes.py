@@ -342,3 +342,131 @@ def test_uncoded_is_the_identity_on_k_workers():
     assert torchgcc.make_code("uncoded", num_inputs=4, num_workers=4).num_workers == 4
     with pytest.raises(ValueError, match="num_workers must equal num_inputs"):
         torchgcc.make_code("uncoded", num_inputs=4, num_workers=8)
+
+
+# --- state dicts, odd inputs, tracing -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["torch", "numba"])
+@pytest.mark.parametrize("lambda_dec", [0.0, 1e-3, "spacing"])
+def test_loading_a_state_dict_with_other_points_decodes_as_its_source(backend, lambda_dec):
+    """The torch path used to keep the survivor layout of the points the code was built with (off by 0.5)."""
+    source = torchgcc.GCC(3, 8, lambda_dec=lambda_dec, backend=backend, beta="equispaced", alpha="equispaced")
+    target = torchgcc.GCC(3, 8, lambda_dec=lambda_dec, backend=backend)
+    target.load_state_dict(source.state_dict())
+    y = torch.randn(4, 8, 5, dtype=torch.float64)
+    mask = random_masks(4, 8, 3, seed=2)
+    assert torch.equal(target.beta, source.beta) and torch.equal(target.alpha, source.alpha)
+    torch.testing.assert_close(target.decoder(y, mask), source.decoder(y, mask), rtol=0, atol=0)
+    torch.testing.assert_close(target.decoder.decode_matrix(mask), source.decoder.decode_matrix(mask), rtol=0, atol=0)
+
+
+def test_a_state_dict_of_another_code_is_refused_before_anything_is_loaded():
+    code = torchgcc.GCC(3, 8, lambda_dec="spacing")
+    beta = code.beta.clone()
+    with pytest.raises(ValueError, match="encoder.matrix has shape \\(12, 3\\), this code's \\(8, 3\\)"):
+        code.load_state_dict(torchgcc.GCC(3, 12, lambda_dec="spacing").state_dict())
+    with pytest.raises(ValueError, match="unexpected \\['decoder.ratio', 'decoder.ratios'\\]"):
+        code.load_state_dict(torchgcc.GCC(3, 8).state_dict())
+    state = torchgcc.GCC(3, 8, lambda_dec="spacing").state_dict()
+    state["decoder.beta"] = torch.linspace(0, 3, 8, dtype=torch.float64)
+    with pytest.raises(ValueError, match="decoder.beta must lie on \\[-1, 1\\]"):
+        code.load_state_dict(state)
+    assert torch.equal(code.beta, beta)
+
+
+def test_a_loaded_calibration_is_kept_and_a_copy_decodes_alike():
+    import copy
+    import pickle
+
+    y, mask = torch.randn(6, 8, 3, dtype=torch.float64), random_masks(6, 8, 2, seed=3)
+    source = torchgcc.GCC(3, 8)
+    expected = source.decoder(y, mask)
+    target = torchgcc.GCC(3, 8)
+    target.load_state_dict(source.state_dict())
+    assert target.decoder.calibrated
+    for copied in (target, copy.deepcopy(source), pickle.loads(pickle.dumps(source))):
+        torch.testing.assert_close(copied.decoder(y, mask), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_results_without_values_decode_to_an_empty_estimate(code, dtype):
+    """Zero-size feature dimensions used to raise IndexError (amax over nothing) in the encoder and the GCV rules;
+    the estimate of nothing is empty, and the default rule does not calibrate on it."""
+    coded = code.encoder(torch.zeros(2, K, 3, 0, dtype=dtype))
+    assert coded.shape == (2, N, 3, 0) and coded.dtype == dtype
+    out = code.decoder(torch.zeros(2, N, 0, dtype=dtype), random_masks(2, N, 1, seed=0))
+    assert out.shape == (2, K, 0) and out.dtype == dtype
+    assert not getattr(code.decoder, "calibrated", False)
+
+
+@pytest.mark.parametrize("method", ["huber", "trim", "smoothing"])
+def test_robust_decoders_decode_results_without_values(method):
+    code = torchgcc.codes.RobustGCC(3, 8, q=1, decoder=method)
+    assert code.decoder(torch.zeros(2, 8, 0), torch.ones(2, 8, dtype=torch.bool)).shape == (2, 3, 0)
+
+
+def test_a_mask_without_a_batch_dimension_is_refused_naming_the_shape(code):
+    if code.decoder.depends_on_results:
+        code = build("gcc", lambda_dec="spacing")
+    for mask in (torch.tensor(True), torch.ones(N, dtype=torch.bool)):
+        with pytest.raises(ValueError, match=f"mask must have shape \\(B, N\\) = \\(B, {N}\\)"):
+            code.decoder.decode_matrix(mask)
+
+
+@pytest.mark.parametrize("name", torchgcc.list_codes())
+def test_a_traced_decoder_decodes_every_mask(name):
+    """torch.jit.trace of the numba path used to freeze the first mask's matrices into the trace (error 2.84)."""
+    code = build(name, check=False, **({"lambda_dec": "spacing"} if name == "gcc" else {}))
+    y = torch.randn(3, N, 4, dtype=torch.float64)
+    traced = torch.jit.trace(code.decoder, (y, random_masks(3, N, 1, seed=0)), check_trace=False)
+    for seed in range(3):
+        mask = random_masks(3, N, 3, seed=seed + 1)
+        torch.testing.assert_close(traced(y, mask), code.decoder(y, mask), rtol=0, atol=1e-13)
+
+
+def test_tracing_refuses_what_a_trace_would_freeze():
+    y, mask = torch.randn(2, N, 3), random_masks(2, N, 1)
+    with pytest.raises(ValueError, match="check=False"):
+        torch.jit.trace(build("gcc", lambda_dec="spacing").decoder, (y, mask))
+    with pytest.raises(ValueError, match="calibrate it first"):
+        torch.jit.trace(build("gcc", check=False).decoder, (y, mask))
+    robust = torchgcc.codes.RobustGCC(K, N, q=1, decoder="huber", check=False)
+    with pytest.raises(ValueError, match="cannot record RobustSplineDecoder"):
+        torch.jit.trace(robust.decoder, (y, mask))
+
+
+def test_scripting_is_refused_with_what_works_instead(code):
+    with pytest.raises(TypeError, match="torch.jit.script cannot compile Encoder.*use torch.compile"):
+        torch.jit.script(code)
+
+
+@pytest.mark.parametrize(
+    "arguments, error, message",
+    [
+        ((3, "8"), TypeError, "num_workers must be an integer >= 1, got '8' \\(str\\); pass a number"),
+        ((2.5, 8), ValueError, "num_inputs must be an integer >= 1, got 2.5"),
+        ((float("nan"), -1), ValueError, "num_inputs must be an integer"),
+        ((3, None), TypeError, "num_workers must be an integer"),
+    ],
+)
+def test_sizes_that_are_not_integers_are_named(arguments, error, message):
+    for make in (torchgcc.GCC, torchgcc.BACC, lambda k, n: torchgcc.codes.RobustGCC(k, n, q=1)):
+        with pytest.raises(error, match=message):
+            make(*arguments)
+
+
+def test_robust_gcc_names_a_bad_q_only_for_a_good_code():
+    with pytest.raises(TypeError, match="q must be an integer in \\[0, 7\\], got '1'"):
+        torchgcc.codes.RobustGCC(3, 8, q="1")
+    with pytest.raises(ValueError, match="c must be a finite number >= 0"):
+        torchgcc.codes.RobustGCC(3, 8, q=1, c=float("nan"))
+
+
+def test_every_submodule_is_an_attribute_of_the_package():
+    import subprocess
+    import sys
+
+    script = "import torchgcc; print(torchgcc.codes.RobustGCC.__name__, torchgcc.stragglers.FixedStragglers.__name__)"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["RobustGCC", "FixedStragglers"]

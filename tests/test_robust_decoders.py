@@ -31,12 +31,18 @@ def test_smoothing_decoder_is_scipys_smoothing_spline_with_the_adversarial_lambd
     np.testing.assert_allclose(code.decoder(y, mask)[0].numpy(), reference(code.alpha.numpy()), atol=1e-9)
 
 
-def test_adversarial_lambda_takes_a_tensor_of_survivor_counts():
+def test_adversarial_lambda_takes_a_tensor_of_survivor_counts_and_stays_in_float64():
+    """Integer counts used to give a float32 lambda (RobustGCC's table was 1e-8 off the float64 promise)."""
     counts = torch.tensor([10, 20, 40])
-    torch.testing.assert_close(
-        adversarial_lambda(2, counts), torch.tensor([adversarial_lambda(2, c) for c in (10, 20, 40)])
-    )
+    ulps = 4 * torch.finfo(torch.float64).eps  # a power and a product in float64 (float32 was ~1e-8 off)
+    lam = adversarial_lambda(2, counts)
+    assert lam.dtype == torch.float64
+    expected = torch.tensor([0.1 * (2 / c) ** 1.6 for c in (10, 20, 40)], dtype=torch.float64)
+    torch.testing.assert_close(lam, expected, rtol=ulps, atol=0)
     assert adversarial_lambda(0, counts).eq(0).all()
+    table = RobustGCC(4, 7, q=2).decoder.mu_table
+    expected = torch.tensor([n * 0.1 * (2 / max(n, 1)) ** 1.6 for n in range(8)], dtype=torch.float64)
+    torch.testing.assert_close(table, expected, rtol=ulps, atol=0)
 
 
 def test_minimum_arrivals_per_decoder():

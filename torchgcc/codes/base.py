@@ -7,10 +7,11 @@ from typing import TypedDict
 import torch
 from torch import nn
 
+from torchgcc.checks import check_integer
 from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.points import PointSpec, resolve_points
 
-__all__ = ["Code", "DecoderOptions"]
+__all__ = ["Code", "DecoderOptions", "check_sizes"]
 
 
 class DecoderOptions(TypedDict):
@@ -19,6 +20,15 @@ class DecoderOptions(TypedDict):
     nonfinite: str
     backend: str
     check: bool
+
+
+def check_sizes(num_inputs: object, num_workers: object) -> tuple[int, int]:
+    """``(K, N)`` if they are positive integers with ``K <= N``, else a one-line error naming the argument."""
+    num_inputs = check_integer("num_inputs", num_inputs, minimum=1)
+    num_workers = check_integer("num_workers", num_workers, minimum=1)
+    if num_inputs > num_workers:
+        raise ValueError(f"num_inputs (K={num_inputs}) must not exceed num_workers (N={num_workers})")
+    return num_inputs, num_workers
 
 
 class Code(nn.Module):
@@ -66,11 +76,7 @@ class Code(nn.Module):
         check: bool = True,
     ) -> None:
         super().__init__()
-        for name, value in (("num_inputs", num_inputs), ("num_workers", num_workers)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if num_inputs > num_workers:
-            raise ValueError(f"num_inputs (K={num_inputs}) must not exceed num_workers (N={num_workers})")
+        num_inputs, num_workers = check_sizes(num_inputs, num_workers)
         self.num_inputs = num_inputs
         self.num_workers = num_workers
         self._points = (
@@ -99,6 +105,29 @@ class Code(nn.Module):
         enough arrived results). The default: at least :attr:`min_arrived` arrived; codes whose needs depend on
         *which* workers arrived (replication) override it. Engines end a wait once every group is decodable."""
         return mask.sum(dim=-1) >= self.min_arrived
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors):
+        """Before anything is loaded: a ``ValueError`` naming the first entry that does not fit (another shape, or
+        with ``strict`` an entry missing or unexpected): such a state dict comes from a code built otherwise. The
+        loaded points then define the code (its decoder derives its layout from them)."""
+        own = self.state_dict(prefix=prefix, keep_vars=True)
+        for key, value in own.items():
+            if key in state_dict and tuple(state_dict[key].shape) != tuple(value.shape):
+                raise ValueError(
+                    f"state_dict does not fit this {type(self).__name__}({self.extra_repr()}): {key} has shape "
+                    f"{tuple(state_dict[key].shape)}, this code's {tuple(value.shape)}; load it into a code built "
+                    "with the same arguments"
+                )
+        if strict:
+            theirs = {key for key in state_dict if key.startswith(prefix)}
+            missing, unexpected = sorted(set(own) - theirs), sorted(theirs - set(own))
+            if missing or unexpected:
+                raise ValueError(
+                    f"state_dict does not fit this {type(self).__name__}({self.extra_repr()}): missing {missing}, "
+                    f"unexpected {unexpected}; it was saved from another code or lambda_dec: load it into a code "
+                    "built with the same arguments (or pass strict=False)"
+                )
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Encode and decode with the identity computation: ``(B, K, *feat) -> (B, K, *feat)`` (a sanity check)."""

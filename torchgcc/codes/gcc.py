@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 from types import ModuleType
 from typing import Any, Optional, Sequence, Union
 
 import torch
 
+from torchgcc.checks import check_integer
 from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.functional.gcv import gcv_scores
 from torchgcc.functional.spline import padded_spline_matrices, smoothing_spline_matrix, spline_plan
-from torchgcc.functional.survivors import Survivors, survivor_layout
+from torchgcc.functional.survivors import Survivors
+from torchgcc.tracing import graph_break
 
 __all__ = [
     "BANDWIDTH_RATIO",
@@ -23,6 +26,7 @@ __all__ = [
     "GCV_STEP_DOWN",
     "LAMBDA_RULES",
     "SplineDecoder",
+    "UNCALIBRATED_UNDER_COMPILE",
     "spacing_lambda",
 ]
 
@@ -47,15 +51,20 @@ GCV_MIN_POINTS = 5
 #: far more than too little (a candidate step is a factor ~1.4 in the ratio, 4 in lambda).
 GCV_STEP_DOWN = 1
 
-#: The error of an uncalibrated default decoder traced by ``torch.compile``.
+#: What to do with an uncalibrated default decoder under ``torch.compile`` or ``torch.jit.trace`` (the one wording:
+#: the explanation ``fullgraph=True`` stops with, the error a trace raises).
 UNCALIBRATED_UNDER_COMPILE = (
     "GCC's default decoder (lambda_dec='adaptive') is not calibrated yet: its first call chooses the smoothing from "
-    "the results, which torch.compile cannot trace. Call the decoder once eagerly (or decoder.calibrate(y, mask)) "
-    "before compiling it, or use lambda_dec='spacing'"
+    "the results, which torch.compile (fullgraph=True) and torch.jit.trace cannot record. Call the decoder once "
+    "eagerly (or decoder.calibrate(y, mask)) before compiling or tracing it, or use lambda_dec='spacing'"
 )
 
 #: Named decoder smoothing rules accepted by ``GCC(lambda_dec=...)`` besides explicit numbers.
 LAMBDA_RULES = ("adaptive", "gcv", "spacing")
+
+#: Serialises the first (calibrating) calls of the calibrating decoders: concurrent first calls on one decoder
+#: calibrate it once, and every call decodes with that choice.
+CALIBRATION_LOCK = threading.RLock()
 
 
 def spacing_lambda(num_points: Union[int, torch.Tensor], bandwidth_ratio: Union[float, torch.Tensor] = BANDWIDTH_RATIO):
@@ -99,17 +108,20 @@ class SplineDecoder(Decoder):
         bandwidth_ratio: Union[float, torch.Tensor] = BANDWIDTH_RATIO,
         **kwargs: Any,
     ) -> None:
+        #: The :func:`~torchgcc.functional.spline.spline_plan` of this decoder's systems; the survivors are compacted
+        #: into its ``plan.width`` knot slots (:attr:`layout_width`).
+        self.plan = spline_plan(beta.shape[-1], beta.device)
         super().__init__(alpha, beta, **kwargs)
         self.lam, self.bandwidth_ratio = lam, bandwidth_ratio
-        #: The :func:`~torchgcc.functional.spline.spline_plan` of this decoder's systems; the survivors are compacted
-        #: into its ``plan.width`` knot slots.
-        self.plan = spline_plan(self.num_workers, self.beta.device)
-        self.layout = survivor_layout(self.beta, self.plan.width)
         self.register_buffer("mu_table", torch.zeros(self.num_workers + 1, dtype=torch.float64), persistent=False)
         self.refresh_smoothing()
 
+    @property
+    def layout_width(self) -> int:  # type: ignore[override]
+        return self.plan.width
+
     def lam_for(self, num_points: Union[int, torch.Tensor]) -> Union[float, torch.Tensor]:
-        """The smoothing parameter of a fit to ``num_points`` results (an int, or a tensor of counts)."""
+        """The smoothing parameter of a fit to ``num_points`` results (an int, or a float64 tensor of counts)."""
         if self.lam is None:
             return spacing_lambda(num_points, self.bandwidth_ratio)
         if isinstance(num_points, torch.Tensor):
@@ -118,8 +130,8 @@ class SplineDecoder(Decoder):
 
     def refresh_smoothing(self) -> None:
         """Recompute ``mu_table`` from :meth:`lam_for` (after a change of the rule's parameters)."""
-        counts = torch.arange(self.num_workers + 1, device=self.mu_table.device)
-        self.mu_table.copy_(counts * self.lam_for(counts))
+        counts = torch.arange(self.num_workers + 1, dtype=torch.float64, device=self.mu_table.device)
+        self.mu_table.copy_(counts * self.lam_for(counts))  # float64 throughout: the table is the decode's lambda
 
     def fit_matrix(self, survivors: Survivors) -> torch.Tensor:
         return self.spline(survivors, self.mu_table.index_select(0, survivors.counts))
@@ -155,8 +167,14 @@ class GCVSplineDecoder(SplineDecoder):
     any gets the ``"spacing"`` ratio :data:`BANDWIDTH_RATIO`.
 
     Until calibrated (and always without ``calibrate``) the matrices depend on the results: :meth:`decode_matrix`
-    raises ``TypeError`` and :meth:`matrices` takes the results. ``last_lambda`` ``(B,)`` and ``last_ratio`` hold the
-    last scored call's choice.
+    raises ``TypeError`` and :meth:`matrices` takes the results. ``last_lambda`` ``(B,)`` and ``last_ratio`` report
+    the choice of the last call that scored (whichever thread finished last); no call reads them.
+
+    Concurrent calls are safe: scoring keeps its choice in local variables, and the first calls of a calibrating
+    decoder are serialised by :data:`CALIBRATION_LOCK` (one of them calibrates, the others decode with its choice).
+    Changing the decoder (:meth:`recalibrate`, :meth:`calibrate`, ``load_state_dict``) while other threads decode
+    is not synchronised with them. Results without values (``(B, N, 0)``) decode to an empty estimate and never
+    calibrate.
     """
 
     ratio: torch.Tensor
@@ -172,8 +190,8 @@ class GCVSplineDecoder(SplineDecoder):
         ratios: Sequence[float] = GCV_RATIOS,
         **kwargs: Any,
     ) -> None:
-        if pool is not None and (isinstance(pool, bool) or not isinstance(pool, int) or pool < 1):
-            raise ValueError(f"pool must be a positive number of groups or None (every group its own), got {pool!r}")
+        if pool is not None:
+            pool = check_integer("pool (groups scored together; None: every group its own)", pool, minimum=1)
         if calibrate and pool is None:
             raise ValueError("calibrate=True needs a pooled choice (pool=P): one ratio for every later batch")
         table = torch.as_tensor(ratios, dtype=torch.float64)
@@ -186,7 +204,6 @@ class GCVSplineDecoder(SplineDecoder):
         self.calibrated = False
         self.last_lambda: Optional[torch.Tensor] = None
         self.last_ratio: Optional[torch.Tensor] = None
-        self.register_load_state_dict_post_hook(_after_loading_ratio)
 
     @property
     def depends_on_results(self) -> bool:  # type: ignore[override]
@@ -200,6 +217,12 @@ class GCVSplineDecoder(SplineDecoder):
         if "ratio" in self._buffers:  # not yet while the base class initialises
             super().refresh_smoothing()
 
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        """A loaded finite ratio is a calibration: keep it (one read, at load time)."""
+        super()._load_from_state_dict(*args, **kwargs)
+        self.calibrated = self.calibrates and bool(torch.isfinite(self.ratio))
+        self.refresh_smoothing()
+
     def calibrate(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Choose the ratio from results ``y`` ``(B, N, *out)`` under ``mask`` (pooled GCV) and keep it for every later
         call; returns it (a float64 0-d tensor)."""
@@ -208,21 +231,30 @@ class GCVSplineDecoder(SplineDecoder):
         y, mask = self.check_inputs(y, mask)
         self._check_counts(mask)
         flat = y.reshape(y.shape[0], self.num_workers, -1)
+        if flat.shape[-1] == 0:
+            raise ValueError(f"calibrate needs results with values to choose from, got y of shape {tuple(y.shape)}")
         if not torch.isfinite(flat[mask]).all():
             raise ValueError("calibrate: non-finite result from an arrived worker; calibrate on finite results")
-        return self._calibrate(flat, mask)
+        with CALIBRATION_LOCK:
+            return self._calibrate(flat, mask)
 
     def _calibrate(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():  # the choice reads the results once: no graph holds it
             raise RuntimeError(UNCALIBRATED_UNDER_COMPILE)
-        self.ratio.copy_(self._score(flat, mask, self.survivors(mask))[0])
+        survivors = self.survivors(mask)
+        ratio, lam = self._choose(flat, mask, survivors)
+        self.last_ratio, self.last_lambda = ratio, lam
+        self.ratio.copy_(ratio)
         self.refresh_smoothing()
         self.calibrated = True
         return self.ratio.clone()
 
     def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.calibrates and not self.calibrated:
-            return self._calibrating_forward(y, mask)
+            graph_break(UNCALIBRATED_UNDER_COMPILE)
+            with CALIBRATION_LOCK:
+                if not self.calibrated:  # still the first call (no other thread calibrated meanwhile)
+                    return self._calibrating_forward(y, mask)
         return super().forward(y, mask)
 
     def _calibrating_forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -236,17 +268,24 @@ class GCVSplineDecoder(SplineDecoder):
 
     def recalibrate(self) -> None:
         """Forget the calibrated ratio: the next call chooses again."""
-        self.ratio.fill_(float("nan"))
-        self.calibrated = False
+        with CALIBRATION_LOCK:
+            self.ratio.fill_(float("nan"))
+            self.calibrated = False
+
+    def check_traceable(self, check: Optional[bool] = None) -> None:
+        if self.calibrates and not self.calibrated:
+            raise ValueError(UNCALIBRATED_UNDER_COMPILE)
+        super().check_traceable(check)
 
     def _matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.calibrated:
             return super()._matrices(flat, mask)
-        if self.calibrates:
+        if self.calibrates and flat.shape[-1] > 0:
             self._calibrate(flat, mask)
             return super()._matrices(flat, mask)
         survivors = self.survivors(mask)
-        lam = self._score(flat, mask, survivors)[1]
+        ratio, lam = self._choose(flat, mask, survivors)
+        self.last_ratio, self.last_lambda = ratio, lam
         kernels = self.kernels(mask.device)
         if kernels is not None:  # mu[g, n] = n lam_g: each group's own table
             mu = torch.arange(self.num_workers + 1, device=mask.device) * lam.unsqueeze(-1)
@@ -254,8 +293,15 @@ class GCVSplineDecoder(SplineDecoder):
             return rows.transpose(1, 2)
         return self.scatter(self.spline(survivors, survivors.counts * lam), survivors)
 
-    def _score(self, flat: torch.Tensor, mask: torch.Tensor, survivors: Survivors) -> tuple[torch.Tensor, torch.Tensor]:
-        """Set ``last_ratio`` and ``last_lambda`` from the GCV scores of the results, and return them."""
+    def _choose(
+        self, flat: torch.Tensor, mask: torch.Tensor, survivors: Survivors
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ratio the GCV scores of the results choose (``(B,)`` with ``pool=None``, else 0-d) and each group's
+        lambda ``(B,)``. Reads and writes no state of the decoder (concurrent calls are independent)."""
+        if flat.shape[-1] == 0:  # no values: nothing to choose from (nor to decode)
+            ratio = self.ratios.new_tensor(BANDWIDTH_RATIO)
+            ratio = ratio.expand(len(mask)) if self.pool is None else ratio
+            return ratio, spacing_lambda(survivors.counts, ratio)
         if self.pool is None:
             scored, picked = survivors, flat
         else:  # groups evenly spaced over the batch (a function of the sizes only)
@@ -271,22 +317,15 @@ class GCVSplineDecoder(SplineDecoder):
         informative = scored.counts >= max(GCV_MIN_POINTS, self.min_arrived)
         scores = torch.where(informative.unsqueeze(-1) & torch.isfinite(scores), scores, 0.0)
         if self.pool is None:
-            chosen = self.ratios[scores.argmin(dim=-1)]
-        else:
+            chosen = self.ratios.index_select(0, scores.argmin(dim=-1))
+        else:  # index_select, not indexing by a 0-d tensor: no data-dependent shape under torch.compile
             best = (scores.mean(dim=0).argmin() - GCV_STEP_DOWN).clamp(min=0)
-            chosen, informative = self.ratios[best], informative.any()
-        self.last_ratio = torch.where(informative, chosen, BANDWIDTH_RATIO)  # no informative group: "spacing"
-        self.last_lambda = spacing_lambda(survivors.counts, self.last_ratio)
-        return self.last_ratio, self.last_lambda
+            chosen, informative = self.ratios.index_select(0, best.view(1)).squeeze(0), informative.any()
+        ratio = torch.where(informative, chosen, BANDWIDTH_RATIO)  # no informative group: "spacing"
+        return ratio, spacing_lambda(survivors.counts, ratio)
 
     def extra_repr(self) -> str:
         return f"pool={self.pool}, calibrate={self.calibrates}, ratios={len(self.ratios)}"
-
-
-def _after_loading_ratio(module: GCVSplineDecoder, incompatible_keys) -> None:
-    """A loaded finite ratio is a calibration: keep it (one read, at load time)."""
-    module.calibrated = module.calibrates and bool(torch.isfinite(module.ratio))
-    module.refresh_smoothing()
 
 
 class GCC(Code):

@@ -19,9 +19,12 @@ import torch
 from torch import nn
 
 from torchgcc.functional.survivors import SurvivorLayout, Survivors, compact_survivors, survivor_layout
+from torchgcc.points import check_points
+from torchgcc.tracing import graph_break
 
 __all__ = [
     "BACKENDS",
+    "CHECK_UNDER_COMPILE",
     "NONFINITE_POLICIES",
     "Decoder",
     "Encoder",
@@ -41,6 +44,14 @@ NONFINITE_POLICIES = ("error", "straggle")
 #: for CPU data where the package is installed; torch otherwise. The kernels are registered torch operators: eager
 #: calls, ``torch.compile`` (``fullgraph=True`` too) and CUDA-graph capture run the same kernel.
 BACKENDS = ("auto", "torch", "triton", "numba")
+
+#: Why a decoder with ``check=True`` cannot be one compiled graph (the explanation ``torch.compile(fullgraph=True)``
+#: stops with; without ``fullgraph`` the check runs after a graph break).
+CHECK_UNDER_COMPILE = (
+    "torchgcc: check=True reads one flag back from the device after each decode, which ends the compiled graph; "
+    "to compile with fullgraph=True, build the code with check=False (every mask must then have at least "
+    "min_arrived results)"
+)
 
 
 _TRITON = importlib.util.find_spec("triton") is not None
@@ -94,17 +105,20 @@ def check_tensor(value: object, name: str, shape: str) -> torch.Tensor:
     return value
 
 
-def check_mask(mask: object, shape: tuple[int, ...]) -> torch.Tensor:
-    """``mask`` if it is a bool tensor of ``shape`` ``(B, N)``, else a one-line error saying how to make one."""
+def check_mask(mask: object, num_workers: int, batch: Optional[int] = None) -> torch.Tensor:
+    """``mask`` if it is a bool tensor of shape ``(B, N)`` (``N = num_workers``, ``B = batch`` when given), else a
+    one-line error saying how to make one."""
+    shape = f"(B, N) = ({'B' if batch is None else batch}, {num_workers})"
     if not isinstance(mask, torch.Tensor):
         raise TypeError(
-            f"mask must be a bool torch.Tensor of shape (B, N) = {shape} (True = result arrived), got "
+            f"mask must be a bool torch.Tensor of shape {shape} (True = result arrived), got "
             f"{type(mask).__name__}; convert it with torch.as_tensor(mask, dtype=torch.bool)"
         )
     if mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor (True = result arrived), got {mask.dtype}; use mask.bool()")
-    if tuple(mask.shape) != tuple(shape):
-        raise ValueError(f"mask must have shape (B, N) = {tuple(shape)}, got {tuple(mask.shape)}")
+    if mask.ndim != 2 or mask.shape[1] != num_workers or (batch is not None and mask.shape[0] != batch):
+        hint = "; a single group's (N,) mask is mask.unsqueeze(0)" if mask.ndim == 1 else ""
+        raise ValueError(f"mask must have shape {shape}, got {tuple(mask.shape)}{hint}")
     return mask
 
 
@@ -127,6 +141,14 @@ class _Float64Buffers(nn.Module):
     """
 
     _tensor_tuples: tuple[str, ...] = ()
+
+    def __prepare_scriptable__(self):
+        """``torch.jit.script`` calls this first: torchgcc's modules are Python (kernels, data-dependent checks), so
+        refuse with what works instead."""
+        raise TypeError(
+            f"torch.jit.script cannot compile {type(self).__name__} (torchgcc's modules are Python code); use "
+            "torch.compile, or torch.jit.trace of a code built with check=False"
+        )
 
     def _apply(self, fn, recurse=True):
         def keep_float64(t: torch.Tensor) -> torch.Tensor:
@@ -174,6 +196,8 @@ class Encoder(_Float64Buffers):
         x = check_tensor(x, "encoder input x", f"(B, K={self.num_inputs}, *feat)")
         if x.ndim < 2 or x.shape[1] != self.num_inputs:
             raise ValueError(f"encoder expects inputs of shape (B, K={self.num_inputs}, *feat), got {tuple(x.shape)}")
+        if x.numel() == 0:  # zero-size features: nothing to encode (and no largest value to scale by)
+            return x.new_zeros((x.shape[0], self.num_workers) + x.shape[2:])
         flat = x.reshape(x.shape[0], self.num_inputs, -1)
         if flat.dtype in _MAY_OVERFLOW and not self._surely_fits(flat):
             largest = flat.detach().abs().amax(dim=(1, 2), keepdim=True).float()
@@ -257,11 +281,11 @@ class Decoder(_Float64Buffers):
             raise ValueError(f"min_arrived must be a positive integer, got {min_arrived!r}")
         self.backend = backend
         self.check = check
-        self.register_buffer("alpha", alpha.detach().to(torch.float64))
-        self.register_buffer("beta", beta.detach().to(torch.float64))
+        self.register_buffer("alpha", check_points(alpha.detach().to(torch.float64), "alpha"))
+        self.register_buffer("beta", check_points(beta.detach().to(torch.float64), "beta"))
         self.min_arrived = min_arrived
         self.nonfinite = nonfinite
-        self.layout = survivor_layout(self.beta)
+        self.refresh_layout()
 
     @property
     def num_inputs(self) -> int:
@@ -270,6 +294,22 @@ class Decoder(_Float64Buffers):
     @property
     def num_workers(self) -> int:
         return self.beta.shape[0]
+
+    #: Slots per row of :attr:`layout` (``None``: ``N``; the splines need padding slots).
+    layout_width: Optional[int] = None
+
+    def refresh_layout(self) -> None:
+        """Derive :attr:`layout` from the worker points ``beta`` (at construction and after loading a state dict)."""
+        self.layout = survivor_layout(self.beta, self.layout_width)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors):
+        """Loads the points only if they are valid (finite, increasing, on [-1, 1]), then derives from them what
+        depends on them: the decoder decodes the loaded code, not the one it was built as."""
+        for name in ("alpha", "beta"):
+            if prefix + name in state_dict:
+                check_points(torch.as_tensor(state_dict[prefix + name]).detach().to(torch.float64), prefix + name)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors)
+        self.refresh_layout()
 
     def fit_matrix(self, survivors: Survivors) -> torch.Tensor:
         """``(B, K, W)`` float64 decode matrices in the survivors' compacted order (column ``j`` for the ``j``-th
@@ -285,7 +325,10 @@ class Decoder(_Float64Buffers):
 
     def kernel_backend(self, device: torch.device) -> str:
         """The backend that builds the matrices for data on ``device``: ``"torch"``, ``"triton"`` or ``"numba"``
-        (``backend`` resolved as :data:`BACKENDS` says)."""
+        (``backend`` resolved as :data:`BACKENDS` says; the torch path under ``torch.jit.trace``, the only one a trace
+        records: a kernel's matrices would be frozen into it as constants)."""
+        if torch.jit.is_tracing():
+            return "torch"
         if self.backend != "auto":
             return self.backend
         if not self.has_fused_kernel:
@@ -353,7 +396,7 @@ class Decoder(_Float64Buffers):
         y = check_tensor(y, "decoder results y", f"(B, N={self.num_workers}, *out)")
         if y.ndim < 2 or y.shape[1] != self.num_workers:
             raise ValueError(f"decoder expects results of shape (B, N={self.num_workers}, *out), got {tuple(y.shape)}")
-        mask = check_mask(mask, tuple(y.shape[:2]))
+        mask = check_mask(mask, self.num_workers, y.shape[0])
         if mask.is_meta and not y.is_meta:
             raise ValueError(
                 f"mask is a meta tensor (no values) but the results y are on {y.device}; pass the mask on y's device"
@@ -362,6 +405,8 @@ class Decoder(_Float64Buffers):
 
     def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         y, mask = self.check_inputs(y, mask)
+        if torch.jit.is_tracing():
+            self.check_traceable()
         if y.is_meta:  # shape inference: nothing to compute
             return y.new_empty((y.shape[0], self.num_inputs) + y.shape[2:])
         flat = y if y.ndim == 3 else y.reshape(y.shape[0], self.num_workers, -1)
@@ -371,9 +416,21 @@ class Decoder(_Float64Buffers):
         if self.nonfinite == "straggle":  # the non-finite results now treated as stragglers must not be read
             flat = torch.where(mask.unsqueeze(-1), flat, 0.0)
         out, flag = self._product(matrices, flat)
-        if self.check and not self._all_good(mask, out, flag):  # the one read back from the device
-            out = self._repair(flat, mask, matrices)
+        if self.check:
+            graph_break(CHECK_UNDER_COMPILE)
+            if not self._all_good(mask, out, flag):  # the one read back from the device
+                out = self._repair(flat, mask, matrices)
         return out if y.ndim == 3 else out.reshape((y.shape[0], self.num_inputs) + y.shape[2:])
+
+    def check_traceable(self, check: Optional[bool] = None) -> None:
+        """Raise ``ValueError`` if ``torch.jit.trace`` cannot record this decoder's calls for every mask: a trace
+        freezes the branches a call takes, and a check (``check``, default the decoder's) branches on the data
+        (subclasses add their own reasons)."""
+        if self.check if check is None else check:
+            raise ValueError(
+                "torch.jit.trace would freeze the branch of check=True's read back (a mask with too few results "
+                "would then pass unchecked); build the code with check=False to trace it"
+            )
 
     def _product(self, matrices: torch.Tensor, flat: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """``(matrices @ flat, flag)``: the estimates by :func:`apply_linear` and, with ``check``, a tensor that is zero
@@ -437,7 +494,9 @@ class Decoder(_Float64Buffers):
                 f"{type(self).__name__}'s matrices depend on the results: call matrices(results, mask) or the decoder "
                 "itself, or pick a mask-only rule (lambda_dec='spacing' or a number)"
             )
-        mask = check_mask(mask, (mask.shape[0] if isinstance(mask, torch.Tensor) else -1, self.num_workers))
+        mask = check_mask(mask, self.num_workers)
+        if torch.jit.is_tracing():
+            self.check_traceable(check)
         if mask.is_meta:  # shape inference: nothing to compute
             return torch.empty(len(mask), self.num_inputs, self.num_workers, dtype=torch.float64, device="meta")
         if self.check if check is None else check:

@@ -38,6 +38,8 @@ from typing import Any, Optional, Union
 
 import torch
 
+from torchgcc.checks import check_integer, check_real
+from torchgcc.codes.base import check_sizes
 from torchgcc.codes.gcc import GCC, SplineDecoder, _check_lambda
 from torchgcc.codes.maps import Decoder
 from torchgcc.functional.weighted_spline import huber_weights, weighted_smoothing_spline
@@ -64,9 +66,12 @@ def adversarial_lambda(
 ) -> Union[float, torch.Tensor]:
     """``lambda_d = c * (q / n)^(8/5)`` for ``q`` adversaries among ``n >= 1`` fitted results (0 when ``q = 0``).
 
-    ``num_points`` may be an int or a tensor of survivor counts (the result is then a tensor).
+    ``num_points`` may be an int or a tensor of survivor counts (the result is then a float64 tensor).
     """
-    points = num_points.clamp(min=1) if isinstance(num_points, torch.Tensor) else max(num_points, 1)
+    if isinstance(num_points, torch.Tensor):
+        points = num_points.to(torch.float64).clamp(min=1)
+    else:
+        points = max(num_points, 1)
     return c * (num_adversaries / points) ** 1.6
 
 
@@ -128,6 +133,11 @@ class RobustSplineDecoder(Decoder):
     ) -> None:
         if method not in ("huber", "trim"):
             raise ValueError(f"method must be 'huber' or 'trim', got {method!r}")
+        q = check_integer("q", q, minimum=0)
+        c = check_real("c", c, low=0)
+        flag_below = check_real("flag_below", flag_below, low=0, high=1)
+        if iters is not None:
+            iters = check_integer("iters", iters, minimum=1)
         needed = min_arrived_for(method, q)
         options.setdefault("min_arrived", needed)
         if options["min_arrived"] < needed:
@@ -145,20 +155,31 @@ class RobustSplineDecoder(Decoder):
         self.last_weights: Optional[torch.Tensor] = None
         self.last_flagged: Optional[torch.Tensor] = None
 
+    def check_traceable(self, check: Optional[bool] = None) -> None:
+        raise ValueError(
+            f"torch.jit.trace cannot record {type(self).__name__}: it fits each call's groups by their survivor counts "
+            "(a Python loop over the data); decode it eagerly, or trace decoder='smoothing'"
+        )
+
     def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         y, mask = self.check_inputs(y, mask)
+        if torch.jit.is_tracing():
+            self.check_traceable()
         flat = y.reshape(y.shape[0], self.num_workers, -1)
         if self.nonfinite == "straggle":
             mask = mask & torch.isfinite(flat).all(dim=-1)
         elif not torch.isfinite(flat[mask]).all():
             raise ValueError("non-finite result from an arrived worker; pass nonfinite='straggle' to drop such workers")
         self._check_counts(mask)
+        if flat.shape[-1] == 0:  # no values: nothing to weigh, flag or decode
+            self.last_weights, self.last_flagged = mask.to(torch.float64), torch.zeros_like(mask)
+            return y.new_zeros((y.shape[0], self.num_inputs) + y.shape[2:])
         clean = torch.where(mask.unsqueeze(-1), flat, torch.zeros((), dtype=flat.dtype, device=flat.device))
         # The fits are equivariant to scale: fit each group divided by its largest magnitude (no overflow at 1e300).
         scale = clean.to(torch.float64).abs().amax(dim=(1, 2), keepdim=True)
         scale = torch.where(scale > 0, scale, torch.ones_like(scale))
         estimate, weights, flagged = self._robust_fit(clean.to(torch.float64) / scale, mask)
-        self.last_weights, self.last_flagged = weights, flagged
+        self.last_weights, self.last_flagged = weights.detach(), flagged  # reports, not part of the graph
         if self.q > 0 and self.refit is not None:
             out = self.refit(clean, mask & ~flagged)
         else:
@@ -236,8 +257,9 @@ class RobustGCC(GCC):
         robust: Optional[dict] = None,
         **options: Any,
     ) -> None:
-        if isinstance(q, bool) or not isinstance(q, int) or not 0 <= q < num_workers:
-            raise ValueError(f"q must be an integer in [0, N={num_workers}) (the adversaries to withstand), got {q!r}")
+        num_inputs, num_workers = check_sizes(num_inputs, num_workers)
+        q = check_integer("q", q, minimum=0, maximum=num_workers - 1)
+        c = check_real("c", c, low=0)
         needed = min_arrived_for(decoder, q)
         if needed > num_workers:
             raise ValueError(
