@@ -164,6 +164,7 @@ LINEAR = torch.nn.Linear(3, 2)
         (LINEAR, torch.randn(8, 3), {"chunk_size": 2.5}, ValueError, "chunk_size"),
         (LINEAR, torch.randn(8, 3), {"chunk_size": True}, ValueError, "chunk_size"),
         (LINEAR, torch.randn(8, 3), {"chunk_size": 0}, ValueError, "chunk_size"),
+        (LINEAR, torch.randn(3), {}, ValueError, "got a 1-D x of shape (3,): pass x.unsqueeze(0) for one sample"),
     ],
 )
 def test_bad_outputs_inputs_and_options_are_one_clear_error(model, x, options, error, names):
@@ -195,3 +196,52 @@ def test_lcc_decode_matrix_refuses_below_the_recovery_threshold_like_the_decoder
     with pytest.raises(TypeError, match="bool torch.Tensor"):
         code.decoder.decode_matrix(mask.tolist())
     assert torch.isnan(code.decoder.decode_matrix(mask, check=False)).all()  # unchecked: NaN, never a wrong matrix
+
+
+class ChangingModel:
+    """A model whose output differs from call to call in one way (a dict's key order, a tuple's length, a shape)."""
+
+    def __init__(self, change: str) -> None:
+        self.change, self.calls = change, 0
+
+    def __call__(self, t: torch.Tensor):
+        self.calls += 1
+        odd = self.calls % 2 == 1
+        if self.change == "key_order":
+            return {"a": t, "b": 3 * t} if odd else {"b": 3 * t, "a": t}
+        if self.change == "length":
+            return (t, 2 * t) if odd else (t,)
+        if self.change == "keys":
+            return {"a": t} if odd else {"c": t}
+        if self.change == "container":
+            return (t,) if odd else [t]
+        if self.change == "shape":
+            return t if odd else t[:, :2]
+        return t if odd else t.float()  # "dtype"
+
+
+def test_chunks_are_joined_by_key_whatever_a_dicts_order():
+    """The chunks used to be joined by position: a dict whose key order changed got its values swapped."""
+    code, x = torchgcc.GCC(2, 4, lambda_dec=0.0), torch.randn(4, 3, dtype=torch.float64)
+    out = torchgcc.CodedModule(ChangingModel("key_order"), code, chunk_size=3)(x)
+    expected = torchgcc.CodedModule(lambda t: {"a": t, "b": 3 * t}, code)(x)
+    assert list(out) == ["a", "b"]
+    for key in "ab":
+        torch.testing.assert_close(out[key], expected[key], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ("length", "chunk 0 returned a tuple of 2, chunk 1 a tuple of 1"),
+        ("keys", "chunk 0 returned a dict with keys ['a'], chunk 1 a dict with keys ['c']"),
+        ("container", "chunk 0 returned a tuple of 1, chunk 1 a list of 1"),
+        ("shape", "chunk 0 gave torch.float64 rows of shape (3,), chunk 1 torch.float64 rows of shape (2,)"),
+        ("dtype", "chunk 0 gave torch.float64 rows of shape (3,), chunk 1 torch.float32 rows of shape (3,)"),
+    ],
+)
+def test_an_output_that_changes_structure_between_chunks_is_refused(change, message):
+    """A tuple that lost an entry used to be truncated silently."""
+    x = torch.randn(4, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        torchgcc.CodedModule(ChangingModel(change), torchgcc.GCC(2, 4), chunk_size=3)(x)

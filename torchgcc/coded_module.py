@@ -12,6 +12,7 @@ from torch import nn
 
 from torchgcc.codes import Code
 from torchgcc.stragglers import StragglerModel
+from torchgcc.tracing import graph_break
 
 __all__ = ["CodedModule", "ModelOutput", "group_samples", "ungroup_samples"]
 
@@ -19,13 +20,24 @@ __all__ = ["CodedModule", "ModelOutput", "group_samples", "ungroup_samples"]
 ModelOutput = Union[torch.Tensor, tuple, list, dict]
 
 
+#: Why a ``CodedModule`` that draws its masks cannot be one compiled graph (the explanation of the error that
+#: ``torch.compile(fullgraph=True)`` stops with; without ``fullgraph`` the draw runs eagerly).
+MASK_UNDER_COMPILE = (
+    "torchgcc: CodedModule draws its straggler mask from the straggler model's generator, which torch.compile "
+    "cannot trace; to compile with fullgraph=True pass mask= to the call (draw it outside the compiled call, e.g. "
+    "coded.stragglers.sample(B, N))"
+)
+
+
 def eager_under_compile(fn):
-    """Run ``fn`` eagerly under ``torch.compile`` (as ``torch.compiler.disable``), for code Dynamo cannot trace
-    (a straggler model's generator). Applied at call time, so importing torchgcc does not import Dynamo."""
+    """Run ``fn`` eagerly under ``torch.compile`` (a graph break with the reason :data:`MASK_UNDER_COMPILE`, then
+    ``torch.compiler.disable``), for code Dynamo cannot trace (a straggler model's generator). Applied at call time,
+    so importing torchgcc does not import Dynamo."""
 
     @wraps(fn)
     def wrapper(*args, **kwargs):
         if torch.compiler.is_compiling():
+            graph_break(MASK_UNDER_COMPILE)
             return torch.compiler.disable(fn)(*args, **kwargs)
         return fn(*args, **kwargs)
 
@@ -65,6 +77,15 @@ def output_leaves(output: object, rows: int) -> tuple[list, list[torch.Tensor]]:
                 f"one output row per input row, (B * N, *out) = ({rows}, ...)"
             )
     return keys, values
+
+
+def describe_output(output: object, keys: list) -> str:
+    """``output``'s structure in words, for errors: ``"a tensor"``, ``"a dict with keys ['a', 'b']"``, ..."""
+    if isinstance(output, torch.Tensor):
+        return "a tensor"
+    if isinstance(output, dict):
+        return f"a {type(output).__name__} with keys {keys}"
+    return f"a {type(output).__name__} of {len(keys)}"
 
 
 def rebuild_output(like: ModelOutput, keys: list, tensors: list[torch.Tensor]) -> ModelOutput:
@@ -168,6 +189,11 @@ class CodedModule(nn.Module):
             )
         if x.ndim == 0 or x.shape[0] == 0:
             raise ValueError(f"x must be a non-empty batch of samples (M, *in), got shape {tuple(x.shape)}")
+        if x.ndim == 1:
+            raise ValueError(
+                f"x must be a batch of samples (M, *in) with the samples' own dimensions after M, got a 1-D x of shape "
+                f"{tuple(x.shape)}: pass x.unsqueeze(0) for one sample, or x.unsqueeze(-1) for {x.shape[0]} scalars"
+            )
         if not x.is_floating_point():
             raise TypeError(
                 f"x must be floating point (the encoder mixes samples), got {x.dtype}; cast it with .float()"
@@ -228,23 +254,50 @@ class CodedModule(nn.Module):
                 stacklevel=3,
             )
 
-    @eager_under_compile  # the straggler model's generator advances eagerly, also under torch.compile
     def draw_mask(self, num_groups: int, device: Optional[torch.device] = None) -> torch.Tensor:
         """A ``(B, N)`` mask on ``device`` (the results' device in :meth:`forward`) from the straggler model (all
-        True without one). Meta tensors (shape inference) get a mask drawn on the CPU, moved to ``meta``."""
+        True without one, also in a compiled graph). Meta tensors (shape inference) get a mask drawn on the CPU,
+        moved to ``meta``."""
         device = torch.device("cpu" if device is None else device)
         if self.stragglers is None:
             return torch.ones(num_groups, self.code.num_workers, dtype=torch.bool, device=device)
+        return self._sample(num_groups, device)
+
+    @eager_under_compile  # the straggler model's generator advances eagerly, also under torch.compile
+    def _sample(self, num_groups: int, device: torch.device) -> torch.Tensor:
         if device.type == "meta":
             return self.stragglers.sample(num_groups, self.code.num_workers).to(device)
         return self.stragglers.sample(num_groups, self.code.num_workers, device=device)
 
     def run_model(self, inputs: torch.Tensor) -> ModelOutput:
-        """``model`` on ``(B * N, *in)`` coded inputs, in chunks of ``chunk_size`` (concatenated per output)."""
+        """``model`` on ``(B * N, *in)`` coded inputs, in chunks of ``chunk_size``, the chunks' outputs joined per key
+        (a dict's by name, whatever its order; a tuple's or list's by position). Every chunk must return the
+        structure of the first: the same container, keys or length, and per key the same dtype and trailing shape;
+        else ``ValueError`` naming the chunk and what changed (joining by position would mix or drop outputs)."""
         if self.chunk_size is None or inputs.shape[0] <= self.chunk_size:
             return self.model(inputs)
         parts = inputs.split(self.chunk_size)
         outputs = [self.model(part) for part in parts]
-        split = [output_leaves(out, len(part)) for out, part in zip(outputs, parts)]
-        columns = zip(*(tensors for _, tensors in split))
-        return rebuild_output(outputs[0], split[0][0], [torch.cat(column) for column in columns])
+        keys, first = output_leaves(outputs[0], len(parts[0]))
+        columns: dict = {key: [] for key in keys}
+        for index, (output, part) in enumerate(zip(outputs, parts)):
+            chunk_keys, tensors = output_leaves(output, len(part))
+            same_keys = set(chunk_keys) == set(keys) if isinstance(output, dict) else chunk_keys == keys
+            if type(output) is not type(outputs[0]) or not same_keys:
+                was, now = describe_output(outputs[0], keys), describe_output(output, chunk_keys)
+                raise ValueError(
+                    f"the model's output changed structure between chunks (chunk_size={self.chunk_size}): chunk 0 "
+                    f"returned {was}, chunk {index} {now}; CodedModule joins the chunks' outputs, so the model must "
+                    "return the same keys every call"
+                )
+            for key, tensor in zip(chunk_keys, tensors):
+                like = first[keys.index(key)]
+                if tensor.dtype != like.dtype or tensor.shape[1:] != like.shape[1:]:
+                    name = "model output" if key is None else f"model output [{key!r}]"
+                    raise ValueError(
+                        f"{name} changed between chunks (chunk_size={self.chunk_size}): chunk 0 gave "
+                        f"{like.dtype} rows of shape {tuple(like.shape[1:])}, chunk {index} {tensor.dtype} rows of "
+                        f"shape {tuple(tensor.shape[1:])}; the model must return the same shapes every call"
+                    )
+                columns[key].append(tensor)
+        return rebuild_output(outputs[0], keys, [torch.cat(columns[key]) for key in keys])
