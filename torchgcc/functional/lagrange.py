@@ -37,14 +37,15 @@ def lagrange_basis(nodes: torch.Tensor, points: torch.Tensor, valid: Optional[to
 
     The product runs over ``m`` with the running value kept as mantissa and binary exponent (``torch.frexp``, exact),
     so no intermediate product overflows or underflows when the entry itself is representable. O(P n^2) work,
-    O(P n) memory, ``n`` steps.
+    O(P n) memory, ``n`` steps. The exponent is kept in float64 (integer values, exact): ``frexp``'s int32 exponent
+    converted to float64 in the same kernel is C++ that torch.compile's CPU code generator fails to compile.
     """
     n = nodes.shape[-1]
     x = points.unsqueeze(-1)  # (..., P, 1)
     t = nodes.unsqueeze(-2)  # (..., 1, n)
     shape = torch.broadcast_shapes(x.shape, t.shape)
     mantissa = torch.ones(shape, dtype=torch.float64, device=nodes.device)
-    exponent = torch.zeros(shape, dtype=torch.int32, device=nodes.device)
+    exponent = torch.zeros(shape, dtype=torch.float64, device=nodes.device)
     columns = torch.arange(n, device=nodes.device)
     for m in range(n):
         t_m = nodes[..., m : m + 1].unsqueeze(-2)  # (..., 1, 1)
@@ -52,9 +53,12 @@ def lagrange_basis(nodes: torch.Tensor, points: torch.Tensor, valid: Optional[to
         if valid is not None:
             skip = skip | ~valid[..., m : m + 1].unsqueeze(-2)
         factor = torch.where(skip, 1.0, (x - t_m) / torch.where(skip, 1.0, t - t_m))
-        mantissa, step = torch.frexp(mantissa * factor)
-        exponent = exponent + step
-    basis = torch.ldexp(mantissa, exponent.to(torch.float64))
+        product = mantissa * factor
+        mantissa = torch.frexp(product).mantissa
+        # product / mantissa is the power of two frexp took out (exactly): its log2, rounded, is that exponent
+        step = torch.log2((product / torch.where(mantissa == 0, 1.0, mantissa)).abs()).round()
+        exponent = exponent + torch.where(mantissa == 0, 0.0, step)
+    basis = torch.ldexp(mantissa, exponent)
     return basis if valid is None else torch.where(valid.unsqueeze(-2), basis, 0.0)
 
 
