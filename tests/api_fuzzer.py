@@ -698,13 +698,15 @@ def draw_calibrate(rng: random.Random, seed: int) -> Case:
     call = [f"out = code.decoder.{method}(y, mask)"]
 
     def oracle(ns: dict) -> Optional[str]:
-        code, out = ns["code"], ns["out"]
+        code, mask = ns["code"], ns["mask"]
+        if method == "calibrate" and (mask.sum(-1) < code.decoder.min_arrived).any():
+            raise Expected(["arrived results", "needs at least"])  # calibrate checks the counts
+        out = ns["out"]
         if method == "calibrate":
             ratios = code.decoder.ratios
             if not (out.ndim == 0 and bool((ratios == out).any()) and code.decoder.calibrated):
                 return f"calibrate returned {out}, not one of the candidate ratios {ratios.tolist()}"
             return None
-        mask = ns["mask"]
         if tuple(out.shape) != (mask.shape[0], k, n):
             return f"matrices shape {tuple(out.shape)}, expected {(mask.shape[0], k, n)}"
         return None
@@ -949,6 +951,8 @@ def draw_coded_module(rng: random.Random, seed: int) -> Case:
         shape, invalid = (), ["x must be"]
     elif x_kind == "empty":
         shape, invalid = (0, *feat), ["x must be"]
+    elif not feat:  # (M,): one sample's features or M scalars, ambiguous
+        invalid = invalid + ["1-D x"]
     setup.append(data_source(rng, "x", repr(shape), dtype, seed, allow_special=rng.random() < 0.5)[0])
     if dtype == "int64":
         invalid += ["x must be floating point"]

@@ -4,9 +4,9 @@ reason (without fullgraph they run after a graph break), and LCC's decoder compi
 
 import pytest
 import torch
+from helpers import random_masks
 
 import torchgcc
-from conftest import random_masks
 from torchgcc.coded_module import MASK_UNDER_COMPILE
 from torchgcc.codes.gcc import NOT_CALIBRATED
 from torchgcc.codes.maps import CHECK_UNDER_COMPILE
