@@ -182,14 +182,30 @@ def test_bad_arguments_exit_with_usage(argv):
     [
         (["reproduce", "stragglers", "--stragglers", "0,31"], "--stragglers must lie in [0, 30]"),
         (["reproduce", "stragglers", "--data", "mnist"], "--data mnist needs --data-dir DIR"),
+        (["reproduce", "stragglers", "--data", "cifar10", "--data-dir", "/nope"], "add --download to let"),
+        (["reproduce", "stragglers", "--data", "cifar10", "--data-dir", "{empty}"], "holds no intact copy of cifar10"),
         (["demo", "--threads", "0"], "--threads must be at least 1"),
+        (["serve-bench", "--quick", "--latency-param", "p_slow=abc"], "p_slow must be a finite number in [0, 1]"),
     ],
 )
 def test_user_errors_are_one_line_before_any_work(argv, message, tmp_path, capsys):
-    assert cli.main([*argv, "--out", str(tmp_path)]) == 2
+    (tmp_path / "empty").mkdir()
+    argv = [arg.format(empty=tmp_path / "empty") for arg in argv]
+    assert cli.main([*argv, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err == f"torchgcc: error: {err.split('error: ', 1)[1]}" and message in err and err.count("\n") == 1
-    assert not any(tmp_path.iterdir())
+    assert [path.name for path in tmp_path.iterdir()] == ["empty"] and not any((tmp_path / "empty").iterdir())
+
+
+@pytest.mark.parametrize("command", [["demo", "--quick"], ["profile", "--quick"], ["reproduce", "rates", "--quick"]])
+def test_an_output_path_that_cannot_be_a_folder_stops_the_run_before_it_starts(command, tmp_path, capsys):
+    """--out naming an existing file used to let the whole run finish, then fail writing (26 lines, nothing saved)."""
+    (tmp_path / "f").write_text("mine")
+    for out, message in ((tmp_path / "f", "is an existing file"), (tmp_path / "f" / "sub", "is a file, not a folder")):
+        assert cli.main([*command, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("torchgcc: error: --out ") and message in err and err.count("\n") == 1
+    assert (tmp_path / "f").read_text() == "mine"
 
 
 def test_version(capsys):
@@ -250,7 +266,7 @@ def test_a_missing_extra_is_named_in_one_line():
         "import sys; sys.modules['matplotlib'] = None\n"
         "from torchgcc.app import cli; sys.exit(cli.main(['demo', '--quick']))"
     )
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert done.stderr == (
         "torchgcc: error: matplotlib is not installed; it comes with the 'experiments' extra: "
         "pip install 'torchgcc[experiments]' (or pip install -e '.[experiments]' in a checkout)\n"

@@ -14,6 +14,7 @@ from torch import nn
 import torchgcc
 from torchgcc import metrics
 from torchgcc.app import model_cache
+from torchgcc.app.cli import UsageError
 from torchgcc.app.data import load_dataset
 from torchgcc.app.evaluate import evaluate_coded, evaluate_sweep
 from torchgcc.app.experiments import rates_study
@@ -37,8 +38,10 @@ def test_unknown_model_and_dataset_are_rejected():
         build_model("resnet", in_channels=1, image_size=8, num_classes=10)
     with pytest.raises(ValueError, match="unknown dataset"):
         load_dataset("imagenet")
-    with pytest.raises(ValueError, match="--data-dir"):
+    with pytest.raises(UsageError, match="--data mnist needs --data-dir"):
         load_dataset("mnist")
+    with pytest.raises(UsageError, match="--data-dir /nope does not exist.*add --download"):
+        load_dataset("mnist", data_dir="/nope")
 
 
 def test_digits_split_is_standardised_disjoint_and_seeded():

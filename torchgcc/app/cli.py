@@ -5,8 +5,8 @@ Each subcommand lives in its own module, which exposes ``register(subparsers, ar
 of the subcommand being run is imported (the others are listed from :data:`SUBCOMMANDS`), so ``torchgcc --help``
 imports neither torch nor any optional dependency.
 
-User errors end in one line on stderr, not a traceback: a subcommand raises :class:`UsageError` (exit status 2), and
-a missing optional dependency names the extra that installs it (exit status 1).
+User errors end in one line on stderr and exit status 2, not a traceback: a subcommand raises :class:`UsageError`,
+and a missing optional dependency names the extra that installs it.
 """
 
 from __future__ import annotations
@@ -90,12 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except MissingExtraError as error:
         print(f"torchgcc: error: {error}", file=sys.stderr)
-        return 1
+        return 2
     except ModuleNotFoundError as error:
         if error.name is None or extra_for(error.name) is None:
             raise
         print(f"torchgcc: error: {missing_message(error.name)}", file=sys.stderr)
-        return 1
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

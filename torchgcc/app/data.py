@@ -20,9 +20,10 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
+from torchgcc.app.cli import UsageError
 from torchgcc.registry import Registry
 
-__all__ = ["DATASETS", "DataSplit", "list_datasets", "load_dataset", "register_dataset"]
+__all__ = ["DATASETS", "DataSplit", "check_data_dir", "list_datasets", "load_dataset", "register_dataset"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,21 @@ register_dataset = DATASETS.register
 def list_datasets() -> list[str]:
     """Names accepted by :func:`load_dataset`."""
     return DATASETS.names()
+
+
+def check_data_dir(name: str, data_dir: str | Path | None, download: bool) -> None:
+    """Raise :class:`UsageError` (one line naming ``--data-dir`` and ``--download``) unless the torchvision dataset
+    ``name`` can be read from, or downloaded to, ``data_dir``: before any work (it reads no data)."""
+    if data_dir is None:
+        raise UsageError(f"--data {name} needs --data-dir DIR (add --download to let torchvision fetch it there)")
+    folder = Path(data_dir)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--data-dir {data_dir} is a file; name the folder that holds (or will hold) {name}")
+    if not download and not folder.is_dir():
+        raise UsageError(
+            f"--data-dir {data_dir} does not exist; point it at the folder that holds {name}, or add --download "
+            "to let torchvision fetch it there"
+        )
 
 
 def load_dataset(name: str, *, data_dir: str | Path | None = None, download: bool = False, seed: int = 0) -> DataSplit:
@@ -120,10 +136,17 @@ def _torchvision_loader(name: str, dataset_class: str, num_classes: int) -> Data
     def load(*, data_dir: str | Path | None = None, download: bool = False, seed: int = 0) -> DataSplit:
         import torchvision
 
-        if data_dir is None:
-            raise ValueError(f"dataset {name!r} needs --data-dir (add --download to fetch it with torchvision)")
+        check_data_dir(name, data_dir, download)
         cls = getattr(torchvision.datasets, dataset_class)
-        parts = [cls(root=str(data_dir), train=train, download=download) for train in (True, False)]
+        try:
+            parts = [cls(root=str(data_dir), train=train, download=download) for train in (True, False)]
+        except RuntimeError:  # torchvision's "Dataset not found or corrupted. You can use download=True ..."
+            if download:
+                raise
+            raise UsageError(
+                f"--data-dir {data_dir} holds no intact copy of {name}; add --download to let torchvision fetch it "
+                "there"
+            ) from None
         tensors = []
         for part in parts:
             images = torch.as_tensor(part.data, dtype=torch.float32) / 255.0
@@ -146,14 +169,14 @@ def load_imagenet32(*, data_dir: str | Path | None = None, download: bool = Fals
     (channel-major) and ``labels`` 1..1000. It cannot be downloaded here (it needs an image-net.org account).
     The full training set takes about 16 GB as float32."""
     if data_dir is None or download:
-        raise ValueError(
+        raise UsageError(
             "imagenet32 needs --data-dir with train_data_batch_*.npz and val_data.npz "
             "(downloaded from image-net.org; --download is not supported)"
         )
     folder = Path(data_dir)
     train_files = sorted(folder.glob("train_data_batch_*.npz"))
     if not train_files or not (folder / "val_data.npz").exists():
-        raise ValueError(f"{folder} lacks train_data_batch_*.npz or val_data.npz (downsampled ImageNet 32x32)")
+        raise UsageError(f"--data-dir {folder} lacks train_data_batch_*.npz or val_data.npz (ImageNet 32x32)")
 
     def read(files: list[Path]) -> tuple[torch.Tensor, torch.Tensor]:
         parts = [np.load(f) for f in files]

@@ -1,13 +1,15 @@
 """Command-line options shared by the ``torchgcc`` subcommands (``demo``, ``reproduce``, ``profile``) and the recipes.
 
 Outputs go to a fresh folder ``./torchgcc-results/<name>/<date>-<time>`` unless ``--out`` names one, so no run
-overwrites another or a tracked file; CPU threads default to :func:`default_threads`.
+overwrites another or a tracked file; the folder is checked before any work starts (:func:`check_output_dir`), so
+a run never finishes only to fail writing. CPU threads default to :func:`default_threads`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Union
@@ -20,6 +22,7 @@ __all__ = [
     "add_gcc_arguments",
     "add_run_arguments",
     "apply_threads",
+    "check_output_dir",
     "default_threads",
     "fresh_output_dir",
     "gcc_options",
@@ -64,8 +67,27 @@ def fresh_output_dir(name: str) -> Path:
 
 
 def output_dir(args: argparse.Namespace) -> Path:
-    """``--out`` if given, else a :func:`fresh_output_dir` for the subcommand (``args.out_name``)."""
-    return Path(args.out) if args.out is not None else fresh_output_dir(args.out_name)
+    """``--out`` if given, else a :func:`fresh_output_dir` for the subcommand (``args.out_name``); checked by
+    :func:`check_output_dir` (call it before the work: it raises :class:`UsageError`), not created."""
+    path = Path(args.out) if args.out is not None else fresh_output_dir(args.out_name)
+    check_output_dir(path)
+    return path
+
+
+def check_output_dir(path: Path, option: str = "--out") -> None:
+    """Raise :class:`UsageError` (one line naming ``option``) unless ``path`` can be the output folder: a folder or
+    nothing yet, below a folder where one can be created (probed with an empty folder, removed at once)."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {path} is an existing file; name a folder (it is created if missing)")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"{option} {path}: {parent} is a file, not a folder")
+    try:  # a real probe: permissions alone miss read-only mounts and pseudo file systems
+        os.rmdir(tempfile.mkdtemp(prefix=".torchgcc-probe-", dir=parent))
+    except OSError as error:
+        raise UsageError(f"{option} {path}: cannot create a folder in {parent} ({error.strerror})") from None
 
 
 def parse_lambda(text: str) -> Union[float, str]:

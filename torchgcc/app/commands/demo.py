@@ -15,7 +15,8 @@ from typing import Sequence
 
 from torchgcc.app.commands.reproduce import run_and_report
 from torchgcc.app.experiments import straggler_study
-from torchgcc.app.options import add_gcc_arguments, add_run_arguments, apply_threads, gcc_options
+from torchgcc.app.options import add_gcc_arguments, add_run_arguments, apply_threads, gcc_options, output_dir
+from torchgcc.optional import check_extra
 
 __all__ = ["register", "run"]
 
@@ -36,6 +37,8 @@ def register(subparsers: argparse._SubParsersAction, argv: Sequence[str] = ()) -
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo with the parsed command-line ``args``."""
+    out = output_dir(args)  # checked before any work, as is the extra
+    check_extra("experiments")
     apply_threads(args)
     config = straggler_study.QUICK if args.quick else straggler_study.DEFAULT
-    return run_and_report(straggler_study, replace(config, seed=args.seed, gcc=gcc_options(args)), args)
+    return run_and_report(straggler_study, replace(config, seed=args.seed, gcc=gcc_options(args)), args, out)

@@ -245,7 +245,10 @@ def _check_arguments(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from torchgcc.app.options import apply_threads, gcc_options, output_dir
+    from torchgcc.optional import check_extra
 
+    output = output_dir(args) / "profile.json"  # checked before any work, as is the extra
+    check_extra("experiments")
     apply_threads(args)
     _check_arguments(args)
     defaults = ProfileSettings()
@@ -269,7 +272,6 @@ def _run(args: argparse.Namespace) -> int:
     )
     report = profile_coded_inference(settings, trace=args.trace, progress=args.progress)
     print_report(report)
-    output = output_dir(args) / "profile.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {output}" + (f" and the Chrome trace {args.trace}" if args.trace else ""))

@@ -8,11 +8,13 @@ experiments are listed in :data:`torchgcc.app.experiments.EXPERIMENTS`.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from torchgcc.app.experiments import EXPERIMENTS, load_experiment
 from torchgcc.app.options import add_run_arguments, apply_threads, output_dir
+from torchgcc.optional import check_extra
 
 __all__ = ["register", "run", "run_and_report"]
 
@@ -36,18 +38,21 @@ def register(subparsers: argparse._SubParsersAction, argv: Sequence[str] = ()) -
 
 def run(args: argparse.Namespace) -> int:
     """Configure, run and report the experiment ``args.experiment``."""
+    out = output_dir(args)  # checked before any work, as is the extra
+    check_extra("experiments")
     apply_threads(args)
     experiment = load_experiment(args.experiment)
-    return run_and_report(experiment, experiment.configure(args), args)
+    return run_and_report(experiment, experiment.configure(args), args, out)
 
 
-def run_and_report(experiment: ModuleType, config: Any, args: argparse.Namespace) -> int:
-    """Run ``experiment`` with ``config``, report it into ``--out`` and print what was written."""
+def run_and_report(experiment: ModuleType, config: Any, args: argparse.Namespace, out: Optional[Path] = None) -> int:
+    """Run ``experiment`` with ``config``, report it into ``out`` (default: :func:`~torchgcc.app.options.output_dir`,
+    checked here, before the run) and print what was written."""
     from torchgcc.app.tables import make_console
 
+    out = output_dir(args) if out is None else out
     result = experiment.run(config, progress=args.progress)
     console = make_console()
-    out = output_dir(args)
     paths = experiment.report(result, out, console=console)
     console.print(f"wrote {out}/ ({', '.join(path.name for path in paths)})", soft_wrap=True)
     return 0

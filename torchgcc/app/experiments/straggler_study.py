@@ -17,7 +17,7 @@ import torch
 
 import torchgcc
 from torchgcc.app.cli import UsageError
-from torchgcc.app.data import list_datasets, load_dataset
+from torchgcc.app.data import check_data_dir, list_datasets, load_dataset
 from torchgcc.app.evaluate import evaluate_sweep
 from torchgcc.app.model_cache import load_or_train
 from torchgcc.app.models import list_models
@@ -107,8 +107,8 @@ def configure(args: argparse.Namespace) -> Config:
         if max(args.straggler_counts) >= config.num_workers - 1 or min(args.straggler_counts) < 0:
             raise UsageError(f"--stragglers must lie in [0, {config.num_workers - 2}] (GCC needs 2 results)")
         config = replace(config, straggler_counts=args.straggler_counts)
-    if args.data != "digits" and args.data_dir is None:
-        raise UsageError(f"--data {args.data} needs --data-dir DIR (add --download to let torchvision fetch it)")
+    if args.data != "digits":
+        check_data_dir(args.data, args.data_dir, args.download)
     return config
 
 
