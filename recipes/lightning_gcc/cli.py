@@ -19,12 +19,22 @@ from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
-from torchgcc.app.options import default_threads, fresh_output_dir
+from torchgcc.app.cli import UsageError
+from torchgcc.app.options import check_output_dir, default_threads, fresh_output_dir
 
 from .coded_eval import CodedEvaluation
 from .module import CodedClassifier
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+#: ``ckpt_path`` values Lightning resolves itself (not files).
+LIGHTNING_CHECKPOINTS = ("best", "last", "hpc", "registry")
+
+
+def usage_error(subcommand: str, message: str) -> None:
+    """Print ``<subcommand>: error: <message>`` on one line and exit with status 2."""
+    print(f"{subcommand}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 class CodedTrainer(Trainer):
@@ -69,12 +79,11 @@ class CodedTrainer(Trainer):
             One record per (code, S) with mse, agreement, accuracy, their 95% half-widths and reference_accuracy.
         """
         if ckpt_path is None and not random_weights:
-            print(
-                "coded_eval: error: no --ckpt_path: the model's weights are random (untrained); pass --ckpt_path "
-                "CKPT (fit prints where it wrote one), or --random_weights true to evaluate random weights on purpose",
-                file=sys.stderr,
+            usage_error(
+                "coded_eval",
+                "no --ckpt_path: the model's weights are random (untrained); pass --ckpt_path CKPT (fit "
+                "prints where it wrote one), or --random_weights true to evaluate random weights on purpose",
             )
-            raise SystemExit(2)
         data_name = type(datamodule).__name__ if datamodule is not None else "data"
         if output_dir == "auto":
             output_dir = fresh_output_dir(f"coded_eval/{data_name}")
@@ -116,6 +125,24 @@ class CodedCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         for attribute in ("num_classes", "in_chans", "image_size"):
             parser.link_arguments(f"data.{attribute}", f"model.{attribute}", apply_on="instantiate")
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
+        """Parse, then end the run in one line and exit status 2 if a checkpoint is not a file or an output folder
+        cannot be made: before anything is seeded, built or trained."""
+        super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        config = self.config.get(subcommand) if subcommand else self.config
+        ckpt = config.get("ckpt_path")
+        if ckpt is not None and ckpt not in LIGHTNING_CHECKPOINTS and "://" not in ckpt and not Path(ckpt).is_file():
+            usage_error(
+                subcommand, f"--ckpt_path {ckpt} is not a file; pass a checkpoint fit wrote (it prints its path)"
+            )
+        output = config.get("output_dir")
+        if output not in (None, "auto"):
+            try:
+                check_output_dir(Path(output), "--output_dir")
+            except UsageError as error:
+                usage_error(subcommand, str(error))
 
     def before_fit(self) -> None:
         """``--trainer.logger false`` drops the configs' ``LearningRateMonitor`` (it needs a logger)."""
