@@ -28,6 +28,92 @@ def natural_spline_reference(knots: np.ndarray, points: np.ndarray, lam: float) 
     return spline(ends) + slope(ends) * (points - ends)[:, None]
 
 
+def _reinsch_parts(knots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Green and Silverman's ``Q`` ``(n, n - 2)``, ``R`` ``(n - 2, n - 2)`` and the spacings ``h`` of ``knots``."""
+    n, h = len(knots), np.diff(knots)
+    q, r = np.zeros((n, max(n - 2, 0))), np.zeros((max(n - 2, 0), max(n - 2, 0)))
+    for j in range(n - 2):
+        q[j, j], q[j + 1, j], q[j + 2, j] = 1 / h[j], -1 / h[j] - 1 / h[j + 1], 1 / h[j + 1]
+        r[j, j] = (h[j] + h[j + 1]) / 3
+        if j + 1 < n - 2:
+            r[j, j + 1] = r[j + 1, j] = h[j + 1] / 6
+    return q, r, h
+
+
+def green_silverman_reference(knots: np.ndarray, points: np.ndarray, lam: float, digits: int = 40) -> np.ndarray:
+    """``(P, n)`` matrix of the natural cubic smoothing spline (mean-normalised lam), from Green and Silverman (1994,
+    sec. 2.3) in ``digits``-digit arithmetic (mpmath), rounded once: fitted values ``g = (I + n lam Q R^-1 Q^T)^-1
+    y``, second derivatives ``gamma = R^-1 Q^T g`` (zero at the ends), the cubic between knots, lines beyond them.
+    Any ``n >= 2`` (scipy's make_smoothing_spline needs 5), and exact enough that a comparison measures only the
+    other side's error."""
+    import mpmath
+
+    with mpmath.workdps(digits):
+        t = [mpmath.mpf(float(value)) for value in knots]
+        n = len(t)
+        h = [t[i + 1] - t[i] for i in range(n - 1)]
+        q, r = mpmath.zeros(n, max(n - 2, 1)), mpmath.zeros(max(n - 2, 1), max(n - 2, 1))
+        for j in range(n - 2):
+            q[j, j], q[j + 1, j], q[j + 2, j] = 1 / h[j], -1 / h[j] - 1 / h[j + 1], 1 / h[j + 1]
+            r[j, j] = (h[j] + h[j + 1]) / 3
+            if j + 1 < n - 2:
+                r[j, j + 1] = r[j + 1, j] = h[j + 1] / 6
+        if n > 2:
+            mu = n * mpmath.mpf(float(lam))
+            fitted = mpmath.inverse(mpmath.eye(n) + mu * q * mpmath.inverse(r) * q.T)  # column k: g of datum k
+            inner = mpmath.inverse(r) * q.T * fitted
+            gamma = mpmath.zeros(n, n)
+            for i in range(n - 2):
+                for k in range(n):
+                    gamma[i + 1, k] = inner[i, k]
+        else:
+            fitted, gamma = mpmath.eye(n), mpmath.zeros(n, n)
+        out = np.empty((len(points), n))
+        for p, value in enumerate(points):
+            x = mpmath.mpf(float(value))
+            for k in range(n):
+                g = [fitted[i, k] for i in range(n)]
+                c = [gamma[i, k] for i in range(n)]
+                if x <= t[0]:
+                    out[p, k] = float(g[0] + ((g[1] - g[0]) / h[0] - h[0] * c[1] / 6) * (x - t[0]))
+                elif x >= t[-1]:
+                    out[p, k] = float(g[-1] + ((g[-1] - g[-2]) / h[-1] + h[-1] * c[-2] / 6) * (x - t[-1]))
+                else:
+                    i = min(int(np.searchsorted(knots, float(value), side="right")) - 1, n - 2)
+                    a, b = x - t[i], t[i + 1] - x
+                    cubic = (1 + a / h[i]) * c[i + 1] + (1 + b / h[i]) * c[i]
+                    out[p, k] = float((a * g[i + 1] + b * g[i]) / h[i] - a * b / 6 * cubic)
+    return out
+
+
+def reinsch_terms(knots: np.ndarray, points: np.ndarray, lam: float) -> np.ndarray:
+    """``(P, n)`` componentwise scale of the rounding errors of the decode matrix in the Reinsch form torchgcc
+    evaluates, ``D^T = v + Q z``, ``M z = c - mu Q^T v`` (``M = R + mu Q^T Q``, ``mu = n lam``; ``v`` and ``c`` the
+    weights of the knot values and of the interior second derivatives at each point, linear beyond the knots): the
+    absolute terms of the right-hand side and of ``M`` times ``z``, carried through ``|Q| |M^-1|``, plus ``|v|`` and
+    ``|Q| |z|``. A backward-stable evaluation errs by a small multiple of ``n eps`` times this (Skeel's componentwise
+    bound), which far from the survivors, or between close ones, is much larger than ``|D|``."""
+    n = len(knots)
+    q, r, h = _reinsch_parts(knots)
+    v, c = np.zeros((n, len(points))), np.zeros((n, len(points)))
+    for p, x in enumerate(points):
+        i = min(max(int(np.searchsorted(knots, x, side="right")) - 1, 0), n - 2)
+        a, b = (knots[i + 1] - x) / h[i], (x - knots[i]) / h[i]
+        v[i, p], v[i + 1, p] = a, b
+        outside = a * b < 0
+        c[i, p] = (-a if outside else a**3 - a) * h[i] ** 2 / 6
+        c[i + 1, p] = (-b if outside else b**3 - b) * h[i] ** 2 / 6
+    if n <= 2:
+        return np.abs(v).T
+    mu = n * lam
+    inverse = np.linalg.inv(r + mu * q.T @ q)
+    z = inverse @ (c[1:-1] - mu * q.T @ v)
+    residual_terms = (
+        np.abs(c[1:-1]) + mu * np.abs(q.T) @ np.abs(v) + (np.abs(r) + mu * np.abs(q.T) @ np.abs(q)) @ np.abs(z)
+    )
+    return (np.abs(v) + np.abs(q) @ np.abs(z) + np.abs(q) @ np.abs(inverse) @ residual_terms).T
+
+
 def csaps_reference(knots: np.ndarray, points: np.ndarray, lam: float) -> np.ndarray:
     """``(P, n)`` matrix from csaps with p = 1 / (1 + n lam), for points inside the hull of the knots."""
     from csaps import CubicSmoothingSpline

@@ -99,6 +99,42 @@ def test_coded_eval_without_a_checkpoint_refuses_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "eval").exists()
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["coded_eval", "--ckpt_path=/nope.ckpt"], "coded_eval: error: --ckpt_path /nope.ckpt is not a file"),
+        (["fit", "--ckpt_path=/nope.ckpt"], "fit: error: --ckpt_path /nope.ckpt is not a file"),
+        (
+            ["coded_eval", "--random_weights=true", "--output_dir={file}"],
+            "coded_eval: error: --output_dir {file} is an existing file",
+        ),
+    ],
+)
+def test_a_path_that_cannot_work_stops_the_recipe_in_one_line_before_anything_is_built(argv, message, tmp_path, capsys):
+    """A checkpoint that does not exist used to end in 40 lines of Lightning's traceback."""
+    (tmp_path / "f").write_text("mine")
+    argv = [arg.format(file=tmp_path / "f") for arg in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        run(DigitsData, "digits.yaml", args=[*argv, *OFFLINE, f"--trainer.default_root_dir={tmp_path}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message.format(file=tmp_path / "f")) and "\n" not in err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["f"]
+
+
+def test_a_recipe_without_its_extra_names_it_in_one_line():
+    script = (
+        "import runpy, sys; sys.modules['lightning'] = None; sys.argv = ['digits.py', 'fit']; "
+        f"sys.path.insert(0, {str(RECIPES)!r}); runpy.run_path({str(RECIPES / 'digits.py')!r}, run_name='__main__')"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        "digits.py: error: lightning is not installed; it comes with the 'recipes' extra: "
+        "pip install 'torchgcc[recipes]' (or pip install -e '.[recipes]' in a checkout)\n"
+    )
+
+
 def test_coded_eval_matches_coded_module(tmp_path):
     """The streaming sweep gives the same numbers as CodedModule on the same seeded masks."""
     out = tmp_path / "eval"
