@@ -150,6 +150,6 @@ def test_the_check_reads_results_that_require_grad_detached(monkeypatch):
     monkeypatch.setattr(torch, "aminmax", recorded)
     model = torch.nn.Linear(3, 2)
     out = torchgcc.CodedModule(model, torchgcc.GCC(4, 8, lambda_dec="spacing"))(torch.randn(8, 3))
-    assert out.requires_grad and reads == [False]
+    assert out.requires_grad and reads and not any(reads)  # the encoder's overflow guard reads its input too
     out.sum().backward()
     assert model.weight.grad is not None
