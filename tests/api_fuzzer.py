@@ -1077,9 +1077,18 @@ def draw(seed: int, index: int) -> Case:
     return DRAWS[entry](rng, rng.randrange(2**31))
 
 
-def fuzz(calls: int, seed: int, *, progress: bool = True) -> dict[str, Any]:
+def fuzz(
+    calls: int,
+    seed: int,
+    *,
+    progress: bool = True,
+    draw: Callable[[int, int], Case] = draw,
+    entry_points: tuple[str, ...] = ENTRY_POINTS,
+) -> dict[str, Any]:
+    """Run the first ``calls`` draws of the sequence ``seed`` (of ``draw``: this module's, or the probes' of
+    ``api_probes``) and count their outcomes by category and entry point, with examples."""
     counts = {category: 0 for category in CATEGORIES}
-    by_entry = {entry: {category: 0 for category in CATEGORIES} for entry in ENTRY_POINTS}
+    by_entry = {entry: {category: 0 for category in CATEGORIES} for entry in entry_points}
     examples: dict[str, list] = {category: [] for category in CATEGORIES if category != "ok"}
     signatures: dict[str, dict[str, int]] = {category: {} for category in examples}
     warned: dict[str, int] = {}  # warnings raised during the calls, by entry point and message

@@ -84,8 +84,3 @@ def decode_tolerance(
     magnitude = np.abs(reference_matrix) @ np.abs(data)
     exact = reference_matrix @ data
     return matrix_error @ np.abs(data) + (n + 2) * compute * magnitude + out * np.abs(exact) + 1e-300
-
-
-def solve_levels(n: int) -> float:
-    """``1 + log2 n``: the levels of a nested-dissection solve of ``n`` unknowns (each adds its roundings)."""
-    return 1.0 + float(np.log2(max(n, 1)))

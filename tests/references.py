@@ -5,6 +5,8 @@ csaps is imported where it is used: the GPU machine's image has no csaps, and te
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import scipy.linalg
 import scipy.sparse
@@ -121,6 +123,43 @@ def csaps_reference(knots: np.ndarray, points: np.ndarray, lam: float) -> np.nda
     n = len(knots)
     spline = CubicSmoothingSpline(knots, np.eye(n), smooth=1.0 / (1.0 + n * lam))
     return np.asarray(spline(points)).T
+
+
+EPS = 2.0**-53
+
+
+def spline_error(knots: np.ndarray, points: np.ndarray, lam: float) -> np.ndarray:
+    """Bound on the error of a float64 smoothing-spline matrix: ``4 n (1 + log2 n) eps`` times its componentwise
+    rounding scale (:func:`reinsch_terms`; the log for the levels of the nested-dissection solve)."""
+    n = len(knots)
+    levels = 1.0 + float(np.log2(n))  # the nested-dissection solve's levels, each adding its roundings
+    return 4 * n * levels * EPS * reinsch_terms(knots, points, lam)
+
+
+def berrut_error(nodes: np.ndarray, points: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """Bound on the error of Berrut's weights ``w_j / S``, ``S = sum_j w_j``, on both sides (code and formula): the
+    sum's rounding ``n eps sum |w_j| / |S|`` relative to each entry, plus a few roundings of each weight."""
+    n = len(nodes)
+    with np.errstate(divide="ignore"):
+        weights = np.abs(1.0 / (points[:, None] - nodes[None, :]))
+    weights[~np.isfinite(weights)] = 0.0  # a point on a node: its row is exact
+    signed = np.where(np.arange(n) % 2 == 0, 1.0, -1.0) * weights
+    spread = weights.sum(-1, keepdims=True) / np.maximum(np.abs(signed.sum(-1, keepdims=True)), 1e-300)
+    return 2 * (n + 4) * EPS * spread * np.abs(matrix)
+
+
+def exact_lagrange(nodes: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """The Lagrange basis ``L_j(x_p)`` in exact rational arithmetic, rounded once to float64."""
+    nodes_q, points_q = [Fraction(float(t)) for t in nodes], [Fraction(float(x)) for x in points]
+    out = np.empty((len(points_q), len(nodes_q)))
+    for p, x in enumerate(points_q):
+        for j, t_j in enumerate(nodes_q):
+            value = Fraction(1)
+            for m, t_m in enumerate(nodes_q):
+                if m != j:
+                    value *= (x - t_m) / (t_j - t_m)
+            out[p, j] = float(value)
+    return out
 
 
 def berrut_reference(nodes: np.ndarray, points: np.ndarray) -> np.ndarray:

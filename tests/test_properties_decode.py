@@ -9,8 +9,6 @@ scale of the Reinsch form, the cancellation in Berrut's sum, the product formula
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 import pytest
 import torch
@@ -24,9 +22,8 @@ from properties import (
     masks,
     point_sets,
     seeded_normal,
-    solve_levels,
 )
-from references import berrut_reference, green_silverman_reference, reinsch_terms
+from references import berrut_error, berrut_reference, exact_lagrange, green_silverman_reference, spline_error
 
 import torchgcc
 from torchgcc.codes import RobustGCC
@@ -36,25 +33,6 @@ EPS = 2.0**-53
 
 #: Largest N drawn where the reference is computed in 40-digit arithmetic (mpmath, O(N^3) each).
 MAX_SPLINE_WORKERS = 14
-
-
-def spline_error(knots: np.ndarray, points: np.ndarray, lam: float) -> np.ndarray:
-    """Bound on the error of a float64 smoothing-spline matrix: ``4 n (1 + log2 n) eps`` times its componentwise
-    rounding scale (references.reinsch_terms; the log for the levels of the nested-dissection solve)."""
-    n = len(knots)
-    return 4 * n * solve_levels(n) * EPS * reinsch_terms(knots, points, lam)
-
-
-def berrut_error(nodes: np.ndarray, points: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    """Bound on the error of Berrut's weights ``w_j / S``, ``S = sum_j w_j``, on both sides (code and formula): the
-    sum's rounding ``n eps sum |w_j| / |S|`` relative to each entry, plus a few roundings of each weight."""
-    n = len(nodes)
-    with np.errstate(divide="ignore"):
-        weights = np.abs(1.0 / (points[:, None] - nodes[None, :]))
-    weights[~np.isfinite(weights)] = 0.0  # a point on a node: its row is exact
-    signed = np.where(np.arange(n) % 2 == 0, 1.0, -1.0) * weights
-    spread = weights.sum(-1, keepdims=True) / np.maximum(np.abs(signed.sum(-1, keepdims=True)), 1e-300)
-    return 2 * (n + 4) * EPS * spread * np.abs(matrix)
 
 
 @st.composite
@@ -129,20 +107,6 @@ def test_bacc_decodes_as_berruts_formula(data):
         return matrix, berrut_error(knots[arrived], points, matrix)
 
     assert_decodes_like(code.decoder(y, mask), y, mask, reference, dtype)
-
-
-def exact_lagrange(nodes: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """The Lagrange basis ``L_j(x_p)`` in exact rational arithmetic, rounded once to float64."""
-    nodes_q, points_q = [Fraction(float(t)) for t in nodes], [Fraction(float(x)) for x in points]
-    out = np.empty((len(points_q), len(nodes_q)))
-    for p, x in enumerate(points_q):
-        for j, t_j in enumerate(nodes_q):
-            value = Fraction(1)
-            for m, t_m in enumerate(nodes_q):
-                if m != j:
-                    value *= (x - t_m) / (t_j - t_m)
-            out[p, j] = float(value)
-    return out
 
 
 def lagrange(nodes: np.ndarray, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
