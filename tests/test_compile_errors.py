@@ -8,7 +8,7 @@ from helpers import random_masks
 
 import torchgcc
 from torchgcc.coded_module import MASK_UNDER_COMPILE
-from torchgcc.codes.gcc import NOT_CALIBRATED
+from torchgcc.codes.gcc import UNCALIBRATED_UNDER_COMPILE
 from torchgcc.codes.maps import CHECK_UNDER_COMPILE
 from torchgcc.stragglers import FixedStragglers
 
@@ -23,7 +23,7 @@ def fresh_dynamo():
 @pytest.mark.parametrize(
     "code, stragglers, reason",
     [
-        (lambda: torchgcc.GCC(4, 12, check=False), None, NOT_CALIBRATED),
+        (lambda: torchgcc.GCC(4, 12, check=False), None, UNCALIBRATED_UNDER_COMPILE),
         (lambda: torchgcc.GCC(4, 12, lambda_dec="spacing"), None, CHECK_UNDER_COMPILE),
         (lambda: torchgcc.GCC(4, 12, lambda_dec="spacing", check=False), FixedStragglers(2), MASK_UNDER_COMPILE),
     ],
@@ -49,7 +49,8 @@ def test_a_fresh_default_module_compiles_after_one_eager_batch():
 
 
 def test_the_calibrate_first_wording_exists_once():
-    assert "calibrate it first" in NOT_CALIBRATED and "lambda_dec='spacing'" in NOT_CALIBRATED
+    for advice in ("decoder.calibrate(y, mask)", "lambda_dec='spacing'", "torch.jit.trace"):
+        assert advice in UNCALIBRATED_UNDER_COMPILE
     assert "check=False" in CHECK_UNDER_COMPILE and "mask=" in MASK_UNDER_COMPILE
 
 

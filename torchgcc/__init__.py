@@ -16,7 +16,6 @@ _EXPORTS: dict[str, str | None] = {
     "BACC": "torchgcc.codes",
     "CodedModule": "torchgcc.coded_module",
     "Code": "torchgcc.codes",
-    "coded_module": None,
     "codes": None,
     "GCC": "torchgcc.codes",
     "LCC": "torchgcc.codes",
