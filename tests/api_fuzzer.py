@@ -700,7 +700,10 @@ def draw_calibrate(rng: random.Random, seed: int) -> Case:
     def oracle(ns: dict) -> Optional[str]:
         code, mask = ns["code"], ns["mask"]
         if method == "calibrate" and (mask.sum(-1) < code.decoder.min_arrived).any():
-            raise Expected(["arrived results", "needs at least"])  # calibrate checks the counts
+            raise Expected(["arrived results", "needs at least"])  # calibrate checks the counts ...
+        y = ns["y"]
+        if method == "calibrate" and not torch.isfinite(y.reshape(*y.shape[:2], -1)[mask]).all():
+            raise Expected(["non-finite"])  # ... and the results of the arrived workers
         out = ns["out"]
         if method == "calibrate":
             ratios = code.decoder.ratios

@@ -60,8 +60,9 @@ def points_source(rng: random.Random, count: int, name: str) -> tuple[str, list[
                 return repr(values), []
     if kind == "wide":
         low = rng.uniform(-20, 0.5)
-        high = low + rng.uniform(1.6, 20)  # wider than [-1, 1]: some point falls outside
-        return repr(np.linspace(low, high, count).tolist()), [name, "[-1, 1]"]
+        values = np.linspace(low, low + rng.uniform(1.6, 20), count)  # one point may still fall inside
+        outside = values.min() < -1 or values.max() > 1
+        return repr(values.tolist()), [name, "[-1, 1]"] if outside else []
     if kind == "unsorted" and count > 1:
         return repr(np.linspace(1, -1, count).tolist()), [name, "increasing"]
     return f"[float('nan')] * {count}", [name, "finite"]
