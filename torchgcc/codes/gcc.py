@@ -54,9 +54,9 @@ GCV_STEP_DOWN = 1
 #: What to do with an uncalibrated default decoder under ``torch.compile`` or ``torch.jit.trace`` (the one wording:
 #: the explanation ``fullgraph=True`` stops with, the error a trace raises).
 UNCALIBRATED_UNDER_COMPILE = (
-    "GCC's default decoder (lambda_dec='adaptive') is not calibrated yet: its first call chooses the smoothing from "
-    "the results, which torch.compile (fullgraph=True) and torch.jit.trace cannot record. Call the decoder once "
-    "eagerly (or decoder.calibrate(y, mask)) before compiling or tracing it, or use lambda_dec='spacing'"
+    "torchgcc: GCC's default decoder (lambda_dec='adaptive') is not calibrated yet: its first call chooses the "
+    "smoothing from the results, which torch.compile (fullgraph=True) and torch.jit.trace cannot record. Call the "
+    "decoder once eagerly (or decoder.calibrate(y, mask)) before compiling or tracing it, or use lambda_dec='spacing'"
 )
 
 #: Named decoder smoothing rules accepted by ``GCC(lambda_dec=...)`` besides explicit numbers.
