@@ -297,3 +297,52 @@ def test_trainer_rejects_a_controller_that_does_not_match_the_batch(tmp_path):
             steps=1,
             tmp_path=tmp_path,
         )
+
+
+@needs_trl
+def test_sagc_trl_study_summarises_every_scheme_from_its_steps(tmp_path):
+    from dataclasses import replace
+
+    from torchgcc.app.experiments import sagc_trl_study
+
+    tiny = replace(
+        sagc_trl_study.QUICK,
+        static_sizes=(2,),
+        candidate_sizes=(2, 4),
+        fallback=2,
+        deadline_size=4,
+        deadline=3.0,
+        token_seconds=1.0,
+        seeds=(0,),
+        steps=4,
+        window=2,
+        prompts_per_step=2,
+        max_completion_length=2,
+        dataset_size=32,
+        hidden=16,
+        max_refill_rounds=1,
+    )
+    result = sagc_trl_study.run(tiny, progress=False)
+    records, histories = {r["scheme"]: r for r in result.records}, result.extra["histories"]
+    assert list(records) == ["static G=2", "sagc", "sagc + dynamic sampling", "G=4 + deadline"]
+    for scheme, record in records.items():
+        (steps,) = histories[scheme]
+        assert [step["step"] for step in steps] == [1, 2, 3, 4]
+        assert record["mean_G"] == pytest.approx(statistics.fmean(step["G"] for step in steps))
+        assert record["seconds_per_step"] == pytest.approx(statistics.fmean(step["seconds"] for step in steps))
+        rewards = [step["reward"] for step in steps]
+        assert record["reward_curve"] == pytest.approx([statistics.fmean(rewards[:2]), statistics.fmean(rewards[2:])])
+        assert record["rounds_per_step"] == pytest.approx(statistics.fmean(step["rounds"] for step in steps))
+        if scheme != "sagc + dynamic sampling":  # one controller observation per step
+            assert record["event_rate"] == pytest.approx(statistics.fmean(step["event"] for step in steps))
+    assert records["static G=2"]["G_distribution"] == {2: 1.0} and records["static G=2"]["erased_fraction"] == 0
+    deadline = histories["G=4 + deadline"][0]
+    assert all(step["rollout_seconds"] <= 3.0 for step in deadline)
+    assert records["G=4 + deadline"]["length_bias"] == pytest.approx(
+        statistics.fmean(
+            s["kept_completion_length"] - s["completion_length"] for s in deadline if s["kept_completion_length"]
+        )
+    )
+    paths = sagc_trl_study.report(result, tmp_path, console=None)
+    assert {path.name for path in paths} == {"results.json", "results.csv", "table.md", "sagc_trl.png"}
+    assert sagc_trl_study.docs_table({"records": result.records, "config": result.config}).count("\n") == 6

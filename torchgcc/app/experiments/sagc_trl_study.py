@@ -17,7 +17,8 @@ deadline; the erasures are the cost, and they favour short completions: the leng
 Per scheme and over seeds (mean ± Student-t 95% CI): the straggler-event rate (per generation round), mean G,
 wall-clock per step (TRL's measured ``step_time`` with the measured generation replaced by the simulated rollout
 time), the rollout part of it, the reward (all generated completions) over the first and last ``window`` steps,
-the mean completion length of all generated completions and of those trained on, the erased fraction and the
+the mean completion length of all generated completions and, paired per step, how much shorter (negative) or
+longer the completions trained on were (the length bias of erasures and dropped groups), the erased fraction and the
 generation rounds per step, and the reward curve (mean reward per block of ``window`` steps, over seeds); every
 step of every run in ``histories``. The SAGC controller is our design in the
 spirit of SAGC (arXiv 2606.02218), whose equations are not public.
@@ -64,7 +65,7 @@ class Config:
     dataset_size: int = 4096
     hidden: int = 32
     learning_rate: float = 1e-2
-    token_seconds: float = 0.05
+    token_seconds: float = 1.0
     tail_index: float = 2.0
     budget: float = 0.3
     kappa: float = 10.0
@@ -72,7 +73,7 @@ class Config:
     eta: float = 3.0
     warmup: int = 5
     fallback: int = 6
-    deadline: float = 0.6
+    deadline: float = 12.0
     deadline_size: int = 16
     max_refill_rounds: int = 4
     window: int = 20
@@ -244,8 +245,11 @@ def _summary(scheme: str, runs: list[list[dict[str, Any]]], rates: list[float], 
         "erased_fraction": [mean(run, "erased_fraction") for run in runs],
         "rounds_per_step": [mean(run, "rounds") for run in runs],
     }
-    per_seed["length_bias"] = [
-        kept - generated for kept, generated in zip(per_seed["kept_completion_length"], per_seed["completion_length"])
+    per_seed["length_bias"] = [  # paired per step: the steps that trained on something
+        float(
+            np.mean([s["kept_completion_length"] - s["completion_length"] for s in run if s["kept_completion_length"]])
+        )
+        for run in runs
     ]
     record: dict[str, Any] = {"scheme": scheme}
     for key, values in per_seed.items():

@@ -19,9 +19,11 @@ Two variants, both off by default:
 - **Deadline** (``deadline=`` seconds): completions slower than the deadline are *erasures*: they leave their
   group's statistics and the batch (so they are out of the loss and its normaliser, whatever the ``loss_type``);
   groups left with fewer than ``min_group_size`` completions are dropped; the step's rollout time stops at the
-  deadline. Erasing the slow completions favours short ones: the logged ``sagc/completion_length`` (all
-  generated) against ``sagc/kept_completion_length`` (trained on) measures that length bias, and
-  ``sagc/reward`` against ``sagc/kept_reward`` what it does to the rewards trained on.
+  deadline. TRL still generates every completion, so the controller sees every duration (with
+  ``group_size_controller(deadline=D)``, an event is a step that erased something). Erasing the slow completions
+  favours short ones: the logged ``sagc/completion_length`` (all generated) against
+  ``sagc/kept_completion_length`` (trained on) measures that length bias, and ``sagc/reward`` against
+  ``sagc/kept_reward`` what it does to the rewards trained on.
 - **Dynamic sampling** (``dynamic_sampling=True``, DAPO): groups whose usable rewards are all equal are dropped
   and new prompts (drawn from ``train_dataset`` with a generator seeded from ``args.seed``) are generated, ``G``
   each, until ``P`` groups remain or ``max_refill_rounds`` extra rounds ran. Each round is a synchronous barrier:
@@ -181,16 +183,11 @@ class SAGCGRPOTrainer(GRPOTrainer):
         )
         if self.rollout_delay is not None:
             durations = durations + lengths * self.rollout_delay.sample((len(durations),), self.delay_generator)
-        if self.deadline is None:
-            late = torch.zeros_like(durations, dtype=torch.bool)
-            event = self.controller.observe(durations, size=size)
-            barrier = float(durations.max())
-        else:
-            late = durations > self.deadline
-            event = self.controller.observe(
-                durations.masked_fill(late, torch.inf), size=size, watched_until=self.deadline
-            )
-            barrier = min(float(durations.max()), self.deadline)
+        event = self.controller.observe(durations, size=size)  # every duration: TRL generates all completions
+        barrier = float(durations.max())
+        late = torch.zeros_like(durations, dtype=torch.bool)
+        if self.deadline is not None:
+            late, barrier = durations > self.deadline, min(barrier, self.deadline)
         self._metrics["train"]["sagc/straggler_event"].append(float(event))
         rewards = rewards.cpu()
         return {
