@@ -47,14 +47,15 @@ def test_the_library_outside_integrations_imports_no_hugging_face_package():
 
 
 class PlantedDelays(LatencyModel):
-    """Seconds per token: 1 ms, except ``slow[call]`` (row indices of that call, counted from 0), 100 s."""
+    """Seconds per token: 1 ms, except ``slow[call]`` (row indices of that call, counted from 0): 10^4 s, past
+    every threshold of these tests however slow the measured generation is on a loaded machine."""
 
     def __init__(self, slow: dict[int, list[int]]) -> None:
         self.slow, self.calls = slow, 0
 
     def sample(self, shape, generator):
         delays = torch.full(shape, 1e-3, dtype=torch.float64)
-        delays[self.slow.get(self.calls, [])] = 100.0
+        delays[self.slow.get(self.calls, [])] = 1e4
         self.calls += 1
         return delays
 
@@ -93,7 +94,7 @@ def decoded(tokenizer, batch):
     return rows
 
 
-def make_trainer(controller, reward_funcs, *, steps, prompts=4, **options):
+def make_trainer(controller, reward_funcs, *, steps, prompts=4, accumulation=1, **options):
     from transformers import PrinterCallback
     from trl import GRPOConfig
 
@@ -113,7 +114,8 @@ def make_trainer(controller, reward_funcs, *, steps, prompts=4, **options):
     tokenizer = char_tokenizer()
     args = GRPOConfig(
         output_dir=str(options.pop("tmp_path")),
-        per_device_train_batch_size=prompts,
+        per_device_train_batch_size=prompts // accumulation,
+        gradient_accumulation_steps=accumulation,
         num_generations=2,
         max_completion_length=4,
         learning_rate=1e-2,
@@ -155,12 +157,15 @@ def check_batch(tokenizer, batch, weights=(1.0, 1.0)):
 
 
 @needs_trl
-def test_group_size_changes_between_steps_and_every_batch_matches_the_reference(tmp_path):
+@pytest.mark.parametrize("accumulation", [1, 2])  # 2: TRL splits each generation into two micro-batches
+def test_group_size_changes_between_steps_and_every_batch_matches_the_reference(tmp_path, accumulation):
     from torchgcc.control import group_size_controller
 
     controller = group_size_controller((2, 4), prompts_per_step=4, budget=0.25, kappa=10.0, warmup=0, hold=1)
     delays = PlantedDelays({3: [5]})  # one straggler, in the fourth step
-    trainer, tokenizer = make_trainer(controller, [exact, length], steps=6, rollout_delay=delays, tmp_path=tmp_path)
+    trainer, tokenizer = make_trainer(
+        controller, [exact, length], steps=6, accumulation=accumulation, rollout_delay=delays, tmp_path=tmp_path
+    )
     trainer.train()
 
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
