@@ -2,8 +2,10 @@
 
 A prompt is ``"a+b="`` with ``0 <= a, b <= max_operand``; the answer is the decimal sum. A completion earns 1 when
 its text (special tokens dropped, whitespace stripped) equals the answer exactly: ``"7"`` for ``"3+4="``, but not
-``"7="`` or ``"07"``. With ``max_operand <= 4`` every answer is one digit, so a random policy is right about once in
-fifty completions and a small model learns from groups of a few completions within a few hundred steps.
+``"7="`` or ``"07"``. With ``max_operand <= 4`` every answer is one digit. An untrained
+:func:`~torchgcc.integrations.trl.tiny_causal_lm` is right for about one completion in a hundred; within a few
+hundred GRPO steps it learns to give the most frequent sum to every prompt (reward ``1 / (max_operand + 1)``), not
+to add (docs/control.md): the task exercises the trainer, it does not teach arithmetic.
 """
 
 from __future__ import annotations
