@@ -245,7 +245,7 @@ def test_core_works_and_imports_nothing_optional_when_no_extra_is_installed():
         f"import sys\nfor name in {sorted(EXTRAS)}: sys.modules[name] = None\n"
         "import torch, torchgcc\n"
         "for name in torchgcc.__all__: getattr(torchgcc, name)\n"  # every public name and subpackage
-        "import torchgcc.codes, torchgcc.functional, torchgcc.stragglers, torchgcc.coded_module, torchgcc.rl\n"
+        "import torchgcc.codes, torchgcc.functional, torchgcc.stragglers, torchgcc.coded_module\n"
         "import torchgcc.points, torchgcc.metrics, torchgcc.registry, torchgcc.testing, torchgcc.timing\n"
         "import torchgcc.gradient_coding.distributed_training, torchgcc.distributed.job\n"
         "import torchgcc.distributed.launcher\n"

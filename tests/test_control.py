@@ -13,7 +13,6 @@ from torchgcc.control import (
     BetaTailRisk,
     DeadlineThreshold,
     DualVariable,
-    GroupSizeHook,
     RelativeThreshold,
     StragglerAwareController,
     WaitCountController,
@@ -219,19 +218,13 @@ def test_wait_count_controller_accuracy_floor_and_errors():
         WaitCountController(24, deadline=2.0, candidates=[30])
 
 
-def test_group_size_hook_drives_the_controller():
+def test_group_size_controller_waits_for_every_rollout_of_the_step():
     controller = group_size_controller((4, 8), prompts_per_step=2, budget=0.2, deadline=3.0, warmup=0)
-    hook = GroupSizeHook(controller)
-    group = hook.on_step_begin(None, None, None)  # TrainerCallback-style arguments are accepted and ignored
-    with pytest.raises(RuntimeError, match="record_rollouts"):
-        hook.on_step_end()
-    hook.record_rollouts(torch.ones(2 * group - 1))
-    hook.record_rollouts([4.0])
-    assert hook.on_step_end() is True and controller.events == 1
-    state = hook.state_dict()
-    other = GroupSizeHook(group_size_controller((4, 8), prompts_per_step=2, budget=0.2, deadline=3.0))
-    other.load_state_dict(state)
-    assert other.group_size == group and other.controller.events == 1
+    group = controller.choose()
+    assert controller.observe(torch.ones(2 * group), size=group) is False  # 2 prompts x G rollouts, none late
+    assert controller.observe([1.0] * (2 * group - 1) + [4.0], size=group) is True and controller.events == 1
+    with pytest.raises(ValueError, match="runs 8 units"):
+        controller.observe(torch.ones(2 * 4 + 1), size=4)
     with pytest.raises(ValueError, match="exactly one"):
         group_size_controller((4, 8), prompts_per_step=2, budget=0.2)
 

@@ -4,7 +4,7 @@ long-run rate of straggler events. Our design in the spirit of SAGC (arXiv 2606.
 from torchgcc.control.controller import StragglerAwareController
 from torchgcc.control.dual import DualVariable
 from torchgcc.control.event_models import EVENT_MODELS, AllMustFinish, EventModel, WaitForFastest
-from torchgcc.control.group_size import GroupSizeHook, group_size_controller
+from torchgcc.control.group_size import group_size_controller
 from torchgcc.control.tail_risk import BetaTailRisk, beta_binomial_sf
 from torchgcc.control.thresholds import THRESHOLDS, DeadlineThreshold, RelativeThreshold, StragglerThreshold
 from torchgcc.control.utilities import UTILITIES, normalised_utility
@@ -17,7 +17,6 @@ __all__ = [
     "DualVariable",
     "EVENT_MODELS",
     "EventModel",
-    "GroupSizeHook",
     "RelativeThreshold",
     "StragglerAwareController",
     "StragglerThreshold",

@@ -35,7 +35,6 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "adversarial": ("adversarial_study", "adversarial workers: worst-case error vs N for q = N^a adversaries"),
     "manifold": ("manifold_study", "manifold-aware GCC vs standard GCC: LeNet5, ViT, Swiss-roll polynomial"),
     "training": ("training_study", "gradient coding: DGD, IS-SGD, GC, IS-GC, PGC trained under stragglers"),
-    "sagc": ("sagc_study", "SAGC: synchronous GRPO with static group sizes vs straggler-aware adaptive G"),
     "sagc-trl": (
         "sagc_trl_study",
         "SAGC inside TRL's GRPOTrainer: static G vs adaptive G, dynamic sampling and a deadline, tiny model on CPU",

@@ -1,1 +1,0 @@
-"""A small synchronous GRPO loop on CPU (tiny policy, verifiable digit task) for the SAGC experiment."""
