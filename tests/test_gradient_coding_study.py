@@ -99,6 +99,7 @@ def test_imagenet32_loader_reads_the_official_npz_layout(tmp_path):
     """Two tiny synthetic batches in the downsampled-ImageNet format: channel-major rows, labels 1..1000."""
     import numpy as np
 
+    from torchgcc.app.cli import UsageError
     from torchgcc.app.data import load_dataset
 
     rng = np.random.default_rng(0)
@@ -121,7 +122,7 @@ def test_imagenet32_loader_reads_the_official_npz_layout(tmp_path):
         / 255
     )
     assert torch.corrcoef(torch.stack([split.train_x[:, 1, 0, 0].double(), torch.from_numpy(column)]))[0, 1] > 0.99
-    with pytest.raises(ValueError, match="needs --data-dir"):
+    with pytest.raises(UsageError, match="needs --data-dir"):  # a command-line mistake: one line, exit status 2
         load_dataset("imagenet32")
 
 

@@ -306,8 +306,9 @@ class Decoder(_Float64Buffers):
         """Loads the points only if they are valid (finite, increasing, on [-1, 1]), then derives from them what
         depends on them: the decoder decodes the loaded code, not the one it was built as."""
         for name in ("alpha", "beta"):
-            if prefix + name in state_dict:
-                check_points(torch.as_tensor(state_dict[prefix + name]).detach().to(torch.float64), prefix + name)
+            points = state_dict.get(prefix + name)
+            if isinstance(points, torch.Tensor) and not points.is_meta:  # meta tensors hold no values to check
+                check_points(points.detach().to(torch.float64), prefix + name)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors)
         self.refresh_layout()
 
