@@ -157,8 +157,23 @@ def test_the_registered_operators_pass_torch_library_opcheck():
     beta, alpha = torch.linspace(-1, 1, 8, dtype=torch.float64), torch.tensor([-0.3, 0.2], dtype=torch.float64)
     mask = random_masks(5, 8, 3, seed=1)
     mu = torch.full((1, 9), 1e-4, dtype=torch.float64)
-    torch.library.opcheck(torch.ops.torchgcc.numba_spline_rows, (mask, beta, alpha, mu, 2))
-    torch.library.opcheck(torch.ops.torchgcc.numba_berrut_rows, (mask, beta, alpha, 1))
+    for dtype in (torch.float64, torch.float32):
+        torch.library.opcheck(torch.ops.torchgcc.numba_spline_rows, (mask, beta, alpha, mu, 2, dtype))
+        torch.library.opcheck(torch.ops.torchgcc.numba_berrut_rows, (mask, beta, alpha, 1, dtype))
+
+
+def test_float32_rows_are_the_float64_rows_rounded_once():
+    """The forward pass asks the kernels for float32 rows (no conversion pass before a float32 product): each entry
+    is the float64 one rounded once, the interval's weights a, b included."""
+    beta, alpha = torch.linspace(-1, 1, 40, dtype=torch.float64), torch.linspace(-0.95, 0.95, 9, dtype=torch.float64)
+    mask = masks_with_stragglers_also_at_the_ends(40, 20)
+    mu = torch.arange(41, dtype=torch.float64) * 1e-5
+    for rows in (
+        lambda dtype: numba_decode.spline_rows(mask, beta, alpha, mu, 2, dtype),
+        lambda dtype: numba_decode.berrut_rows(mask, beta, alpha, 1, dtype),
+    ):
+        single, double = rows(torch.float32), rows(torch.float64)
+        assert single.dtype == torch.float32 and torch.equal(single, double.float())
 
 
 def test_concurrent_calls_from_threads_give_the_serial_results():
@@ -199,7 +214,7 @@ def test_warm_up_compiles_the_kernel_reads_no_data_and_leaves_the_default_uncali
         "print(before, len(k._spline_kernel.signatures), c.decoder.calibrated)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.stdout.split() == ["0", "1", "False"], result.stderr[-2000:]
+    assert result.stdout.split() == ["0", "2", "False"], result.stderr[-2000:]  # float32 and float64 rows
     torchgcc.GCC(4, 8, backend="torch").decoder.warm_up()  # nothing to compile: no error
     torchgcc.LCC(4, 8, degree=1).decoder.warm_up()
 

@@ -109,6 +109,16 @@ def test_interpreted_spline_kernel_equals_the_numba_kernel(lam, num_workers, num
 
 
 @interpreted
+def test_interpreted_float32_rows_are_the_float64_rows_rounded_once():
+    from torchgcc.functional import fused_decode
+
+    for decoder in (torchgcc.GCC(5, 14, lambda_dec="spacing").decoder, torchgcc.BACC(5, 14).decoder):
+        masks = masks_with_the_ends_straggling(14, 12)[::3].contiguous()
+        single, double = (decoder.kernel_rows(masks, fused_decode, dtype) for dtype in (torch.float32, torch.float64))
+        assert single.dtype == torch.float32 and torch.equal(single, double.float())
+
+
+@interpreted
 def test_interpreted_berrut_kernel_equals_the_numba_kernel_also_at_nodes():
     num_workers = 9
     beta, alpha = berrut_points_on_nodes(num_workers)

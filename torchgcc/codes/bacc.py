@@ -23,8 +23,8 @@ class BerrutDecoder(Decoder):
     def fit_matrix(self, survivors: Survivors) -> torch.Tensor:
         return padded_berrut_matrices(survivors.knots, survivors.valid, self.alpha)
 
-    def kernel_rows(self, mask: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
-        return kernels.berrut_rows(mask, self.beta, self.alpha, self.min_arrived)
+    def kernel_rows(self, mask: torch.Tensor, kernels: ModuleType, dtype: torch.dtype) -> torch.Tensor:
+        return kernels.berrut_rows(mask, self.beta, self.alpha, self.min_arrived, dtype)
 
 
 class BACC(Code):

@@ -141,8 +141,8 @@ class SplineDecoder(Decoder):
         survivors."""
         return padded_spline_matrices(survivors.knots, survivors.counts, self.alpha, mu, self.plan)
 
-    def kernel_rows(self, mask: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
-        return kernels.spline_rows(mask, self.beta, self.alpha, self.mu_table, self.min_arrived)
+    def kernel_rows(self, mask: torch.Tensor, kernels: ModuleType, dtype: torch.dtype) -> torch.Tensor:
+        return kernels.spline_rows(mask, self.beta, self.alpha, self.mu_table, self.min_arrived, dtype)
 
 
 class GCVSplineDecoder(SplineDecoder):
@@ -277,19 +277,19 @@ class GCVSplineDecoder(SplineDecoder):
             raise ValueError(UNCALIBRATED_UNDER_COMPILE)
         super().check_traceable(check)
 
-    def _matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _matrices(self, flat: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         if self.calibrated:
-            return super()._matrices(flat, mask)
+            return super()._matrices(flat, mask, dtype)
         if self.calibrates and flat.shape[-1] > 0:
             self._calibrate(flat, mask)
-            return super()._matrices(flat, mask)
+            return super()._matrices(flat, mask, dtype)
         survivors = self.survivors(mask)
         ratio, lam = self._choose(flat, mask, survivors)
         self.last_ratio, self.last_lambda = ratio, lam
         kernels = self.kernels(mask.device)
         if kernels is not None:  # mu[g, n] = n lam_g: each group's own table
             mu = torch.arange(self.num_workers + 1, device=mask.device) * lam.unsqueeze(-1)
-            rows = kernels.spline_rows(mask.contiguous(), self.beta, self.alpha, mu, self.min_arrived)
+            rows = kernels.spline_rows(mask.contiguous(), self.beta, self.alpha, mu, self.min_arrived, dtype)
             return rows.transpose(1, 2)
         return self.scatter(self.spline(survivors, survivors.counts * lam), survivors)
 

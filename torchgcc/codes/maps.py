@@ -317,11 +317,11 @@ class Decoder(_Float64Buffers):
         survivor, zero in the padding columns ``j >= counts``; ``W = layout.width``): the subclass's map."""
         raise NotImplementedError
 
-    def kernel_rows(self, mask: torch.Tensor, kernels: ModuleType) -> torch.Tensor:
-        """``(B, N, K)`` float64 decode matrices, transposed, of every row of a ``(B, N)`` contiguous ``mask`` on the
-        kernel's device from one call of a kernel of ``kernels`` (:mod:`torchgcc.functional.fused_decode` or
-        :mod:`torchgcc.functional.numba_decode`: the same functions); NaN in the groups of fewer than
-        ``min_arrived`` survivors."""
+    def kernel_rows(self, mask: torch.Tensor, kernels: ModuleType, dtype: torch.dtype) -> torch.Tensor:
+        """``(B, N, K)`` decode matrices, transposed, in ``dtype`` (solved in float64), of every row of a ``(B, N)``
+        contiguous ``mask`` on the kernel's device from one call of a kernel of ``kernels``
+        (:mod:`torchgcc.functional.fused_decode` or :mod:`torchgcc.functional.numba_decode`: the same functions);
+        NaN in the groups of fewer than ``min_arrived`` survivors."""
         raise NotImplementedError(f"{type(self).__name__} has no kernel")
 
     def kernel_backend(self, device: torch.device) -> str:
@@ -364,11 +364,13 @@ class Decoder(_Float64Buffers):
     def warm_up(self) -> None:
         """Import and compile the kernel this decoder uses for data on its own device, so that no timed call pays
         for it (numba: about a second in a fresh process, a few more before its disk cache exists; triton: its
-        compile). Reads no data and changes nothing (the default decoder stays uncalibrated); nothing to do on the
-        torch path."""
+        compile; both dtypes the kernel writes). Reads no data and changes nothing (the default decoder stays
+        uncalibrated); nothing to do on the torch path."""
         kernels = self.kernels(self.beta.device)
         if kernels is not None:
-            self.kernel_rows(torch.ones(1, self.num_workers, dtype=torch.bool, device=self.beta.device), kernels)
+            mask = torch.ones(1, self.num_workers, dtype=torch.bool, device=self.beta.device)
+            for dtype in (torch.float32, torch.float64):
+                self.kernel_rows(mask, kernels, dtype)
 
     def survivors(self, mask: torch.Tensor) -> Survivors:
         """The compacted survivors of ``mask`` over the worker points, in the rows of :attr:`layout`."""
@@ -413,7 +415,7 @@ class Decoder(_Float64Buffers):
         flat = y if y.ndim == 3 else y.reshape(y.shape[0], self.num_workers, -1)
         if self.nonfinite == "straggle":
             mask = mask & torch.isfinite(flat).all(dim=-1)
-        matrices = self._matrices(flat, mask)
+        matrices = self._matrices(flat, mask, compute_dtype(flat.dtype))
         if self.nonfinite == "straggle":  # the non-finite results now treated as stragglers must not be read
             flat = torch.where(mask.unsqueeze(-1), flat, 0.0)
         out, flag = self._product(matrices, flat)
@@ -468,20 +470,22 @@ class Decoder(_Float64Buffers):
             )
         flat = torch.where(mask.unsqueeze(-1), flat, 0.0)  # 0 * NaN is NaN: stragglers' values must not enter
         out = apply_linear(matrices, flat)
-        if not torch.isfinite(out).all():  # an overflow on the way: recompute in float64
-            out = apply_linear(matrices, flat, exact=True)
+        if not torch.isfinite(out).all():  # an overflow on the way: recompute in float64, float64 matrices too
+            out = apply_linear(self._matrices(flat, mask, torch.float64), flat, exact=True)
         return out
 
     def matrices(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``(B, K, N)`` float64 decode matrices for results ``y`` ``(B, N, *out)`` under ``mask`` (zero in straggler
         columns), validated as :meth:`forward` validates them."""
         y, mask = self.check_inputs(y, mask)
-        return self._matrices(y if y.ndim == 3 else y.reshape(y.shape[0], self.num_workers, -1), mask)
+        flat = y if y.ndim == 3 else y.reshape(y.shape[0], self.num_workers, -1)
+        return self._matrices(flat, mask, torch.float64)
 
-    def _matrices(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """:meth:`matrices` of checked ``(B, N, d)`` results; the base decoder ignores them (its matrices depend on
-        the mask only), data-adaptive decoders override this."""
-        return self._mask_matrices(mask)
+    def _matrices(self, flat: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """:meth:`matrices` of checked ``(B, N, d)`` results, in ``dtype`` where a kernel builds them (the product's
+        dtype: no conversion pass), else float64; the base decoder ignores the results (its matrices depend on the
+        mask only), data-adaptive decoders override this."""
+        return self._mask_matrices(mask, dtype)
 
     def decode_matrix(self, mask: torch.Tensor, *, check: bool | None = None) -> torch.Tensor:
         """``(B, K, N)`` float64 decode matrices for a ``(B, N)`` bool mask, zero in the straggler columns.
@@ -502,16 +506,16 @@ class Decoder(_Float64Buffers):
             return torch.empty(len(mask), self.num_inputs, self.num_workers, dtype=torch.float64, device="meta")
         if self.check if check is None else check:
             self._check_counts(mask)
-        return self._mask_matrices(mask)
+        return self._mask_matrices(mask, torch.float64)
 
-    def _mask_matrices(self, mask: torch.Tensor) -> torch.Tensor:
+    def _mask_matrices(self, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """:meth:`decode_matrix` of a checked mask (NaN matrices for groups of too few survivors), on the decoder's
-        device: the kernel's rows transposed (a view), or the torch path's matrices."""
+        device: the kernel's rows in ``dtype``, transposed (a view), or the torch path's float64 matrices."""
         if mask.device != self.beta.device:
             mask = mask.to(self.beta.device)
         kernels = self.kernels(mask.device)
         if kernels is not None:
-            return self.kernel_rows(mask.contiguous(), kernels).transpose(1, 2)
+            return self.kernel_rows(mask.contiguous(), kernels, dtype).transpose(1, 2)
         survivors = self.survivors(mask)
         return self.scatter(self.fit_matrix(survivors), survivors)
 

@@ -3,7 +3,7 @@ their product with the results in a second one, with the check's finiteness flag
 
 Launches and their contracts (the same as :mod:`torchgcc.functional.numba_decode`'s on CPU):
 
-- :func:`spline_rows` (``torchgcc::triton_spline_rows``): ``(B, N)`` bool masks in, ``(B, N, K)`` float64 *rows* out
+- :func:`spline_rows` (``torchgcc::triton_spline_rows``): ``(B, N)`` bool masks in, ``(B, N, K)`` *rows* out
   (row ``j`` of a group holds worker ``j``'s weights for the K points: the transposed ``(K, N)`` decode matrix, every
   row written contiguously), zero rows for the stragglers and NaN everywhere in a group with fewer than
   ``min_arrived`` survivors. A program builds ``GROUPS`` groups at once, in a ``(GROUPS, BLOCK_K)`` block of lanes
@@ -12,8 +12,8 @@ Launches and their contracts (the same as :mod:`torchgcc.functional.numba_decode
   interval), reads the group's ``mu = n lam`` from a table indexed by ``n``, then runs the recurrences of
   :mod:`torchgcc.functional.numba_decode` with every group's scalars in registers: the forward sweep forms the
   Reinsch bands of ``M = R + mu Q^T Q``, factors ``M = L diag(d) L^T`` and solves ``L z = b`` for the K sparse
-  right-hand sides (``z`` kept in the output's own rows, which the backward sweep reads before it overwrites them),
-  the backward sweep solves ``diag(d) L^T x = z`` and writes knot ``r``'s row once ``x_{r-2}`` is known. The loads
+  right-hand sides (``z`` to a float64 scratch in the rows' layout), the backward sweep solves ``diag(d) L^T x = z``
+  and writes knot ``r``'s row once ``x_{r-2}`` is known, in float64 or float32 (the product's dtype). The loads
   of the next knot are issued a step ahead; one float64 division per step is on the recurrence's critical path.
 - :func:`berrut_rows` (``torchgcc::triton_berrut_rows``): Berrut's rational interpolant, one program per group, a
   ``(CHUNK, BLOCK_K)`` tile of rows at a time.
@@ -61,6 +61,7 @@ def _spline_rows_kernel(
     alpha_ptr,
     mu_ptr,
     out_ptr,
+    z_ptr,
     knots_ptr,
     cols_ptr,
     factors_ptr,
@@ -80,6 +81,7 @@ def _spline_rows_kernel(
     alpha = tl.load(alpha_ptr + lane, mask=point_ok, other=0.0)
     lanes_ok = in_batch[:, None] & point_ok[None, :]  # (G, P)
     rows = out_ptr + group * N * K  # (G,): row j of a group at rows + j K
+    z_rows = z_ptr + group * N * K  # the forward sweep's z, float64, in the same layout
     knots = knots_ptr + group * N
     cols = cols_ptr + group * N
     factors = factors_ptr + group * 3 * N
@@ -165,7 +167,7 @@ def _spline_rows_kernel(
             + tl.where(idx + 1 == i, entry3, 0.0)
         )
         z = rhs - e1[:, None] * z1 - f2[:, None] * z2
-        tl.store(rows[:, None] + i * K + lane[None, :], z, mask=lanes_ok & active[:, None])
+        tl.store(z_rows[:, None] + i * K + lane[None, :], z, mask=lanes_ok & active[:, None])
         tl.store(factors + 3 * i, inv_d, mask=in_batch & active)
         tl.store(factors + 3 * i + 1, e, mask=in_batch & active)
         tl.store(factors + 3 * i + 2, f, mask=in_batch & active)
@@ -189,7 +191,7 @@ def _spline_rows_kernel(
         jj = tl.maximum(j, 0)
         active = r >= 0
         solved = j >= 0
-        z_j = tl.load(rows[:, None] + jj[:, None] * K + lane[None, :], mask=lanes_ok & solved[:, None], other=0.0)
+        z_j = tl.load(z_rows[:, None] + jj[:, None] * K + lane[None, :], mask=lanes_ok & solved[:, None], other=0.0)
         inv_d = tl.load(factors + 3 * jj, mask=in_batch & solved, other=0.0)
         e = tl.load(factors + 3 * jj + 1, mask=in_batch & solved, other=0.0)
         f = tl.load(factors + 3 * jj + 2, mask=in_batch & solved, other=0.0)
@@ -205,7 +207,7 @@ def _spline_rows_kernel(
         t_r, t_before = t_before, t_next
     tl.debug_barrier()
 
-    # The stragglers' rows are zero (the forward sweep used some as scratch), an unusable group's are NaN.
+    # The stragglers' rows are zero, an unusable group's NaN.
     unusable = n < tl.maximum(min_arrived, 2)
     for start in range(0, N, CHUNK):
         worker = start + slot
@@ -328,10 +330,15 @@ def _block(count: int) -> int:
 
 @triton_op("torchgcc::triton_spline_rows", mutates_args=())
 def spline_rows(
-    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mu: torch.Tensor, min_arrived: int
+    mask: torch.Tensor,
+    beta: torch.Tensor,
+    alpha: torch.Tensor,
+    mu: torch.Tensor,
+    min_arrived: int,
+    dtype: torch.dtype = torch.float64,
 ) -> torch.Tensor:
-    """``(B, N, K)`` float64 smoothing-spline decode rows for ``(B, N)`` bool masks (True = arrived), on CUDA (or on
-    CPU tensors under ``TRITON_INTERPRET=1``); arguments and result as
+    """``(B, N, K)`` smoothing-spline decode rows in ``dtype`` for ``(B, N)`` bool masks (True = arrived), solved in
+    float64, on CUDA (or on CPU tensors under ``TRITON_INTERPRET=1``); arguments and result as
     :func:`torchgcc.functional.numba_decode.spline_rows` says (contiguous inputs on the mask's device, not
     checked)."""
     groups, num_workers = mask.shape
@@ -339,7 +346,8 @@ def spline_rows(
     block = _block(num_points)
     per_program = max(1, 32 // block)  # groups per program: a full warp of lanes where K is small
     chunk = max(16, min(64, 2048 // (per_program * block)))
-    out = torch.empty(groups, num_workers, num_points, dtype=torch.float64, device=mask.device)
+    out = torch.empty(groups, num_workers, num_points, dtype=dtype, device=mask.device)
+    z = torch.empty(groups, num_workers, num_points, dtype=torch.float64, device=mask.device)
     knots = torch.empty(groups, num_workers, dtype=torch.float64, device=mask.device)
     cols = torch.empty(groups, num_workers, dtype=torch.int32, device=mask.device)
     factors = torch.empty(groups, num_workers, 3, dtype=torch.float64, device=mask.device)
@@ -350,6 +358,7 @@ def spline_rows(
             alpha,
             mu,
             out,
+            z,
             knots,
             cols,
             factors,
@@ -367,13 +376,15 @@ def spline_rows(
 
 
 @triton_op("torchgcc::triton_berrut_rows", mutates_args=())
-def berrut_rows(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, min_arrived: int) -> torch.Tensor:
-    """``(B, N, K)`` float64 Berrut decode rows for ``(B, N)`` bool masks, on CUDA; as
+def berrut_rows(
+    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, min_arrived: int, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """``(B, N, K)`` Berrut decode rows in ``dtype`` (computed in float64) for ``(B, N)`` bool masks, on CUDA; as
     :func:`torchgcc.functional.numba_decode.berrut_rows` says."""
     groups, num_workers = mask.shape
     num_points = alpha.shape[0]
     block = _block(num_points)
-    out = torch.empty(groups, num_workers, num_points, dtype=torch.float64, device=mask.device)
+    out = torch.empty(groups, num_workers, num_points, dtype=dtype, device=mask.device)
     with _quiet():
         wrap_triton(_berrut_rows_kernel)[(groups,)](
             mask.view(torch.uint8),

@@ -20,7 +20,8 @@ of every mask with a few hundred vectorised operations; the sequential recurrenc
 ``torch.get_num_threads()`` threads (each given at least :data:`MIN_WORK_PER_THREAD`; small calls run on the calling
 thread alone), and calls from several threads run concurrently; everything is float64.
 
-Each kernel is registered as a torch operator with a fake (shape-only) implementation, so ``torch.compile`` (also
+The rows are solved in float64 and written in the dtype asked for (float32 for a float32 product). Each kernel is
+registered as a torch operator with a fake (shape-only) implementation, so ``torch.compile`` (also
 with ``fullgraph=True``) keeps the call in its graph and runs the same kernel. In eager mode the wrappers call the
 implementation directly: going through the dispatcher adds a few microseconds per call, the kernel time of a small
 batch.
@@ -151,15 +152,17 @@ def _spline_kernel(mask, beta, alpha, mu, min_arrived, out):  # pragma: no cover
             inv_d, e, f = factors[0, j], factors[1, j], factors[2, j]
             for k in range(num_points):
                 x[j + 2, k] = x[j + 2, k] * inv_d - e * x[j + 3, k] - f * x[j + 4, k]
-        # knot r's row: (Q x)_r, plus the fitted values' weights a, b where r ends a point's interval
+        # knot r's row: (Q x)_r, plus the fitted values' weights a, b where r ends a point's interval (those two
+        # entries of each point written again with them, so that every entry is rounded once to out's dtype)
         for r in range(n):
             right, left = inv_h[r + 1], inv_h[r]
             row = out[g, column[r]]
             for k in range(num_points):
                 row[k] = right * x[r + 2, k] - (left + right) * x[r + 1, k] + left * x[r, k]
         for k in range(num_points):
-            out[g, column[idx[k]], k] += a[k]
-            out[g, column[idx[k] + 1], k] += b[k]
+            for r, weight in ((idx[k], a[k]), (idx[k] + 1, b[k])):
+                right, left = inv_h[r + 1], inv_h[r]
+                out[g, column[r], k] = right * x[r + 2, k] - (left + right) * x[r + 1, k] + left * x[r, k] + weight
 
 
 def _berrut_kernel(mask, beta, alpha, min_arrived, out):  # pragma: no cover - compiled
@@ -260,9 +263,9 @@ def _constant(tensor: torch.Tensor) -> np.ndarray:
 
 
 def _spline_rows(
-    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mu: torch.Tensor, min_arrived: int
+    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mu: torch.Tensor, min_arrived: int, dtype: torch.dtype
 ) -> torch.Tensor:
-    out = torch.empty(mask.shape[0], beta.shape[0], alpha.shape[0], dtype=torch.float64)
+    out = torch.empty(mask.shape[0], beta.shape[0], alpha.shape[0], dtype=dtype)
     mask_np, out_np = mask.numpy(), out.numpy()
     beta_np, alpha_np, mu_np = _constant(beta), _constant(alpha), _constant(mu)
     if mu_np.ndim == 1:
@@ -276,8 +279,10 @@ def _spline_rows(
     return out
 
 
-def _berrut_rows(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, min_arrived: int) -> torch.Tensor:
-    out = torch.empty(mask.shape[0], beta.shape[0], alpha.shape[0], dtype=torch.float64)
+def _berrut_rows(
+    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, min_arrived: int, dtype: torch.dtype
+) -> torch.Tensor:
+    out = torch.empty(mask.shape[0], beta.shape[0], alpha.shape[0], dtype=dtype)
     mask_np, out_np, beta_np, alpha_np = mask.numpy(), out.numpy(), _constant(beta), _constant(alpha)
 
     def run(start: int, stop: int) -> None:
@@ -292,30 +297,38 @@ def _berrut_rows(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mi
 # fastest of many calls), which a compiled graph pays on every decode; these operators have no autograd (their
 # inputs never require it).
 torch.library.define(
-    "torchgcc::numba_spline_rows", "(Tensor mask, Tensor beta, Tensor alpha, Tensor mu, int min_arrived) -> Tensor"
+    "torchgcc::numba_spline_rows",
+    "(Tensor mask, Tensor beta, Tensor alpha, Tensor mu, int min_arrived, ScalarType dtype) -> Tensor",
 )
 torch.library.define(
-    "torchgcc::numba_berrut_rows", "(Tensor mask, Tensor beta, Tensor alpha, int min_arrived) -> Tensor"
+    "torchgcc::numba_berrut_rows",
+    "(Tensor mask, Tensor beta, Tensor alpha, int min_arrived, ScalarType dtype) -> Tensor",
 )
 torch.library.impl("torchgcc::numba_spline_rows", "cpu", _spline_rows)
 torch.library.impl("torchgcc::numba_berrut_rows", "cpu", _berrut_rows)
 
 
 @torch.library.register_fake("torchgcc::numba_spline_rows")
-def _(mask, beta, alpha, mu, min_arrived):
-    return mask.new_empty((mask.shape[0], beta.shape[0], alpha.shape[0]), dtype=torch.float64)
+def _(mask, beta, alpha, mu, min_arrived, dtype):
+    return mask.new_empty((mask.shape[0], beta.shape[0], alpha.shape[0]), dtype=dtype)
 
 
 @torch.library.register_fake("torchgcc::numba_berrut_rows")
-def _(mask, beta, alpha, min_arrived):
-    return mask.new_empty((mask.shape[0], beta.shape[0], alpha.shape[0]), dtype=torch.float64)
+def _(mask, beta, alpha, min_arrived, dtype):
+    return mask.new_empty((mask.shape[0], beta.shape[0], alpha.shape[0]), dtype=dtype)
 
 
 def spline_rows(
-    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mu: torch.Tensor, min_arrived: int
+    mask: torch.Tensor,
+    beta: torch.Tensor,
+    alpha: torch.Tensor,
+    mu: torch.Tensor,
+    min_arrived: int,
+    dtype: torch.dtype = torch.float64,
 ) -> torch.Tensor:
-    """``(B, N, K)`` float64 smoothing-spline decode rows (the transposed ``(B, K, N)`` matrices) for ``(B, N)`` bool
-    masks (True = arrived), on CPU.
+    """``(B, N, K)`` smoothing-spline decode rows (the transposed ``(B, K, N)`` matrices) for ``(B, N)`` bool masks
+    (True = arrived), on CPU: solved in float64, written in ``dtype`` (float32 for a float32 product: no conversion
+    pass).
 
     Args:
         mask: ``(B, N)`` bool, contiguous.
@@ -325,19 +338,22 @@ def spline_rows(
             survivors (``lam`` the smoothing of the mean-normalised objective, the argument of
             :func:`~torchgcc.functional.padded_spline_matrices`), one table for every group or one per group.
         min_arrived: groups with fewer survivors (or fewer than 2) are NaN everywhere.
+        dtype: float64 or float32, the rows' dtype.
 
     Equals :func:`torchgcc.functional.smoothing_spline_matrix` of each row's survivors, transposed and scattered into
     their rows, to rounding. The inputs are not checked (the decoder has checked them).
     """
     if torch.compiler.is_compiling():
-        return torch.ops.torchgcc.numba_spline_rows.default(mask, beta, alpha, mu, min_arrived)
-    return _spline_rows(mask, beta, alpha, mu, min_arrived)
+        return torch.ops.torchgcc.numba_spline_rows.default(mask, beta, alpha, mu, min_arrived, dtype)
+    return _spline_rows(mask, beta, alpha, mu, min_arrived, dtype)
 
 
-def berrut_rows(mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, min_arrived: int) -> torch.Tensor:
-    """``(B, N, K)`` float64 Berrut decode rows for ``(B, N)`` bool masks (True = arrived), on CPU: the transposed
+def berrut_rows(
+    mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, min_arrived: int, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """``(B, N, K)`` Berrut decode rows in ``dtype`` for ``(B, N)`` bool masks (True = arrived), on CPU: the transposed
     :func:`torchgcc.functional.berrut_matrix` of each row's survivors, scattered into their rows; NaN everywhere in a
     group with fewer than ``min_arrived`` (or no) survivors. Arguments as :func:`spline_rows` says."""
     if torch.compiler.is_compiling():
-        return torch.ops.torchgcc.numba_berrut_rows.default(mask, beta, alpha, min_arrived)
-    return _berrut_rows(mask, beta, alpha, min_arrived)
+        return torch.ops.torchgcc.numba_berrut_rows.default(mask, beta, alpha, min_arrived, dtype)
+    return _berrut_rows(mask, beta, alpha, min_arrived, dtype)
