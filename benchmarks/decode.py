@@ -15,7 +15,8 @@ alike:
 - ``graph`` (CUDA only): the ``check=False`` decode captured in a CUDA graph, replayed after copying the mask in.
 
 A sample is ``inner`` calls back to back, ``inner`` chosen so that the bmm's sample lasts at least
-``--min-sample-seconds``; times are medians over ``--repeats`` samples, per call; ratios are medians of each sample's
+``--min-sample-seconds``; times are medians over ``--repeats`` samples (``--large-repeats`` where one bmm takes over
+:data:`LONG_CALL` seconds), per call; ratios are medians of each sample's
 own ratio to its bmm (paired: a slow spell of the shared machine hits the bmm and the decodes of one sample alike).
 Each row also counts, with one ``torch.profiler`` pass, the aten ops and host reads of an eager call. The JSON
 (settings, seeds, environment, the load average before and after each row, every row) is rewritten after every row
@@ -48,6 +49,8 @@ from torchgcc.timing import make_timer
 
 #: Profiler events that read device memory back to the host.
 READS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::unique", "aten::_unique2", "aten::unique_consecutive"}
+#: Seconds of one bmm above which a row takes ``--large-repeats`` samples (N = 1024, B = 512, d = 1000: 2 GB results).
+LONG_CALL = 0.1
 #: Issue 29's bounds on decode / bmm at N = 64, K = 16, d = 1000, by B (every thread count, eager and compiled).
 TARGETS = {8: 1.5, 512: 1.2}
 
@@ -116,9 +119,10 @@ def measure_shape(args, num_workers: int, groups: int, outputs: int, device: tor
             call(0)
         single = timer.time_once(lambda: calls["bmm"](0))
         inner = max(1, math.ceil(args.min_sample_seconds / max(single, 1e-7)))
+        repeats = args.repeats if single < LONG_CALL else min(args.repeats, args.large_repeats)
         times: dict[str, list[float]] = {name: [] for name in calls}
         order = list(calls)
-        for repeat in range(args.repeats):
+        for repeat in range(repeats):
             for name in order[repeat % len(order) :] + order[: repeat % len(order)]:
                 call = calls[name]
                 sample = timer.time_once(lambda call=call, inner=inner: [call(i) for i in range(inner)])
@@ -136,7 +140,7 @@ def measure_shape(args, num_workers: int, groups: int, outputs: int, device: tor
                 "threads": threads,
                 "backend": eager.kernel_backend(device),
                 "inner": inner,
-                "repeats": args.repeats,
+                "repeats": repeats,
                 "median_seconds": {name: statistics.median(values) for name, values in times.items()},
                 "over_bmm": {  # paired: the samples of one repeat run back to back
                     name: statistics.median(value / bmm for value, bmm in zip(values, times["bmm"]))
@@ -178,13 +182,14 @@ def main() -> None:
     parser.add_argument("--groups", type=int, nargs="+", default=[1, 8, 512], help="B values")
     parser.add_argument("--outputs", type=int, nargs="+", default=[10, 1000], help="d values")
     parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--large-repeats", type=int, default=7, help=f"repeats where a bmm takes over {LONG_CALL} s")
     parser.add_argument("--min-sample-seconds", type=float, default=0.002)
     parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("torchgcc-results/decode/decode.json"))
     args = parser.parse_args()
-    if args.repeats < 1 or min(args.workers) < 4 or min(args.groups) < 1 or min(args.threads) < 1:
-        parser.error("need --repeats >= 1, --workers >= 4, --groups >= 1 and --threads >= 1")
+    if min([args.repeats, args.large_repeats, *args.groups, *args.threads]) < 1 or min(args.workers) < 4:
+        parser.error("need --repeats and --large-repeats >= 1, --workers >= 4, --groups >= 1 and --threads >= 1")
     if args.inputs > min(args.workers):
         parser.error(f"--inputs (K = {args.inputs}) must be at most the smallest --workers (N)")
     device = torch.device(args.device)
