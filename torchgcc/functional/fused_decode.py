@@ -405,11 +405,12 @@ def berrut_rows(
 def apply_rows(matrices: torch.Tensor, y: torch.Tensor, check: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """``(matrices @ y, flag)``: ``(B, K, N)`` matrices (float64 or float32, any strides) applied to ``(B, N, d)``
     results of a dtype in :data:`APPLY_DTYPES` in float32, rounded once to ``y``'s dtype, ``(B, K, d)`` contiguous;
-    with ``check`` the flag (int32 ``(1,)``) counts the non-finite estimates, without it it is empty."""
+    with ``check`` the flag (int32 ``(1,)``) counts the non-finite estimates; without it the flag is not written (nor
+    zeroed: no launch for it) and means nothing."""
     groups, num_points, num_workers = matrices.shape
     outputs = y.shape[-1]
     out = torch.empty(groups, num_points, outputs, dtype=y.dtype, device=y.device)
-    flag = torch.zeros(1 if check else 0, dtype=torch.int32, device=y.device)
+    flag = (torch.zeros if check else torch.empty)(1, dtype=torch.int32, device=y.device)
     block_k = min(max(triton.next_power_of_2(num_points), 16), 64)
     block_d = 64
     k_tiles, d_tiles = triton.cdiv(num_points, block_k), triton.cdiv(outputs, block_d)

@@ -2,7 +2,7 @@
 the torch operators that run them (``torchgcc::numba_spline_rows``, ``torchgcc::numba_berrut_rows``).
 
 The CPU counterparts of the Triton kernels in :mod:`torchgcc.functional.fused_decode`, the same contracts: ``(B, N)``
-bool masks in, ``(B, N, K)`` float64 *rows* out (row ``j`` of a group holds worker ``j``'s weights for the K points,
+bool masks in, ``(B, N, K)`` *rows* out (row ``j`` of a group holds worker ``j``'s weights for the K points,
 the transpose of the ``(K, N)`` decode matrix, so that every row is written contiguously), zero rows for the
 stragglers and NaN everywhere in a group with fewer than ``min_arrived`` survivors:
 
@@ -16,13 +16,13 @@ stragglers and NaN everywhere in a group with fewer than ``min_arrived`` survivo
 
 Why a compiled kernel on CPU: the batched torch path (:mod:`torchgcc.functional.banded`) solves the banded systems
 of every mask with a few hundred vectorised operations; the sequential recurrences here touch each entry once
-(``benchmarks/decode.py`` measures both). The kernels release the GIL: a call splits the batch's groups over up to
-``torch.get_num_threads()`` threads (each given at least :data:`MIN_WORK_PER_THREAD`; small calls run on the calling
-thread alone), and calls from several threads run concurrently; everything is float64.
+(``benchmarks/decode_profile.py`` profiles the torch path). The kernels release the GIL: a call splits the batch's
+groups over up to ``torch.get_num_threads()`` threads (each given at least :data:`MIN_WORK_PER_THREAD`; small calls
+run on the calling thread alone), and calls from several threads run concurrently. They solve in float64 and write the
+rows in the dtype asked for (float32 for a float32 product: no conversion pass).
 
-The rows are solved in float64 and written in the dtype asked for (float32 for a float32 product). Each kernel is
-registered as a torch operator with a fake (shape-only) implementation, so ``torch.compile`` (also
-with ``fullgraph=True``) keeps the call in its graph and runs the same kernel. In eager mode the wrappers call the
+Each kernel is registered as a torch operator with a fake (shape-only) implementation, so ``torch.compile`` (also with
+``fullgraph=True``) keeps the call in its graph and runs the same kernel. In eager mode the wrappers call the
 implementation directly: going through the dispatcher adds a few microseconds per call, the kernel time of a small
 batch.
 
