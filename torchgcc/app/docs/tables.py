@@ -12,13 +12,14 @@ from typing import Any, Mapping
 from torchgcc.app.tables import markdown_grid
 
 __all__ = [
-    "DECODE_RULES",
+    "DECODE_CALLS",
     "FINETUNE_MODELS",
     "LAMBDA_SUITE_RULES",
     "NOISY_DECODERS",
     "adaptive_wait_seeds",
     "adversarial_lambda",
     "decode",
+    "encode",
     "exports",
     "finetune_at",
     "finetune_seeds",
@@ -35,28 +36,44 @@ __all__ = [
 Data = Mapping[str, Any]
 
 
-#: The rules of ``benchmarks/decode.py``, in the order of its table's columns.
-DECODE_RULES = ("default", "default_first_call", "spacing", "natural", "spacing_torch")
+#: The decodes of ``benchmarks/decode.py`` (in the order of its table's columns) and their column titles.
+DECODE_CALLS = {
+    "eager": "eager",
+    "eager_unchecked": "eager, `check=False`",
+    "compiled": "compiled",
+    "graph": "CUDA graph",
+}
 
 
 def decode(data: Data) -> str:
-    """``benchmarks/decode.py``: every row of its JSON: the bare bmm's time, each rule against it, the default's
-    aten ops and host reads per call, and the torch path's ops (``spacing_torch``)."""
-    rules = " | ".join(f"`{rule}` / bmm" for rule in DECODE_RULES)
+    """``benchmarks/decode.py``: every row of its JSON: the bare bmm's time and each decode against it (eager with and
+    without the check, compiled, CUDA-graph replays where the run had them), the eager call's aten ops and host reads,
+    and the load average after the row."""
+    calls = [name for name in DECODE_CALLS if name in data["rows"][0]["over_bmm"]]
     lines = [
-        f"| N | B | masks | d | survivor counts | backend | bmm (ms) | {rules} | ops per call | reads per call "
-        "| torch path ops |",
-        "|---:|---:|---|---:|---:|---|---:|" + "---:|" * len(DECODE_RULES) + "---:|---:|---:|",
+        "| threads | N | B | d | bmm (ms) | "
+        + " | ".join(f"{DECODE_CALLS[name]} / bmm" for name in calls)
+        + " | ops per call (reads) | load |",
+        "|---:|---:|---:|---:|---:|" + "---:|" * len(calls) + "---:|---:|",
     ]
     for row in data["rows"]:
-        ratios = " | ".join(f"{row['over_bmm'][rule]:.3g}x" for rule in DECODE_RULES)
-        calls = row["per_call"]
-        ops = f"{calls['default']['ops']} (`check=False`: {calls['default_check_false']['ops']})"
-        reads = f"{calls['default']['reads']} (`check=False`: {calls['default_check_false']['reads']})"
+        ratios = " | ".join(f"{row['over_bmm'][name]:.3g}x" for name in calls)
+        counts = row["per_call"]["eager"]
         lines.append(
-            f"| {row['N']} | {row['B']} | {row['masks']} | {row['outputs']} | {row['distinct_survivor_counts']} "
-            f"| {row['backend']} | {1e3 * row['median_seconds']['bmm']:.3g} | {ratios} | {ops} | {reads} "
-            f"| {calls['spacing_torch']['ops']} |"
+            f"| {row['threads']} | {row['N']} | {row['B']} | {row['d']} | {1e3 * row['median_seconds']['bmm']:.3g} "
+            f"| {ratios} | {counts['ops']} ({counts['reads']}) | {row['load_average_after'][0]:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def encode(data: Data) -> str:
+    """``benchmarks/encode.py``: every row of its JSON: the bare matmul's time, CodedModule's encode against it, and
+    the load average after the row."""
+    lines = ["| threads | B | matmul (ms) | encode / matmul | load |", "|---:|---:|---:|---:|---:|"]
+    for row in data["rows"]:
+        lines.append(
+            f"| {row['threads']} | {row['B']} | {1e3 * row['median_seconds']['matmul']:.3g} "
+            f"| {row['encode_over_matmul']:.3g}x | {row['load_average_after'][0]:.1f} |"
         )
     return "\n".join(lines)
 
