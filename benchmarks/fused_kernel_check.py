@@ -1,14 +1,14 @@
 """The Triton decode kernels (``backend="triton"``) against the numba kernels, group by group, N = 8 .. 4096.
 
-For every N (K = min(16, N // 2)), seeded random masks (every straggler count 0..N-2 where N <= 64, else eight counts
-spread over 0..N-2), each also with the first or last two workers straggling (points beyond the survivors), for GCC at
-lambda = 0, 1e-6 and the spacing rule and for BACC, compares ``decoder.decode_matrix(masks)`` of the two backends
-(float64) group by group against the tolerance of what is compared (``tests/references.py``: 64 cond(M) eps for the
-spline's system M, the condition of Berrut's sums for BACC; FMA contraction on a GPU stays within them). On the CPU
-the Triton kernels run in its interpreter (``TRITON_INTERPRET=1`` is set before torchgcc loads them; minutes at
-N = 4096). Writes JSON (settings, environment, load average, every row) after every row.
+For every N (K = min(16, N // 2)), seeded random masks (every straggler count 0..N-2 where N <= 64, else ``--spread``
+counts spread over 0..N-2), each also with the first or last two workers straggling (points beyond the survivors),
+for GCC at lambda = 0, 1e-6 and the spacing rule and for BACC, compares ``decoder.decode_matrix(masks)`` of the two
+backends (float64) group by group against the tolerance of what is compared (``tests/references.py``: 64 cond(M) eps
+for the spline's system M, the condition of Berrut's sums for BACC; FMA contraction on a GPU stays within them). On
+the CPU the Triton kernels run in its interpreter (``TRITON_INTERPRET=1`` is set before torchgcc loads them; minutes
+per decoder at N = 4096). Writes JSON (settings, environment, load average, every row) after every row.
 
-    python benchmarks/fused_kernel_check.py --out benchmarks/results/fused_kernel_interpreted.json  # CPU interpreter
+    python benchmarks/fused_kernel_check.py --spread 2 --out benchmarks/results/fused_kernel_interpreted.json  # CPU
     python benchmarks/fused_kernel_check.py --device cuda
 """
 
@@ -31,13 +31,14 @@ DECODERS = {
 }
 
 
-def masks_for(num_workers: int, seed: int):
-    """Seeded masks of the straggler counts above, and copies with the first or last two workers straggling."""
+def masks_for(num_workers: int, spread: int, seed: int):
+    """Seeded masks of the straggler counts above (``spread`` of them where N > 64), and copies with the first or last
+    two workers straggling."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
     most = num_workers - 2
-    counts = range(most + 1) if num_workers <= 64 else torch.linspace(0, most, 8).round().long().tolist()
+    counts = range(most + 1) if num_workers <= 64 else torch.linspace(0, most, spread).round().long().tolist()
     masks = torch.stack([torch.randperm(num_workers, generator=generator) >= s for s in counts])
     ends = masks.clone()
     ends[::2, :2] = False
@@ -49,6 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="cpu (Triton interpreter) or cuda")
     parser.add_argument("--workers", type=int, nargs="+", default=[8, 33, 64, 257, 1024, 4096], help="values of N")
+    parser.add_argument("--spread", type=int, default=8, help="straggler counts where N > 64")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("torchgcc-results/fused-kernel/results.json"))
     args = parser.parse_args()
@@ -71,7 +73,7 @@ def main() -> None:
             "workers": args.workers,
             "num_inputs": "min(16, N // 2)",
             "seed": args.seed,
-            "masks": "every straggler count (N <= 64) or eight spread over 0..N-2, and the ends straggling; "
+            "masks": f"every straggler count (N <= 64) or {args.spread} spread over 0..N-2, and the ends straggling; "
             "torch.randperm with a seeded generator",
             "reference": "backend='numba' (float64, CPU)",
         },
@@ -87,7 +89,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for num_workers in args.workers:
         num_inputs = min(16, num_workers // 2)
-        masks = masks_for(num_workers, args.seed + num_workers)
+        masks = masks_for(num_workers, args.spread, args.seed + num_workers)
         for name, (code_name, options) in DECODERS.items():
             reference, kernel = (
                 torchgcc.make_code(
