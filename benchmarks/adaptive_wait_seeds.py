@@ -28,9 +28,9 @@ from tqdm import tqdm
 
 import torchgcc
 from torchgcc.app.wait_count_verdict import compare_with_fixed
+from torchgcc.app.workloads import mlp_workload
 from torchgcc.coded_module import group_samples
 from torchgcc.control.wait_count import WaitCountController
-from torchgcc.distributed.tasks import mlp_task
 from torchgcc.stragglers import LatencyStragglers, TailChange
 
 
@@ -46,7 +46,7 @@ def run_seed(seed: int, args: argparse.Namespace, overheads: torch.Tensor) -> di
     """One replay of the scenario: per scheme its p99 latency and mean agreement, and the verdict."""
     n, k = args.num_workers, args.num_inputs
     code = torchgcc.make_code("gcc", num_inputs=k, num_workers=n)
-    task = mlp_task(seed=seed, batch_size=args.batch_size)
+    task = mlp_workload(seed=seed, batch_size=args.batch_size)
     latency = LatencyStragglers(TailChange(args.shift, args.scale, args.scale_after, args.change_at), seed=seed)
     pick = torch.Generator().manual_seed(10_000 + seed)
     policy = WaitCountController(

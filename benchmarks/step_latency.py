@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from torchgcc.distributed.launcher import launch
+from torchgcc.distributed.launch import launch
 
 N, K, NPROC, BATCH = 8, 4, 5, 64
 SCHEMES = ["uncoded", "replication"] + [f"{c}:S={s}" for c in ("gcc", "natural", "bacc") for s in (2, 4)]

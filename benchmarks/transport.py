@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from torchgcc.distributed.dataplane import DataPlane, Message, open_peer_pair
-from torchgcc.distributed.launcher import free_port
+from torchgcc.distributed.launch import free_port
 from torchgcc.distributed.transport import KEY_PREFIX, STORE_CHUNK_BYTES, Channel
 
 PATHS = ("pg", "store")

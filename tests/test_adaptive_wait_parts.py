@@ -8,10 +8,10 @@ import argparse
 import pytest
 import torch
 
+from torchgcc.app.code_names import named_code
 from torchgcc.app.commands.bench_latency import model_latency, schemes_of, wait_stragglers_of
 from torchgcc.app.wait_count_verdict import compare_with_fixed
 from torchgcc.control.wait_count import WaitCountController
-from torchgcc.distributed.schemes import make_execution_scheme
 from torchgcc.stragglers import LATENCY_MODELS, ShiftedExponential, TailChange
 
 
@@ -26,16 +26,16 @@ def test_tail_change_draws_the_first_model_then_the_second():
         TailChange(change_at=-1)
 
 
-def test_adaptive_scheme_needs_a_policy_and_starts_at_its_fallback():
-    with pytest.raises(ValueError, match="policy=WaitCountController"):
-        make_execution_scheme("gcc:adaptive", num_inputs=4, num_workers=8)
-    with pytest.raises(ValueError, match="code name"):
-        make_execution_scheme(
-            "uncoded:adaptive", num_inputs=4, num_workers=8, policy=WaitCountController(8, deadline=1.0)
-        )
-    policy = WaitCountController(8, deadline=1.0, candidates=range(5))
-    scheme = make_execution_scheme("gcc:adaptive", num_inputs=4, num_workers=8, policy=policy)
-    assert scheme.name == "gcc:adaptive" and scheme.policy is policy and scheme.num_stragglers == 4
+def test_an_adaptive_name_needs_a_controller_and_starts_at_its_fallback():
+    common = {"num_inputs": 4, "num_workers": 8, "num_stragglers": 1}
+    with pytest.raises(ValueError, match="--wait-deadline"):
+        named_code("gcc:adaptive", **common)
+    controller = WaitCountController(8, deadline=1.0, candidates=range(5))
+    with pytest.raises(ValueError, match="adaptive needs a code"):
+        named_code("uncoded:adaptive", **common, controller=lambda: controller)
+    named = named_code("gcc:adaptive", **common, controller=lambda: controller, watch_s=1.0)
+    assert named.name == "gcc:adaptive" and named.wait.adaptive is controller and named.wait.watch_s == 1.0
+    assert named.wait.stragglers() == 4  # the fallback: the largest candidate S
 
 
 def test_bench_rows_and_model_latency_at_the_chosen_s():

@@ -126,19 +126,3 @@ def test_adversarial_lambda_and_coded_module_attack():
     with torch.no_grad():
         reference = model(x)
         assert (robust(x) - reference).abs().max() < 0.05 and (plain(x) - reference).abs().max() > 1.0
-
-
-def test_attacked_scheme_corrupts_a_fixed_rank_before_decoding():
-    from torchgcc.attacks import AttackedScheme
-    from torchgcc.distributed.schemes import make_execution_scheme
-
-    scheme = make_execution_scheme("gcc", num_inputs=4, num_workers=12)
-    attacked = AttackedScheme(scheme, ConstantAttack(value=1e3, workers=[5]))
-    x = torch.randn(8, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    coded = attacked.encode(x)  # (N, B, 3): identity computation
-    mask = torch.ones(attacked.num_groups(8), 12, dtype=torch.bool)
-    clean, _ = scheme.decode(coded, mask, 8)
-    corrupted, missing = attacked.decode(coded, mask, 8)
-    assert (corrupted - clean).abs().max() > 1.0 and missing == []
-    mask[:, 5] = False  # the adversarial rank straggles: nothing to corrupt
-    torch.testing.assert_close(attacked.decode(coded, mask, 8)[0], scheme.decode(coded, mask, 8)[0])

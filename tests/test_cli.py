@@ -247,8 +247,8 @@ def test_core_works_and_imports_nothing_optional_when_no_extra_is_installed():
         "for name in torchgcc.__all__: getattr(torchgcc, name)\n"  # every public name and subpackage
         "import torchgcc.codes, torchgcc.functional, torchgcc.stragglers, torchgcc.coded_module\n"
         "import torchgcc.points, torchgcc.metrics, torchgcc.registry, torchgcc.testing, torchgcc.timing\n"
-        "import torchgcc.gradient_coding.distributed_training, torchgcc.distributed.job\n"
-        "import torchgcc.distributed.launcher\n"
+        "import torchgcc.gradient_coding.distributed_training, torchgcc.distributed.process_group, torchgcc.workers\n"
+        "import torchgcc.distributed.launch, torchgcc.serving\n"
         "from torchgcc.metrics import CodedMetrics, argmax_agreement, mse\n"
         "code = torchgcc.make_code('bacc', num_inputs=4, num_workers=12)\n"
         "y = torchgcc.CodedModule(torch.nn.Linear(3, 2), torchgcc.GCC(4, 12))(torch.randn(8, 3))\n"
@@ -274,9 +274,9 @@ def test_a_missing_extra_is_named_in_one_line():
 
 
 def test_an_unknown_executor_task_suggests_close_timm_names():
-    from torchgcc.distributed.tasks import timm_task
+    from torchgcc.app.workloads import timm_workload
 
     with pytest.raises(ValueError, match=r"unknown task 'resnet19': .*; did you mean resnet18"):
-        timm_task("resnet19")
+        timm_workload("resnet19")
     with pytest.raises(ValueError, match=r"unknown task 'xyzzy': .*; see timm.list_models\(\)$"):
-        timm_task("xyzzy")
+        timm_workload("xyzzy")

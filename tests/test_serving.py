@@ -12,9 +12,16 @@ from scipy import stats
 from torch import nn
 
 from torchgcc import CodedModule, make_code
-from torchgcc.distributed.schemes import make_execution_scheme
-from torchgcc.serving import HedgePolicy, PoissonArrivals, VirtualPool, form_batches, serve_open_loop
-from torchgcc.serving.pool import Task
+from torchgcc.serving import HedgePolicy, PoissonArrivals, form_batches, serve_open_loop
+from torchgcc.workers import Task, VirtualWorkers, WaitPolicy
+
+
+def _coded(model, name, workers, *, num_inputs, num_stragglers=None, **wait):
+    """``CodedModule`` of the code ``name`` on ``workers`` (uncoded: K = N), waiting for the fastest N - S (None:
+    until it can decode)."""
+    n = workers.num_workers
+    code = make_code(name, num_inputs=n if name == "uncoded" else num_inputs, num_workers=n)
+    return CodedModule(model, code, workers=workers, wait=WaitPolicy(num_stragglers, **wait))
 
 
 def _mlp() -> nn.Module:
@@ -94,17 +101,18 @@ def test_one_worker_queue_matches_pollaczek_khinchine(service):
     arrivals = PoissonArrivals(rate, seed=0).times(count)
     batches = form_batches(arrivals, batch_size=1, timeout_s=0.0)
     if service == "deterministic":
-        pool, delays, second_moment = VirtualPool(nn.Identity(), 1, service_s=mean_service), None, mean_service**2
+        pool, delays, second_moment = VirtualWorkers(nn.Identity(), 1, service_s=mean_service), None, mean_service**2
     else:
         generator = torch.Generator().manual_seed(1)
         uniform = torch.rand(len(batches), 1, generator=generator, dtype=torch.float64)
         pool, delays, second_moment = (
-            VirtualPool(nn.Identity(), 1),
+            VirtualWorkers(nn.Identity(), 1),
             -mean_service * torch.log1p(-uniform),
             2 * mean_service**2,
         )
-    scheme = make_execution_scheme("uncoded", num_inputs=1, num_workers=1)
-    run = serve_open_loop(pool, scheme, torch.zeros(count, 1), arrivals, batches, delays=delays)
+    run = serve_open_loop(
+        _coded(nn.Identity(), "uncoded", pool, num_inputs=1), torch.zeros(count, 1), arrivals, batches, delays=delays
+    )
     rho = rate * mean_service
     expected = mean_service + rate * second_moment / (2 * (1 - rho))
     mean, half_width = _batch_means_ci(run.latency_s)
@@ -120,10 +128,8 @@ def test_a_code_decodes_from_the_fastest_and_cancels_the_straggler_so_no_queue_b
     queries = torch.randn(count, 6)
     delays = torch.zeros(len(batches), 4, dtype=torch.float64)
     delays[:, 2] = 10.0
-    code = make_execution_scheme("gcc", num_inputs=2, num_workers=4)
-    run = serve_open_loop(
-        VirtualPool(model, 4, service_s=0.01), code, queries, arrivals, batches, num_stragglers=1, delays=delays
-    )
+    coded = _coded(model, "gcc", VirtualWorkers(model, 4, service_s=0.01), num_inputs=2, num_stragglers=1)
+    run = serve_open_loop(coded, queries, arrivals, batches, delays=delays)
     assert all(record.arrived == [0, 1, 3] for record in run.batches)
     assert float(run.latency_s.max()) < 0.05 + 0.011  # batching wait + one service time: no queueing
     single = CodedModule(model, make_code("gcc", num_inputs=2, num_workers=4))
@@ -137,13 +143,11 @@ def test_a_code_decodes_from_the_fastest_and_cancels_the_straggler_so_no_queue_b
     delays = torch.zeros(len(full), 4, dtype=torch.float64)
     delays[:, 2] = 10.0
     uncoded = serve_open_loop(
-        VirtualPool(model, 4, service_s=0.01),
-        make_execution_scheme("uncoded", num_inputs=2, num_workers=4),
+        _coded(model, "uncoded", VirtualWorkers(model, 4, service_s=0.01), num_inputs=4, timeout_s=math.inf),
         queries,
         arrivals,
         full,
         delays=delays,
-        give_up_s=math.inf,
     )
     assert uncoded.missing == []
     done = torch.tensor([r.done_s for r in uncoded.batches], dtype=torch.float64)
@@ -159,8 +163,7 @@ def test_replication_is_exact_and_waits_for_one_copy_of_each_query():
     delays = torch.zeros(len(batches), 4, dtype=torch.float64)
     delays[:, 0] = 0.5  # the first copy of query 0 is slow; worker 1 holds the other copy
     run = serve_open_loop(
-        VirtualPool(model, 4, service_s=0.01),
-        make_execution_scheme("replication", num_inputs=2, num_workers=4),
+        _coded(model, "replication", VirtualWorkers(model, 4, service_s=0.01), num_inputs=2),
         torch.randn(count, 6),
         arrivals,
         batches,
@@ -179,8 +182,7 @@ def test_hedging_sends_a_backup_to_an_idle_worker_after_the_threshold():
     delays[:, 1] = 1.0
     queries = torch.randn(count, 6)
     run = serve_open_loop(
-        VirtualPool(model, 2, service_s=0.1),
-        make_execution_scheme("uncoded", num_inputs=1, num_workers=2),
+        _coded(model, "uncoded", VirtualWorkers(model, 2, service_s=0.1), num_inputs=2),
         queries,
         arrivals,
         batches,
@@ -199,23 +201,19 @@ def test_a_deadline_decodes_from_what_arrived():
     batches = form_batches(arrivals, batch_size=2, timeout_s=1.0)
     delays = torch.tensor([[0.0, 0.0, 5.0, 5.0]], dtype=torch.float64)
     run = serve_open_loop(
-        VirtualPool(model, 4, service_s=0.01),
-        make_execution_scheme("gcc", num_inputs=2, num_workers=4),
+        _coded(model, "gcc", VirtualWorkers(model, 4, service_s=0.01), num_inputs=2, num_stragglers=0, deadline_s=0.2),
         torch.randn(2, 6),
         arrivals,
         batches,
-        num_stragglers=0,
         delays=delays,
-        deadline_s=0.2,
     )
     assert run.batches[0].arrived == [0, 1]
     assert run.batches[0].done_s == pytest.approx(1.0 + 1e-9 + 0.2)
 
 
-def test_virtual_pool_cancellation_drops_queued_tasks_and_stops_a_running_delay():
-    pool = VirtualPool(nn.Identity(), 1, service_s=0.1)
-    for key in range(3):
-        pool.submit(Task(key, 0, torch.zeros(1), delay_s=1.0))
+def test_virtual_workers_cancellation_drops_queued_tasks_and_stops_a_running_delay():
+    pool = VirtualWorkers(nn.Identity(), 1, service_s=0.1)
+    pool.submit([Task(key, 0, torch.zeros(1), delay_s=1.0) for key in range(3)])
     pool.cancel([0, 2])  # 0 is running: its delay stops; 2 is queued: dropped
     (first,) = pool.wait(math.inf)
     assert first.key == 1 and first.finished_s == pytest.approx(0.1 + 1.1)
@@ -233,8 +231,7 @@ def test_slots_holding_only_padding_are_not_sent_nor_waited_for(name):
     delays[:, 3] = 10.0
     queries = torch.randn(3, 6)
     run = serve_open_loop(
-        VirtualPool(model, 4, service_s=0.01),
-        make_execution_scheme(name, num_inputs=2, num_workers=4),
+        _coded(model, name, VirtualWorkers(model, 4, service_s=0.01), num_inputs=2),
         queries,
         arrivals,
         batches,

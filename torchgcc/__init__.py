@@ -6,9 +6,13 @@ The public names are imported on first use (PEP 562), so ``import torchgcc`` and
 
 import importlib
 import importlib.util
+import logging
 from typing import Any
 
 __version__ = "0.1.0"
+
+# the library's diagnostics go to logging.getLogger("torchgcc...."); the program decides where they are shown
+logging.getLogger("torchgcc").addHandler(logging.NullHandler())
 
 #: Public name -> the module that defines it (``None``: the name is a submodule of torchgcc). Every other submodule
 #: is an attribute too, imported on first use (``torchgcc.codes.RobustGCC`` right after ``import torchgcc``).

@@ -14,8 +14,8 @@ with ``+`` (applied left to right) and never touch straggler slots.
 - :class:`GreedyAttack`: ``q`` times, the currently best-fitting worker (smallest residual against a smoothing spline
   of the current results) is pushed by ``M * sign(fit - y)`` and clipped to ``[-M, M]`` (arXiv 2505.17356);
 - :class:`SignFlipAttack`: ``q`` random arrived workers return ``-y``;
-- :class:`ConstantAttack`: ``q`` arrived workers (random, or the fixed ``workers=``, e.g. a distributed rank that is
-  adversarial) return one constant.
+- :class:`ConstantAttack`: ``q`` arrived workers (random, or the fixed ``workers=``, e.g. the workers of a rank that
+  is adversarial in ``CodedModule(..., workers=..., attack=...)``) return one constant.
 
 Positions are drawn among the arrived workers of each group from the attack's own generator (``seed=``).
 :mod:`torchgcc.oracles.attacks` searches these attacks for the one that hurts a decoder most.
@@ -32,7 +32,6 @@ from torchgcc.points import PointSpec, resolve_points
 
 __all__ = [
     "Attack",
-    "AttackedScheme",
     "ComposedAttack",
     "RandomAttack",
     "ConcentratedAttack",
@@ -307,24 +306,3 @@ def _check_bound(bound: float) -> float:
     if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not 0 < bound < float("inf"):
         raise ValueError(f"bound (M) must be a finite number > 0, got {bound!r}")
     return float(bound)
-
-
-class AttackedScheme:
-    """A distributed scheme (:mod:`torchgcc.distributed.schemes`) whose arrived results pass through ``attack``
-    before decoding: makes worker ranks adversarial in the executor, e.g.
-    ``AttackedScheme(make_execution_scheme("gcc", ...), ConstantAttack(value=1e3, workers=[2]))``.
-
-    Everything but :meth:`decode` is the wrapped scheme's.
-    """
-
-    def __init__(self, scheme, attack: Attack) -> None:
-        self.scheme, self.attack = scheme, attack
-
-    def __getattr__(self, name: str):
-        return getattr(self.scheme, name)
-
-    def decode(self, results: torch.Tensor, mask: torch.Tensor, num_samples: int) -> tuple[torch.Tensor, list[int]]:
-        """``(N, B, *out)`` results and ``(B, N)`` mask, corrupted by the attack, then the scheme's decode
-        (estimates and the inputs left without a result, as every scheme returns them)."""
-        attacked = self.attack(results.movedim(0, 1), mask.to(results.device)).movedim(1, 0)
-        return self.scheme.decode(attacked, mask, num_samples)

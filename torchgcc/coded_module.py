@@ -1,23 +1,23 @@
-"""``CodedModule``: run any model through a code, with a straggler mask per step."""
+"""``CodedModule``: run any model through a code, in this process with a straggler mask per step, or on an engine's
+workers (local processes, Ray actors, the ranks of a torchrun job) decoding from the results that arrived."""
 
 from __future__ import annotations
 
 import math
 import warnings
 from functools import wraps
-from typing import Any, Callable, Optional, Union
+from typing import Callable, NamedTuple, Optional
 
 import torch
 from torch import nn
 
 from torchgcc.codes import Code
+from torchgcc.model_output import ModelOutput, flatten_output
 from torchgcc.stragglers import StragglerModel
 from torchgcc.tracing import graph_break
+from torchgcc.workers import Round, WaitPolicy, Workers, run_round
 
-__all__ = ["CodedModule", "ModelOutput", "group_samples", "ungroup_samples"]
-
-#: What ``CodedModule`` accepts from a model: a tensor, or a tuple, list or dict of tensors (all decoded together).
-ModelOutput = Union[torch.Tensor, tuple, list, dict]
+__all__ = ["CodedBatch", "CodedModule", "ModelOutput", "group_samples", "ungroup_samples"]
 
 
 #: Why a ``CodedModule`` that draws its masks cannot be one compiled graph (the explanation of the error that
@@ -44,61 +44,6 @@ def eager_under_compile(fn):
     return wrapper
 
 
-def output_leaves(output: object, rows: int) -> tuple[list, list[torch.Tensor]]:
-    """Split a model output into ``(keys, tensors)``: ``([None], [t])`` for a tensor, the positions of a tuple or list,
-    the keys of a dict. Every tensor must have ``rows`` rows (one per coded input); anything else raises ``TypeError``
-    or ``ValueError`` naming the output."""
-    keys: list[Any]
-    if isinstance(output, torch.Tensor):
-        keys, values = [None], [output]
-    elif isinstance(output, dict):
-        keys, values = list(output.keys()), list(output.values())
-    elif isinstance(output, (tuple, list)):
-        keys, values = list(range(len(output))), list(output)
-    else:
-        raise TypeError(
-            f"CodedModule decodes a model output that is a tensor, or a tuple, list or dict of tensors; "
-            f"got {type(output).__name__}"
-        )
-    if not values:
-        raise ValueError(f"the model returned an empty {type(output).__name__}: CodedModule has nothing to decode")
-    for key, value in zip(keys, values):
-        name = "model output" if key is None else f"model output [{key!r}]"
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(
-                f"{name} is a {type(value).__name__}, not a tensor: CodedModule decodes tensors only (return the "
-                "other values from a separate call)"
-            )
-        if not value.is_floating_point():
-            raise TypeError(f"{name} has dtype {value.dtype}: CodedModule decodes floating-point outputs only")
-        if value.ndim == 0 or value.shape[0] != rows:
-            raise ValueError(
-                f"{name} has shape {tuple(value.shape)}, but the model ran on {rows} coded inputs: CodedModule needs "
-                f"one output row per input row, (B * N, *out) = ({rows}, ...)"
-            )
-    return keys, values
-
-
-def describe_output(output: object, keys: list) -> str:
-    """``output``'s structure in words, for errors: ``"a tensor"``, ``"a dict with keys ['a', 'b']"``, ..."""
-    if isinstance(output, torch.Tensor):
-        return "a tensor"
-    if isinstance(output, dict):
-        return f"a {type(output).__name__} with keys {keys}"
-    return f"a {type(output).__name__} of {len(keys)}"
-
-
-def rebuild_output(like: ModelOutput, keys: list, tensors: list[torch.Tensor]) -> ModelOutput:
-    """The inverse of :func:`output_leaves`: ``tensors`` in the container type of ``like``."""
-    if isinstance(like, torch.Tensor):
-        return tensors[0]
-    if isinstance(like, dict):
-        return type(like)(zip(keys, tensors))
-    if isinstance(like, tuple) and hasattr(like, "_fields"):  # a namedtuple
-        return type(like)(*tensors)
-    return type(like)(tensors)
-
-
 def group_samples(x: torch.Tensor, num_inputs: int) -> torch.Tensor:
     """``(M, *in) -> (ceil(M / K), K, *in)``; the last group is padded by repeating the last sample.
 
@@ -118,14 +63,42 @@ def ungroup_samples(y: torch.Tensor, num_samples: int) -> torch.Tensor:
     return y.reshape((-1,) + y.shape[2:])[:num_samples]
 
 
+class CodedBatch(NamedTuple):
+    """A batch of samples grouped and encoded by :meth:`CodedModule.encode`.
+
+    Attributes:
+        coded: ``(B, N, *in)`` the coded inputs, worker ``n``'s in ``coded[:, n]``.
+        num_samples: M, the samples of the batch (the last group is padded).
+        perm: ``(M,)`` the grouping's order of the samples, or None.
+    """
+
+    coded: torch.Tensor
+    num_samples: int
+    perm: Optional[torch.Tensor]
+
+
 class CodedModule(nn.Module):
     """Coded computing around ``model``: ``forward(x)`` with ``x`` ``(M, *in)`` returns ``(M, *out)``.
 
     The batch is grouped by ``K = code.num_inputs`` (the last group padded), each group is encoded into
-    ``N = code.num_workers`` coded inputs, ``model`` runs once on all ``B * N`` coded inputs (in chunks of
-    ``chunk_size`` if given), a ``(B, N)`` mask is drawn from ``stragglers`` (or taken from ``mask=``; all workers
-    arrive when neither is given), and the decoder estimates the outputs of the original samples. Gradients flow
-    through encoder and decoder into ``model``.
+    ``N = code.num_workers`` coded inputs ``(B, N, *in)``, the model runs on them, and the decoder estimates the
+    outputs of the original samples from the ``(B, N)`` mask of the results it may use. Where the model runs:
+
+    - ``workers=None`` (default): in this process, once on all ``B * N`` coded inputs (in chunks of ``chunk_size``
+      if given); the mask is ``mask=``, else drawn from ``stragglers``, else all True. Gradients flow through encoder
+      and decoder into ``model``.
+    - ``workers=`` an engine (:class:`torchgcc.workers.Workers`: :class:`~torchgcc.workers.ProcessWorkers`,
+      :class:`~torchgcc.distributed.RayWorkers`, :class:`~torchgcc.distributed.ProcessGroupWorkers`,
+      :class:`~torchgcc.workers.VirtualWorkers`), each of whose N workers holds the model: worker ``n`` computes
+      ``coded[:, n]`` and the round ends as ``wait`` says (default ``WaitPolicy(num_stragglers=0)``: every live
+      worker; ``WaitPolicy(num_stragglers=S)``: the fastest ``N - S``, or what arrived by its ``deadline_s``). The
+      mask is the results that arrived; with ``mask=`` (or ``stragglers``) the round waits for those results and
+      decodes from them (simulated stragglers). :attr:`last_round` keeps the arrival times. No gradients (the
+      workers run the model under ``torch.inference_mode``).
+
+    Both paths share everything after the results are in: ``noise``, ``attack`` and the decoder see the ``(B, N,
+    *out)`` results of the workers that arrived (zeros elsewhere), so a run on workers equals the in-process
+    module given the same mask.
 
     ``model`` may return a tensor ``(B * N, *out)`` or a tuple, list or dict of such tensors (one level), returned in
     the same container. All of them are decoded in ONE decoder call (their outputs side by side, per dtype), so the
@@ -141,11 +114,14 @@ class CodedModule(nn.Module):
     - ``grouping``: ``grouping(x) -> permutation (M,)`` choosing which samples are coded together and in which order
       (:class:`torchgcc.manifold.ManifoldGrouping`); outputs come back in the caller's order.
 
-    With the code's ``check=False`` the forward never reads back from the device (capturable in a CUDA graph and by
-    ``torch.compile(fullgraph=True)`` with an explicit ``mask=``); with the default ``check=True`` it reads one flag.
+    With the code's ``check=False`` the in-process forward never reads back from the device (capturable in a CUDA
+    graph and by ``torch.compile(fullgraph=True)`` with an explicit ``mask=``); with the default ``check=True`` it
+    reads one flag.
 
     Attributes:
-        last_mask: the ``(B, N)`` mask of the last forward.
+        last_mask: the ``(B, N)`` mask of the last forward (on workers: the results that arrived and were used).
+        last_round: on workers, the :class:`~torchgcc.workers.Round` of the last forward (arrival and compute
+            times, the S it waited with); None in process.
     """
 
     def __init__(
@@ -154,6 +130,8 @@ class CodedModule(nn.Module):
         code: Code,
         stragglers: Optional[StragglerModel] = None,
         *,
+        workers: Optional[Workers] = None,
+        wait: Optional[WaitPolicy] = None,
         chunk_size: Optional[int] = None,
         noise: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
         attack: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
@@ -173,15 +151,57 @@ class CodedModule(nn.Module):
             isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
         ):
             raise ValueError(f"chunk_size must be a positive integer (coded inputs per model call), got {chunk_size!r}")
+        if workers is not None and getattr(workers, "num_workers", None) != code.num_workers:
+            raise ValueError(
+                f"workers must be an engine of N = code.num_workers = {code.num_workers} workers (e.g. "
+                f"torchgcc.workers.ProcessWorkers(model, {code.num_workers})), got {type(workers).__name__} with "
+                f"num_workers={getattr(workers, 'num_workers', None)!r}"
+            )
+        if wait is not None and not isinstance(wait, WaitPolicy):
+            raise TypeError(f"wait must be a torchgcc.workers.WaitPolicy, got {type(wait).__name__}")
+        if wait is not None and workers is None:
+            raise ValueError("wait applies to rounds on workers: pass workers=... too, or leave wait out")
         self.model = model
         self.code = code
         self.stragglers = stragglers
+        self.workers = workers
+        self.wait = WaitPolicy() if wait is None else wait
         self.chunk_size = chunk_size
         self.last_mask: Optional[torch.Tensor] = None
+        self.last_round: Optional[Round] = None
         self.noise, self.attack, self.grouping = noise, attack, grouping
         self._warned_batchnorm = False
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> ModelOutput:
+        if mask is not None and not isinstance(mask, torch.Tensor):
+            raise TypeError(
+                f"mask must be a bool torch.Tensor of shape (B, N), got {type(mask).__name__}; "
+                "convert it with torch.as_tensor(mask, dtype=torch.bool)"
+            )
+        batch = self.encode(x)
+        groups, workers = batch.coded.shape[:2]
+        if mask is not None and mask.shape != (groups, workers):
+            raise ValueError(
+                f"mask must have shape (B, N) = {(groups, workers)} for {batch.num_samples} samples, got "
+                f"{tuple(mask.shape)}"
+            )
+        if self.workers is None:
+            self._warn_train_batchnorm()
+            output = self.run_model(batch.coded.reshape((groups * workers,) + batch.coded.shape[2:]))
+            spec, leaves = flatten_output(output, groups * workers)
+            results = spec.build([leaf.reshape((groups, workers) + leaf.shape[1:]) for leaf in leaves])
+            if mask is None:
+                mask = self.draw_mask(groups, leaves[0].device)
+        else:
+            if mask is None and self.stragglers is not None:
+                mask = self.draw_mask(groups)
+            self.last_round = run_round(self.workers, batch.coded, code=self.code, wait=self.wait, required=mask)
+            results, mask = self.last_round.results, self.last_round.mask
+        self.last_mask = mask
+        return self.decode(results, mask, batch)
+
+    def encode(self, x: torch.Tensor) -> CodedBatch:
+        """Group ``x`` ``(M, *in)`` (in the ``grouping``'s order) and encode it: the :class:`CodedBatch`."""
         if not isinstance(x, torch.Tensor):
             raise TypeError(
                 f"x must be a torch.Tensor of shape (M, *in), got {type(x).__name__}; "
@@ -198,50 +218,38 @@ class CodedModule(nn.Module):
             raise TypeError(
                 f"x must be floating point (the encoder mixes samples), got {x.dtype}; cast it with .float()"
             )
-        if mask is not None and not isinstance(mask, torch.Tensor):
-            raise TypeError(
-                f"mask must be a bool torch.Tensor of shape (B, N), got {type(mask).__name__}; "
-                "convert it with torch.as_tensor(mask, dtype=torch.bool)"
-            )
-        self._warn_train_batchnorm()
-        num_samples = x.shape[0]
         perm = None if self.grouping is None else self.grouping(x)
         if perm is not None:
             x = x[perm]
-        coded = self.code.encoder(group_samples(x, self.code.num_inputs))  # (B, N, *in)
-        groups, workers = coded.shape[:2]
-        output = self.run_model(coded.reshape((groups * workers,) + coded.shape[2:]))
-        keys, leaves = output_leaves(output, groups * workers)
-        if mask is None:
-            mask = self.draw_mask(groups, leaves[0].device)
-        elif mask.shape != (groups, workers):
-            raise ValueError(
-                f"mask must have shape (B, N) = {(groups, workers)} for {num_samples} samples, got {tuple(mask.shape)}"
-            )
-        self.last_mask = mask
-        decoded = self.decode([leaf.reshape((groups, workers) + leaf.shape[1:]) for leaf in leaves], mask)
-        outputs = [ungroup_samples(out, num_samples) for out in decoded]
-        if perm is not None:
-            inverse = torch.argsort(perm)
-            outputs = [out[inverse] for out in outputs]
-        return rebuild_output(output, keys, outputs)
+        return CodedBatch(self.code.encoder(group_samples(x, self.code.num_inputs)), x.shape[0], perm)
 
-    def decode(self, results: list[torch.Tensor], mask: torch.Tensor) -> list[torch.Tensor]:
-        """Noise, attack and decoder on every output's ``(B, N, *out)`` results at once (one call per dtype) ->
-        ``(B, K, *out)`` each."""
-        out: dict[int, torch.Tensor] = {}
-        for dtype in dict.fromkeys(r.dtype for r in results):
-            members = [i for i, r in enumerate(results) if r.dtype == dtype]
-            flats = [results[i].reshape(results[i].shape[:2] + (-1,)) for i in members]
+    def decode(self, results: ModelOutput, mask: torch.Tensor, batch: CodedBatch) -> ModelOutput:
+        """The outputs ``(M, *out)`` of ``batch``'s samples (in the caller's order, in the results' container) from
+        the workers' ``(B, N, *out)`` ``results`` under the ``(B, N)`` ``mask``: noise, attack and the decoder on
+        every output at once (one decoder call per dtype).
+
+        The results of workers outside ``mask`` are set to zero first when there is noise or an attack (neither may
+        read them: they did not arrive)."""
+        spec, leaves = flatten_output(results, batch.coded.shape[0])
+        estimates: list[Optional[torch.Tensor]] = [None] * len(leaves)
+        for dtype in dict.fromkeys(leaf.dtype for leaf in leaves):
+            members = [i for i, leaf in enumerate(leaves) if leaf.dtype == dtype]
+            flats = [leaves[i].reshape(leaves[i].shape[:2] + (-1,)) for i in members]
             joined = torch.cat(flats, 2) if len(flats) > 1 else flats[0]
+            if self.noise is not None or self.attack is not None:
+                joined = torch.where(mask.to(joined.device).unsqueeze(-1), joined, 0.0)
             if self.noise is not None:
                 joined = self.noise(joined, mask)
             if self.attack is not None:
                 joined = self.attack(joined, mask.to(joined.device))
-            estimates = self.code.decoder(joined, mask).split([f.shape[2] for f in flats], 2)
-            for i, estimate in zip(members, estimates):
-                out[i] = estimate.reshape(estimate.shape[:2] + results[i].shape[2:])
-        return [out[i] for i in range(len(results))]
+            parts = self.code.decoder(joined, mask).split([f.shape[2] for f in flats], 2)
+            for i, part in zip(members, parts):
+                estimates[i] = part.reshape(part.shape[:2] + leaves[i].shape[2:])
+        outputs = [ungroup_samples(estimate, batch.num_samples) for estimate in estimates]
+        if batch.perm is not None:
+            inverse = torch.argsort(batch.perm)
+            outputs = [out[inverse] for out in outputs]
+        return spec.build(outputs)
 
     def _warn_train_batchnorm(self) -> None:
         if self._warned_batchnorm or torch.compiler.is_compiling() or not isinstance(self.model, nn.Module):
@@ -278,20 +286,19 @@ class CodedModule(nn.Module):
             return self.model(inputs)
         parts = inputs.split(self.chunk_size)
         outputs = [self.model(part) for part in parts]
-        keys, first = output_leaves(outputs[0], len(parts[0]))
-        columns: dict = {key: [] for key in keys}
+        spec, first = flatten_output(outputs[0], len(parts[0]))
+        columns: dict = {key: [] for key in spec.keys}
         for index, (output, part) in enumerate(zip(outputs, parts)):
-            chunk_keys, tensors = output_leaves(output, len(part))
-            same_keys = set(chunk_keys) == set(keys) if isinstance(output, dict) else chunk_keys == keys
-            if type(output) is not type(outputs[0]) or not same_keys:
-                was, now = describe_output(outputs[0], keys), describe_output(output, chunk_keys)
+            chunk, tensors = flatten_output(output, len(part))
+            same_keys = set(chunk.keys) == set(spec.keys) if isinstance(output, dict) else chunk.keys == spec.keys
+            if chunk.container is not spec.container or not same_keys:
                 raise ValueError(
                     f"the model's output changed structure between chunks (chunk_size={self.chunk_size}): chunk 0 "
-                    f"returned {was}, chunk {index} {now}; CodedModule joins the chunks' outputs, so the model must "
-                    "return the same keys every call"
+                    f"returned {spec.describe()}, chunk {index} {chunk.describe()}; CodedModule joins the chunks' "
+                    "outputs, so the model must return the same keys every call"
                 )
-            for key, tensor in zip(chunk_keys, tensors):
-                like = first[keys.index(key)]
+            for key, tensor in zip(chunk.keys, tensors):
+                like = first[spec.keys.index(key)]
                 if tensor.dtype != like.dtype or tensor.shape[1:] != like.shape[1:]:
                     name = "model output" if key is None else f"model output [{key!r}]"
                     raise ValueError(
@@ -300,4 +307,4 @@ class CodedModule(nn.Module):
                         f"shape {tuple(tensor.shape[1:])}; the model must return the same shapes every call"
                     )
                 columns[key].append(tensor)
-        return rebuild_output(outputs[0], keys, [torch.cat(columns[key]) for key in keys])
+        return spec.build([torch.cat(columns[key]) for key in spec.keys])

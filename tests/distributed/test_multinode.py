@@ -18,7 +18,7 @@ import torch
 
 from torchgcc.app.commands.gradient_coding_job import build_job
 from torchgcc.distributed.latency_trace import trace_from_saved_run
-from torchgcc.distributed.launcher import free_port
+from torchgcc.distributed.launch import free_port
 from torchgcc.gradient_coding import Simulation
 from torchgcc.gradient_coding.gradients import flat_parameters
 

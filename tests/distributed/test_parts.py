@@ -1,4 +1,5 @@
-"""Single-purpose pieces of torchgcc.distributed: worker layout, the uncoded scheme, fault plans, the launcher."""
+"""Single-purpose pieces of torchgcc.distributed and its command lines: worker layout, code names, fault plans, the
+store's chunking, the launcher."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from torchgcc.app.code_names import named_code
+from torchgcc.app.coded_job import JobSettings
 from torchgcc.app.commands.distributed_job import add_job_arguments, parse_value, settings_from
-from torchgcc.distributed import FaultPlan, ReplicationScheme, UncodedScheme, layout_workers, make_execution_scheme
-from torchgcc.distributed.launcher import launch
+from torchgcc.distributed import FaultPlan, layout_workers
+from torchgcc.distributed.launch import launch
 from torchgcc.distributed.transport import STORE_VALUE_LIMIT, Channel, check_chunk_bytes
 
 
@@ -47,41 +50,25 @@ def test_layout_rejects_bad_layouts(kwargs, message):
         layout_workers(**kwargs)
 
 
-def test_uncoded_scheme_reassembles_the_batch_and_needs_every_worker():
-    scheme = UncodedScheme(num_workers=4)
-    x = torch.arange(10.0).unsqueeze(1) * torch.tensor([1.0, -1.0])  # (10, 2)
-    shares = scheme.encode(x)
-    assert shares.shape == (4, 3, 2)
-    results = shares.sum(-1, keepdim=True) + shares[..., :1] ** 2  # any per-sample function
-    mask = torch.ones(1, 4, dtype=torch.bool)
-    decoded, missing = scheme.decode(results, mask, 10)
-    torch.testing.assert_close(decoded, x.sum(-1, keepdim=True) + x[:, :1] ** 2)
-    assert missing == []
-    mask[0, 2] = False
-    with pytest.raises(ValueError, match="every worker"):
-        scheme.decode(results, mask, 10)
-
-
-def test_replication_sends_r_copies_and_decodes_from_any_arrived_copy():
-    scheme = ReplicationScheme(num_inputs=2, num_workers=6)  # r = 3: workers 0-2 input 0, workers 3-5 input 1
-    x = torch.arange(10.0).reshape(5, 2)  # M = 5 samples -> B = 3 groups (the last padded)
-    payloads = scheme.encode(x)
-    assert payloads.shape == (6, 3, 2)
-    assert torch.equal(payloads[4, 1], x[3]) and torch.equal(payloads[0, 2], x[4])
-    results = 3 * payloads  # the model: y = 3 x
-    mask = torch.ones(3, 6, dtype=torch.bool)
-    mask[0, :3] = False  # group 0 lost every copy of input 0 (sample 0)
-    mask[1, [3, 4]] = False  # group 1 still has copy 5 of input 1
-    assert not scheme.wait_over(mask, rule_met=True) and scheme.decodable(mask)
-    decoded, missing = scheme.decode(results, mask, 5)
-    assert missing == [0]
-    assert torch.isnan(decoded[0]).all()  # reported and NaN, never a silent zero
-    torch.testing.assert_close(decoded[1:], 3 * x[1:])
-    assert scheme.used_mask(mask).sum(1).tolist() == [1, 2, 2]  # one copy per covered input
-    mask[0, 1] = True
-    assert scheme.wait_over(mask, rule_met=False)
-    with pytest.raises(ValueError, match="multiple of K"):
-        ReplicationScheme(num_inputs=3, num_workers=8)
+def test_code_names_map_to_codes_and_waits():
+    """The command line's names: baselines wait until decodable, codes for N - S (the run's, or their own)."""
+    common = {"num_inputs": 2, "num_workers": 6, "num_stragglers": 1}
+    uncoded, replication = named_code("uncoded", **common), named_code("replication", **common)
+    assert (uncoded.code.num_inputs, uncoded.code.num_workers, uncoded.wait.num_stragglers) == (6, 6, None)
+    assert (replication.code.num_inputs, replication.wait.num_stragglers) == (2, None)
+    assert (
+        named_code("gcc", **common).wait.num_stragglers == 1
+        and named_code("gcc:S=3", **common).wait.num_stragglers == 3
+    )
+    for bad, message in (
+        ("reed-solomon", "unknown name"),
+        ("gcc:T=3", "bad name"),
+        ("uncoded:S=1", "bad name"),
+        ("gcc:S=6", "leaves no worker"),
+        ("gcc:adaptive", "adaptive needs"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            named_code(bad, **common)
 
 
 def test_code_param_values_keep_their_type():
@@ -94,8 +81,8 @@ def test_code_param_values_keep_their_type():
     )
     assert args.code_params == [("degree", 1), ("lambda_dec", 0.5)]
     assert settings_from(args).code_params == {"degree": 1, "lambda_dec": 0.5}
-    scheme = make_execution_scheme("lcc", num_inputs=2, num_workers=4, degree=1)
-    assert scheme.min_arrived == 2  # (K - 1) * degree + 1
+    named = named_code("lcc", num_inputs=2, num_workers=4, num_stragglers=0, code_params={"degree": 1})
+    assert named.code.min_arrived == 2  # (K - 1) * degree + 1
 
 
 def test_store_payloads_are_chunked_and_the_limit_is_checked_up_front():
@@ -107,8 +94,10 @@ def test_store_payloads_are_chunked_and_the_limit_is_checked_up_front():
     assert store.check(["t/k/12"]) and not store.check(["t/k/13"])  # 13 chunks of at most 1 MiB
     assert torch.equal(channel.take_payload("k")["x"], big)
     assert channel.take_payload("k") is None and not store.check(["t/k/0"])  # read once, then deleted
-    with pytest.raises(ValueError, match="--store-chunk-mb"):
+    with pytest.raises(ValueError, match="chunk_bytes=8388609"):
         check_chunk_bytes(STORE_VALUE_LIMIT + 1)
+    with pytest.raises(ValueError, match="--store-chunk-mb 9"):  # the command line's check names its option
+        JobSettings(store_chunk_mb=9)
 
 
 def test_fault_plan_extra_delays_and_validation():

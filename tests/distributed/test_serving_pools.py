@@ -1,5 +1,5 @@
-"""Serving on real worker processes: decode from the fastest, survive a killed worker, leave nothing behind
-(workers exit when their coordinator dies), and a CPU hog pinned where asked."""
+"""Serving on real worker processes (ProcessWorkers): decode from the fastest, survive a killed worker, leave nothing
+behind (workers exit when their coordinator dies), and a CPU hog pinned where asked."""
 
 from __future__ import annotations
 
@@ -15,11 +15,10 @@ import pytest
 import torch
 
 from torchgcc import CodedModule, make_code
-from torchgcc.distributed.schemes import make_execution_scheme
-from torchgcc.distributed.tasks import mlp_task
+from torchgcc.app.workloads import mlp_workload
 from torchgcc.serving import PoissonArrivals, form_batches, serve_open_loop
 from torchgcc.serving.interference import CpuHog
-from torchgcc.serving.process_pool import ProcessPool
+from torchgcc.workers import ProcessWorkers, WaitPolicy
 
 pytestmark = pytest.mark.distributed
 
@@ -36,8 +35,8 @@ def _alive(pid: int) -> bool:
 def test_processes_serve_a_code_from_the_fastest_and_survive_a_killed_worker():
     """N = 4, K = 2, S = 2: workers 2 and 3 are 0.2 s and 5 s late on every task and worker 1 is SIGKILLed after
     the 5th batch. Every batch still decodes (from {0, 1} before the kill, {0, 2} after it), equal to CodedModule
-    with that mask; uncoded then sends the dead worker's share to a live one and stays exact."""
-    task = mlp_task(seed=2, batch_size=30)
+    with that mask; uncoded then sends the dead worker's slot to a live one and stays exact."""
+    task = mlp_workload(seed=2, batch_size=30)
     queries = task.batch(0)
     arrivals = PoissonArrivals(5.0, seed=3).times(len(queries))
     batches = form_batches(arrivals, batch_size=2, timeout_s=0.02)
@@ -45,7 +44,7 @@ def test_processes_serve_a_code_from_the_fastest_and_survive_a_killed_worker():
     delays[:, 2] = 0.2
     delays[:, 3] = 5.0
     single = CodedModule(task.model, make_code("gcc", num_inputs=2, num_workers=4))
-    with ProcessPool(task.model, 4) as pool:
+    with ProcessWorkers(task.model, 4) as pool:
         pids = pool.pids
 
         def kill_after_five(done: int, total: int) -> None:
@@ -53,12 +52,10 @@ def test_processes_serve_a_code_from_the_fastest_and_survive_a_killed_worker():
                 os.kill(pids[1], signal.SIGKILL)
 
         run = serve_open_loop(
-            pool,
-            make_execution_scheme("gcc", num_inputs=2, num_workers=4),
+            CodedModule(task.model, make_code("gcc", num_inputs=2, num_workers=4), workers=pool, wait=WaitPolicy(2)),
             queries,
             arrivals,
             batches,
-            num_stragglers=2,
             delays=delays,
             on_batch=kill_after_five,
         )
@@ -74,8 +71,7 @@ def test_processes_serve_a_code_from_the_fastest_and_survive_a_killed_worker():
             assert (run.outputs[batch.queries] - expected).abs().max() <= 1e-5
 
         uncoded = serve_open_loop(
-            pool,
-            make_execution_scheme("uncoded", num_inputs=2, num_workers=4),
+            CodedModule(task.model, make_code("uncoded", num_inputs=4), workers=pool, wait=WaitPolicy(None)),
             queries[:6],
             arrivals[:6],
             form_batches(arrivals[:6], batch_size=2, timeout_s=0.02),
@@ -91,7 +87,7 @@ def test_workers_exit_when_their_coordinator_is_killed(tmp_path):
         """
         import sys, time
         from torch import nn
-        from torchgcc.serving.process_pool import ProcessPool
+        from torchgcc.workers import ProcessWorkers, WaitPolicy
         if __name__ == "__main__":
             pool = ProcessPool(nn.Linear(2, 2), 3)
             print(*pool.pids, flush=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from torchgcc.distributed.heartbeat import EXIT_COORDINATOR_LOST
-from torchgcc.distributed.launcher import launch
+from torchgcc.distributed.launch import launch
 
 pytestmark = pytest.mark.distributed
 

@@ -79,9 +79,11 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``torchgcc`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    from torchgcc.app.logs import configure_logging
     from torchgcc.optional import MissingExtraError, extra_for, missing_message
 
     argv = sys.argv[1:] if argv is None else list(argv)
+    configure_logging()
     try:
         args = build_parser(argv).parse_args(argv)
         return int(args.func(args) or 0)

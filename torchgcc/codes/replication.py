@@ -38,14 +38,13 @@ class CopyMeanDecoder(Decoder):
     """
 
     owners: torch.Tensor
+    #: ``(K, N)`` bool: worker ``n`` holds a copy of input ``k``.
+    copies: torch.Tensor
 
     def __init__(self, alpha: torch.Tensor, beta: torch.Tensor, *, owners: torch.Tensor, **options: Any) -> None:
         super().__init__(alpha, beta, **options)
         self.register_buffer("owners", owners.to(torch.int64))
-
-    def copies(self) -> torch.Tensor:
-        """``(K, N)`` bool: worker ``n`` holds a copy of input ``k``."""
-        return self.owners == torch.arange(self.num_inputs, device=self.owners.device).unsqueeze(1)
+        self.register_buffer("copies", self.owners == torch.arange(self.num_inputs).unsqueeze(1))
 
     def fit_matrix(self, survivors: Survivors) -> torch.Tensor:
         # position j of a row holds slot survivors.order[j]; slots past N (none here: the layout is N wide) clamp
@@ -79,5 +78,7 @@ class Replication(Code):
 
     def decodable(self, mask: torch.Tensor) -> torch.Tensor:
         """``(B,)`` bool: every input of the group has an arrived copy under the ``(B, N)`` ``mask``."""
-        copies = self.decoder.copies().to(mask.device)
-        return (mask.unsqueeze(1) & copies).any(dim=-1).all(dim=-1)
+        copies = self.decoder.copies
+        return (
+            (mask.unsqueeze(1) & (copies if copies.device == mask.device else copies.to(mask.device))).any(-1).all(-1)
+        )

@@ -1,56 +1,38 @@
-"""Coded computing across processes launched by torchrun.
+"""Coded computing across processes: engines on the ranks of a torchrun job and on Ray actors, and the data plane.
 
-Rank 0 is the :class:`Coordinator` (encode, post, collect, decode); ranks 1..P-1 run :func:`serve` and host the N
-coded workers. :class:`RayCoordinator` is the same coordinator on Ray actors (:class:`RayWorkers`, the ``ray``
-extra). Payloads travel on the data plane (:mod:`torchgcc.distributed.dataplane`: a two-member gloo group
-per worker rank) or, as a fallback, through the rendezvous store; the store is always the control plane (rounds,
-heartbeats, shutdown). See docs/distributed.md.
+- :class:`ProcessGroupWorkers` (rank 0) and :func:`serve` (ranks 1..P-1): the N coded workers hosted by the ranks
+  of a torchrun job (or of the local launcher, :func:`~torchgcc.distributed.launch.launch`), an engine for
+  ``CodedModule(model, code, workers=...)``; payloads travel on the data plane (:mod:`~torchgcc.distributed.dataplane`:
+  a two-member gloo group per worker rank) or, as a fallback, through the rendezvous store, which is always the
+  control plane (rounds, heartbeats, shutdown);
+- :class:`RayWorkers` on a :func:`local_ray` instance: the N workers as Ray actors (the ``ray`` extra).
+
+The rule that ends a wait, the round loop and the engine interface are :mod:`torchgcc.workers`'. See
+docs/distributed.md.
 """
 
-from torchgcc.distributed.arrival import Injected, Measured, Simulated, StepPlan
-from torchgcc.distributed.coordinator import Coordinator, StepResult, TooFewWorkersError
 from torchgcc.distributed.dataplane import DataPlane, Message, PairBrokenError, PairChannel, open_peer_pair
 from torchgcc.distributed.faults import FaultPlan
 from torchgcc.distributed.layout import LAYOUTS, layout_workers
-from torchgcc.distributed.ray_coordinator import RayCoordinator
+from torchgcc.distributed.process_group import ProcessGroupWorkers
 from torchgcc.distributed.ray_workers import RayWorkers, local_ray
-from torchgcc.distributed.schemes import (
-    BASELINE_SCHEMES,
-    CodedScheme,
-    ReplicationScheme,
-    UncodedScheme,
-    list_execution_schemes,
-    make_execution_scheme,
-)
 from torchgcc.distributed.transport import Channel, connect
-from torchgcc.distributed.worker import serve
+from torchgcc.distributed.worker import CoordinatorLost, serve
 
 __all__ = [
+    "LAYOUTS",
     "Channel",
-    "CodedScheme",
-    "Coordinator",
+    "CoordinatorLost",
     "DataPlane",
     "FaultPlan",
-    "Injected",
-    "Measured",
     "Message",
     "PairBrokenError",
     "PairChannel",
-    "RayCoordinator",
+    "ProcessGroupWorkers",
     "RayWorkers",
-    "ReplicationScheme",
-    "BASELINE_SCHEMES",
-    "LAYOUTS",
-    "Simulated",
-    "StepPlan",
-    "StepResult",
-    "TooFewWorkersError",
-    "UncodedScheme",
     "connect",
-    "list_execution_schemes",
-    "make_execution_scheme",
-    "open_peer_pair",
     "layout_workers",
     "local_ray",
+    "open_peer_pair",
     "serve",
 ]

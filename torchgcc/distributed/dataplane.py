@@ -260,8 +260,12 @@ class _Link:
         self.outbox: list[tuple[Message, bool]] = []
         self.ready = threading.Condition()
         self.closed = False
-        threading.Thread(target=self._send_loop, name=f"torchgcc-send-{rank}", daemon=True).start()
-        threading.Thread(target=self._recv_loop, name=f"torchgcc-recv-{rank}", daemon=True).start()
+        self.threads = [
+            threading.Thread(target=self._send_loop, name=f"torchgcc-send-{rank}", daemon=True),
+            threading.Thread(target=self._recv_loop, name=f"torchgcc-recv-{rank}", daemon=True),
+        ]
+        for thread in self.threads:
+            thread.start()
 
     def post(self, message: Message, *, replaceable: bool) -> None:
         with self.ready:
@@ -386,10 +390,17 @@ class DataPlane:
 
         threading.Thread(target=build, name=f"torchgcc-reopen-{rank}", daemon=True).start()
 
-    def close(self) -> None:
-        """Stop the sender threads (receivers blocked on a hung peer end with the process: they are daemons)."""
+    def close(self, timeout_s: float = 0.0) -> None:
+        """Stop the sender threads (what is still queued is dropped), then wait up to ``timeout_s`` for every
+        pair's threads to end: a receiver ends when its peer closes the pair, so call this once the peers are
+        exiting. A thread still blocked (on a hung peer) ends with the process; a process that exits normally while
+        one is blocked in gloo aborts ("terminate called without an active exception"), so give it the time."""
         for link in self.links.values():
             link.close()
+        deadline = time.monotonic() + timeout_s
+        for link in self.links.values():
+            for thread in link.threads:
+                thread.join(max(deadline - time.monotonic(), 0.0))
 
 
 def open_pairs_concurrently(opener, names: list[int]) -> dict[int, PairChannel | BaseException]:

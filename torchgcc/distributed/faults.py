@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 import threading
 from dataclasses import dataclass, field
 
 import torch
 
 __all__ = ["FaultPlan"]
+
+logger = logging.getLogger("torchgcc.distributed")
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,8 @@ class FaultPlan:
     def strike(self, rank: int, step: int) -> None:
         """Called by a worker rank when it receives the work of ``step``; kills or hangs it if planned."""
         if rank == self.kill_rank and step >= self.kill_step:
-            print(f"[torchgcc] injected fault: killing rank {rank} at step {step}", file=sys.stderr, flush=True)
+            logger.warning("injected fault: killing rank %d at step %d", rank, step)
             os._exit(self.kill_exit_code)
         if rank == self.hang_rank and step >= self.hang_step:
-            print(f"[torchgcc] injected fault: rank {rank} hangs from step {step}", file=sys.stderr, flush=True)
+            logger.warning("injected fault: rank %d hangs from step %d", rank, step)
             threading.Event().wait()

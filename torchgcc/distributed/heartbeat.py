@@ -2,15 +2,20 @@
 
 A hung rank (main thread blocked) keeps beating from its heartbeat thread: it is a straggler, not lost. A killed
 rank stops beating: after ``timeout_s`` the coordinator reports it and treats its workers as permanent stragglers.
-The heartbeat thread is also the rank's watchdog: when the coordinator asks for shutdown (or the store vanishes)
-and the main thread does not return within ``grace_s`` (it may be hung), it ends the process with ``os._exit``,
-so no launcher is ever left waiting for an orphan.
+
+Shutdown: the coordinator asks for it in the store and waits until every live rank acknowledged it
+(:func:`acknowledge_shutdown`) before it exits (under the local launcher its process hosts the store). A worker rank
+acknowledges from its main thread once it stopped serving and its heartbeat thread stopped touching the store
+(:meth:`Heartbeat.finish`), so that no store call of a rank is in flight when the store goes away. The heartbeat
+thread is also the rank's watchdog: a main thread that does not finish within ``grace_s`` of the request (it is
+hung) is ended by it (it acknowledges for it, then ``os._exit(0)``), and when the store vanishes without a shutdown
+(the coordinator died) it ends the process with :data:`EXIT_COORDINATOR_LOST` unless the main thread noticed first.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 import threading
 import time
 
@@ -18,7 +23,9 @@ import torch.distributed as dist
 
 from torchgcc.distributed.transport import Channel
 
-__all__ = ["EXIT_COORDINATOR_LOST", "Heartbeat", "LivenessMonitor", "peak_rss_mb"]
+__all__ = ["EXIT_COORDINATOR_LOST", "Heartbeat", "LivenessMonitor", "acknowledge_shutdown", "peak_rss_mb"]
+
+logger = logging.getLogger("torchgcc.distributed")
 
 #: exit status of a worker rank whose coordinator vanished (it never asked the rank to shut down).
 EXIT_COORDINATOR_LOST = 1
@@ -31,34 +38,49 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def acknowledge_shutdown(channel: Channel) -> None:
+    """Tell the coordinator that this rank is done with the store: its peak memory, then the ``exited`` counter."""
+    channel.store.set(f"rss/{channel.rank}", f"{peak_rss_mb():.1f}")
+    channel.count("exited", 1)
+
+
 class Heartbeat(threading.Thread):
-    """Worker-side daemon thread: beat every ``interval_s``; exit the process ``grace_s`` after shutdown (status
-    0), or after the store vanished (status :data:`EXIT_COORDINATOR_LOST`)."""
+    """Worker-side daemon thread: beat every ``interval_s`` until the main thread finishes or shutdown is asked.
+
+    Attributes:
+        shutdown_seen: set once the coordinator's shutdown request was read (the main thread stops serving).
+    """
 
     def __init__(self, channel: Channel, *, interval_s: float = 0.1, grace_s: float = 1.0) -> None:
         super().__init__(name=f"torchgcc-heartbeat-{channel.rank}", daemon=True)
         self.channel = channel.clone()
         self.interval_s = interval_s
         self.grace_s = grace_s
-        self.stopped = threading.Event()
+        self.shutdown_seen = threading.Event()
+        self._finishing = threading.Event()
 
     def run(self) -> None:
-        status = 0
         try:
-            while not self.channel.shutdown_requested():
+            while not self._finishing.is_set():
+                if self.channel.shutdown_requested():
+                    self.shutdown_seen.set()
+                    break
                 self.channel.beat()
-                time.sleep(self.interval_s)
-            self.channel.store.set(f"rss/{self.channel.rank}", f"{peak_rss_mb():.1f}")
-            self.channel.count("exited", 1)
+                self._finishing.wait(self.interval_s)
         except dist.DistError:  # the store is gone: the coordinator ended without a shutdown
-            status = EXIT_COORDINATOR_LOST
-        self.stopped.set()
-        time.sleep(self.grace_s)  # a main thread that is not hung returns meanwhile and the process ends
-        if status:
-            print(f"[torchgcc] rank {self.channel.rank}: the coordinator is gone (store unreachable)", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
+            if not self._finishing.wait(self.grace_s):  # the main thread did not notice (it is hung): end here
+                logger.error("rank %d: the coordinator is gone (store unreachable)", self.channel.rank)
+                os._exit(EXIT_COORDINATOR_LOST)
+            return
+        if self._finishing.is_set() or self._finishing.wait(self.grace_s):
+            return  # the main thread finished: it acknowledges
+        acknowledge_shutdown(self.channel)  # the main thread is hung: acknowledge for it and end the process
+        os._exit(0)
+
+    def finish(self) -> None:
+        """Called by the main thread once it stopped serving: returns when this thread no longer uses the store."""
+        self._finishing.set()
+        self.join()
 
 
 class LivenessMonitor:

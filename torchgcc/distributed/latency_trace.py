@@ -40,7 +40,7 @@ def trace_from_saved_run(path: str | Path, *, scheme: str | None = None) -> Trac
     saved = torch.load(path, weights_only=False)
     steps = saved.get("steps", [])
     if not steps or "arrival_s" not in steps[0]:
-        raise ValueError(f"{path} has no per-worker arrival times (save a run of torchgcc.distributed with --save)")
+        raise ValueError(f"{path} has no per-worker arrival times (steps with 'arrival_s': a saved distributed job)")
     scheme = steps[0]["scheme"] if scheme is None else scheme
     rows = [s for s in steps if s["scheme"] == scheme]
     if not rows:

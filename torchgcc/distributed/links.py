@@ -1,11 +1,14 @@
-"""How the executor's work and results travel: on the data plane (``--transport pg``) or through the store.
+"""How the engine's work and results travel: on the data plane (``transport="pg"``) or through the store.
 
-The coordinator posts one :class:`Work` per live worker rank and round and collects :class:`Result` s; a worker
+The coordinator posts one :class:`Work` per live worker rank and round and receives :class:`Result` s; a worker
 rank takes its work and sends one result per coded worker. Both links give the same guarantees:
 
-- a result is delivered to the round it belongs to, never to a later one (the round is in the message);
-- the coordinator never blocks on a slow, hung or dead rank (``post`` and ``collect`` return at once);
+- a result names the round it belongs to (the coordinator drops those of rounds it no longer waits for);
+- the coordinator never blocks on a slow, hung or dead rank (``post`` and ``receive`` return at once);
 - a rank that fell behind is given only the newest work (older, unsent work is replaced; store: deleted).
+
+A result's output is a tensor ``(B, *out)`` or a tuple, list or dict of them (what the model returns); it travels as
+its tensors and its :class:`~torchgcc.model_output.OutputSpec`, pickled (the job's own processes send it).
 
 ``pg`` (default): :class:`~torchgcc.distributed.dataplane.DataPlane` pairs, any payload size, one copy per hop.
 ``store``: chunked values in the rendezvous store (:meth:`Channel.put_payload`), the fallback when process groups
@@ -14,6 +17,7 @@ cannot be built; every byte goes through the single store server.
 
 from __future__ import annotations
 
+import pickle
 import queue
 import time
 from dataclasses import dataclass
@@ -23,10 +27,11 @@ import torch.distributed as dist
 
 from torchgcc.distributed.dataplane import DataPlane, Message, PairBrokenError, PairChannel, epoch_key, open_peer_pair
 from torchgcc.distributed.transport import STORE_CHUNK_BYTES, Channel, check_chunk_bytes
+from torchgcc.model_output import ModelOutput, OutputSpec, flatten_output
 
 __all__ = ["TRANSPORTS", "Result", "Work", "coordinator_link", "worker_link"]
 
-#: ``--transport`` choices.
+#: The transports: the data plane (``"pg"``) or the store.
 TRANSPORTS = ("pg", "store")
 #: message kinds on the data plane (first meta entry).
 _WORK, _RESULT, _SHUTDOWN = 1, 2, 3
@@ -39,11 +44,11 @@ class Work:
     """The coded inputs of one rank for one round.
 
     Attributes:
-        round: the coordinator's round (one per step and scheme).
-        step: the step number (for fault injection and reports).
+        round: the coordinator's round (one per batch sent).
+        step: the caller's step number (for fault injection and reports).
         workers: the W coded workers hosted by the rank.
-        inputs: ``(W, b, *in)`` their inputs (on the coordinator: a list of W ``(b, *in)`` views, so that the data
-            plane sends them without copying).
+        inputs: ``(B, W, *in)`` their inputs, worker ``workers[i]``'s in ``inputs[:, i]`` (on the coordinator: a list
+            of W ``(B, *in)`` views, so that the data plane copies them beside other ranks' sends).
         delays: ``(W,)`` float64 seconds to wait before releasing each result, or None.
     """
 
@@ -56,12 +61,26 @@ class Work:
 
 @dataclass
 class Result:
-    """One coded worker's output ``(b, *out)`` for ``round``, and the seconds its rank spent in the model."""
+    """One coded worker's output ``(B, *out)`` (or a container of them) for ``round``, and the seconds its rank spent
+    in the model."""
 
     round: int
     worker: int
-    output: torch.Tensor
+    output: ModelOutput
     compute_s: float
+
+
+def pack_output(output: ModelOutput, rows: int) -> list[torch.Tensor]:
+    """``[spec as uint8 bytes, *tensors]`` of a model output with ``rows`` rows (see :func:`unpack_output`), each
+    tensor contiguous (a view would travel with its whole storage)."""
+    spec, tensors = flatten_output(output, rows)
+    return [torch.frombuffer(bytearray(pickle.dumps(spec)), dtype=torch.uint8), *(t.contiguous() for t in tensors)]
+
+
+def unpack_output(packed: list[torch.Tensor]) -> ModelOutput:
+    """The model output of :func:`pack_output`'s tensors."""
+    spec: OutputSpec = pickle.loads(packed[0].numpy().tobytes())
+    return spec.build(packed[1:])
 
 
 # -- store ---------------------------------------------------------------------------------------------------------
@@ -79,21 +98,21 @@ class StoreCoordinatorLink:
             self.channel.drop_payload(f"work/{rank}/{self._posted[rank]}")
         self._posted[rank] = work.round
         # stacked: torch.save of a view would write its whole storage (every worker's inputs)
-        payload = dict(work.__dict__, inputs=torch.stack(list(work.inputs)))
+        payload = dict(work.__dict__, inputs=torch.stack(list(work.inputs), dim=1))
         self.channel.put_payload(f"work/{rank}/{work.round}", payload, chunk_bytes=self.chunk_bytes)
 
-    def collect(self, round_: int, workers: set[int]) -> tuple[list[Result], set[int]]:
-        """Results of ``round_`` that arrived from ``workers``; no rank is ever reported broken here."""
+    def receive(self, expected: set[tuple[int, int]]) -> tuple[list[Result], set[int]]:
+        """The results that arrived among the ``expected`` ``(round, worker)``; no rank is ever reported broken
+        here."""
         arrived = []
-        for worker in sorted(workers):
-            key = f"result/{round_}/{worker}"
-            payload = self.channel.take_payload(key)
+        for round_, worker in sorted(expected):
+            payload = self.channel.take_payload(f"result/{round_}/{worker}")
             if payload is not None:
-                arrived.append(Result(**payload))
+                arrived.append(Result(round_, worker, unpack_output(payload["output"]), payload["compute_s"]))
         return arrived, set()
 
     def end_round(self, round_: int, unread: set[int]) -> None:
-        """Round ``round_`` is decoded; results of ``unread`` workers may still come: delete them later."""
+        """Round ``round_`` is over; results of ``unread`` workers may still come: delete them later."""
         keep = []
         for old_round, worker in self._unread:
             if old_round < round_ - 1:
@@ -106,6 +125,9 @@ class StoreCoordinatorLink:
         for rank, round_ in self._posted.items():
             self.channel.drop_payload(f"work/{rank}/{round_}")
 
+    def release(self, timeout_s: float) -> None:
+        """Nothing to release: the store transport has no threads."""
+
 
 class StoreWorkerLink:
     """Worker side of the store transport: polls for its rank's work of the latest round."""
@@ -115,6 +137,7 @@ class StoreWorkerLink:
         self.channel, self.chunk_bytes = channel, chunk_bytes
         self.round = 0
         self.closed = False
+        self.asked_to_stop = False  # the store transport learns of a shutdown from the store itself
 
     def next_work(self) -> Work | None:
         """This rank's work of the newest round if posted, else None (returns at once)."""
@@ -126,10 +149,10 @@ class StoreWorkerLink:
         self.round = work.round + 1
         return work
 
-    def send(self, result: Result) -> None:
-        self.channel.put_payload(
-            f"result/{result.round}/{result.worker}", result.__dict__, chunk_bytes=self.chunk_bytes
-        )
+    def send(self, result: Result, rows: int) -> None:
+        """Send ``result`` (its output has ``rows`` rows)."""
+        payload = {"output": pack_output(result.output, rows), "compute_s": result.compute_s}
+        self.channel.put_payload(f"result/{result.round}/{result.worker}", payload, chunk_bytes=self.chunk_bytes)
 
 
 # -- data plane ----------------------------------------------------------------------------------------------------
@@ -140,39 +163,40 @@ class GroupCoordinatorLink:
         self, channel: Channel, ranks: list[int], *, backend: str = "gloo", device: torch.device | str = "cpu"
     ) -> None:
         self.plane = DataPlane(channel.store, ranks, backend=backend, device=device)
-        self._arrived: list[Result] = []
 
     def post(self, rank: int, work: Work) -> None:
         delays = torch.empty(0, dtype=torch.float64) if work.delays is None else work.delays
         meta = [_WORK, work.round, work.step, int(work.delays is not None), *work.workers]
         # one tensor per worker: the sender thread makes each contiguous, so the copies run beside other ranks'
         # sends; many workers per rank would overflow the message header: stack them here instead
-        inputs = list(work.inputs) if len(work.inputs) <= _MAX_TENSORS else [torch.stack(list(work.inputs))]
+        inputs = list(work.inputs) if len(work.inputs) <= _MAX_TENSORS else [torch.stack(list(work.inputs), dim=1)]
         self.plane.post(rank, Message(meta, [delays, *inputs]), replaceable=True)
 
-    def collect(self, round_: int, workers: set[int]) -> tuple[list[Result], set[int]]:
-        """Results of ``round_`` received so far (older rounds' are dropped) and ranks whose pair broke."""
-        broken = set()
+    def receive(self, expected: set[tuple[int, int]]) -> tuple[list[Result], set[int]]:
+        """Every result received since the last call (the caller drops those it no longer expects) and the ranks
+        whose pair broke."""
+        arrived, broken = [], set()
         while True:
             try:
                 rank, _, item = self.plane.inbox.get_nowait()
             except queue.Empty:
-                break
+                return arrived, broken
             if isinstance(item, PairBrokenError):
                 broken.add(rank)
-            elif item.meta[1] >= round_:
-                _, result_round, worker, compute_us = item.meta
-                self._arrived.append(Result(result_round, worker, item.tensors[0], compute_us / 1e6))
-        mine = [r for r in self._arrived if r.round == round_ and r.worker in workers]
-        self._arrived = [r for r in self._arrived if r.round > round_]
-        return mine, broken
+            elif (item.meta[1], item.meta[2]) in expected:
+                _, round_, worker, compute_us = item.meta
+                arrived.append(Result(round_, worker, unpack_output(item.tensors), compute_us / 1e6))
 
     def end_round(self, round_: int, unread: set[int]) -> None:
-        """Nothing to clean: late results are received by the pair's thread and dropped by :meth:`collect`."""
+        """Nothing to clean: late results are received by the pair's thread and dropped by :meth:`receive`."""
 
     def close(self, ranks: list[int]) -> None:
         for rank in ranks:
             self.plane.post(rank, Message([_SHUTDOWN]))
+
+    def release(self, timeout_s: float) -> None:
+        """Once the ranks are exiting: wait up to ``timeout_s`` for the data plane's threads to end."""
+        self.plane.close(timeout_s)
 
 
 class GroupWorkerLink:
@@ -181,7 +205,8 @@ class GroupWorkerLink:
     def __init__(self, channel: Channel, *, backend: str = "gloo", device: torch.device | str = "cpu") -> None:
         self.channel, self.backend, self.device = channel, backend, device
         self.pair: PairChannel = open_peer_pair(channel.store, rank=channel.rank, backend=backend, device=device)
-        self.closed = False
+        self.closed = False  # no more work will come: the coordinator asked to stop, or the pair is gone for good
+        self.asked_to_stop = False
 
     def next_work(self) -> Work | None:
         """Block until the next work message; None once the coordinator closed (or the pair cannot be rebuilt)."""
@@ -194,17 +219,18 @@ class GroupWorkerLink:
                     return None
                 continue
             if message.meta[0] == _SHUTDOWN:
-                self.closed = True
+                self.closed = self.asked_to_stop = True
                 return None
             _, round_, step, has_delays, *workers = message.meta
             delays, *inputs = message.tensors
-            stacked = inputs[0] if len(inputs) == 1 and len(workers) > 1 else torch.stack(inputs)
+            stacked = inputs[0] if len(inputs) == 1 and len(workers) > 1 else torch.stack(inputs, dim=1)
             return Work(round_, step, workers, stacked, delays if has_delays else None)
 
-    def send(self, result: Result) -> None:
+    def send(self, result: Result, rows: int) -> None:
+        """Send ``result`` (its output has ``rows`` rows)."""
         meta = [_RESULT, result.round, result.worker, round(result.compute_s * 1e6)]
         try:
-            self.pair.send(Message(meta, [result.output]))
+            self.pair.send(Message(meta, pack_output(result.output, rows)))
         except PairBrokenError:
             self._reopen()  # the result is lost; the coordinator has rebuilt (or abandoned) the pair
 

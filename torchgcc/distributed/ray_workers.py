@@ -1,28 +1,34 @@
-"""Coded workers as Ray actors: each holds the model and runs one task at a time, in submission order.
+"""An engine of Ray actors: each holds the model and runs one task at a time, in submission order.
 
 Needs the ``ray`` extra (``pip install 'torchgcc[ray]'``). :func:`local_ray` starts a local Ray instance in a
 temporary folder (no dashboard, worker logs kept out of the driver's output) and removes it again;
-:class:`RayWorkers` starts the N actors and submits their tasks. A task runs the model on its rows, then waits its
-injected delay; the wait ends early when the task is cancelled (``ray.cancel``), so a straggler whose result is no
-longer needed does not stay busy. Actors restart after a crash only when ``max_restarts > 0`` (Ray rebuilds the
-model from the same weights; the task that was running fails).
+:class:`RayWorkers` starts the N actors and is an engine (:class:`~torchgcc.workers.Workers`): use it with
+``CodedModule(model, code, workers=RayWorkers(model, N), wait=WaitPolicy(num_stragglers=S))`` or the serving
+loop. A task runs the model on its rows, then waits its injected delay; the wait ends early when the task is
+cancelled (``ray.cancel``), so a straggler whose result is no longer needed does not stay busy. Actors restart
+after a crash only when ``max_restarts > 0`` (Ray rebuilds the model from the same weights; the task that was
+running fails).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
 import time
-from typing import Iterator
+from typing import Hashable, Iterator, Sequence
 
 import torch
 from torch import nn
 
 from torchgcc.optional import require
+from torchgcc.workers import Completion, Task
 
 __all__ = ["RayWorkers", "local_ray"]
+
+logger = logging.getLogger("torchgcc.distributed")
 
 
 @contextlib.contextmanager
@@ -80,7 +86,14 @@ class _ModelWorker:
 
 
 class RayWorkers:
-    """N Ray actors running ``model`` (call inside :func:`local_ray` or after ``ray.init``).
+    """N Ray actors running ``model``, as an engine (:class:`~torchgcc.workers.Workers`; call inside
+    :func:`local_ray` or after ``ray.init``).
+
+    Each actor runs its tasks one at a time in submission order (Ray's default for actors). :meth:`wait` is
+    ``ray.wait`` on every outstanding task; :meth:`cancel` is ``ray.cancel`` (a queued task never runs, a running one
+    cuts its injected delay short). A task whose actor died reports its worker lost (a :class:`Completion` with
+    ``error``, and a warning on the ``torchgcc.distributed`` logger); with ``max_restarts > 0`` Ray restarts the
+    actor, which is re-admitted once it answers a ping (checked at every :meth:`submit`).
 
     Args:
         model: the network (sent once to the object store; every actor gets the same weights).
@@ -88,7 +101,13 @@ class RayWorkers:
         max_restarts: how often Ray restarts a crashed actor (0: a dead actor stays dead).
         threads: torch threads per actor.
         start_timeout_s: the longest to wait for every actor to start.
+
+    Attributes:
+        pids: the actors' process ids, by worker.
+        events: every loss and re-admission, ``{"event": "lost" | "readmitted", "workers", "reason"}``.
     """
+
+    workers_per_process = 1
 
     def __init__(
         self,
@@ -104,6 +123,11 @@ class RayWorkers:
             raise RuntimeError("RayWorkers needs a running Ray instance: use torchgcc.distributed.local_ray()")
         self.num_workers = num_workers
         self.max_restarts = max_restarts
+        self.events: list[dict] = []
+        self._tasks: dict[object, tuple[Hashable, int]] = {}  # ref -> (key, worker)
+        self._refs: dict[Hashable, object] = {}  # key -> ref
+        self._lost: set[int] = set()
+        self._probes: dict[int, object] = {}  # lost worker -> ping ref (restartable actors only)
         actor = ray.remote(num_cpus=0, max_restarts=max_restarts, max_task_retries=0)(_ModelWorker)
         self._weights = ray.put(model)  # kept referenced: a restarting actor reads it again
         self.actors = [actor.remote(self._weights, threads) for _ in range(num_workers)]
@@ -113,9 +137,55 @@ class RayWorkers:
             self.close()
             raise
 
-    def run(self, worker: int, inputs: torch.Tensor, delay_s: float = 0.0):
-        """Submit a task to ``worker``; returns its ObjectRef of ``(output (b, *out), compute seconds)``."""
-        return self.actors[worker].run.remote(inputs, float(delay_s))
+    def now(self) -> float:
+        return time.monotonic()
+
+    def submit(self, tasks: Sequence[Task]) -> None:
+        self._readmit()
+        for task in tasks:
+            if task.worker in self._lost:
+                continue
+            # contiguous: a view would be serialized with its whole storage (every worker's inputs)
+            ref = self.actors[task.worker].run.remote(task.inputs.contiguous(), float(task.delay_s))
+            self._tasks[ref] = (task.key, task.worker)
+            self._refs[task.key] = ref
+
+    def cancel(self, keys: Sequence[Hashable]) -> None:
+        for key in keys:
+            ref = self._refs.pop(key, None)
+            if ref is not None:
+                del self._tasks[ref]
+                self.ray.cancel(ref)
+
+    def wait(self, until_s: float) -> list[Completion]:
+        remaining = max(until_s - time.monotonic(), 0.0)
+        if not self._tasks:
+            if remaining != float("inf"):
+                time.sleep(remaining)
+            return []
+        refs = list(self._tasks)
+        ready, rest = self.ray.wait(refs, num_returns=1, timeout=None if remaining == float("inf") else remaining)
+        if ready and rest:  # whatever else is already done comes along
+            more, _ = self.ray.wait(rest, num_returns=len(rest), timeout=0)
+            ready += more
+        completions = []
+        for ref in ready:
+            key, worker = self._tasks.pop(ref)
+            del self._refs[key]
+            try:
+                output, compute_s = self.ray.get(ref)
+            except self.ray.exceptions.TaskCancelledError:
+                continue
+            except self.ray.exceptions.RayActorError as error:
+                reason = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+                self._lose(worker, reason)
+                completions.append(Completion(key, worker, None, time.monotonic(), error=reason))
+                continue
+            completions.append(Completion(key, worker, output, time.monotonic(), compute_s))
+        return completions
+
+    def lost_workers(self) -> set[int]:
+        return set(self._lost)
 
     def ping(self, worker: int):
         """An ObjectRef of the actor's process id (it resolves once the actor is up)."""
@@ -125,8 +195,39 @@ class RayWorkers:
         """Kill ``worker``'s actor at once (``restart``: let Ray restart it, if ``max_restarts`` allows)."""
         self.ray.kill(self.actors[worker], no_restart=not restart)
 
+    def _lose(self, worker: int, reason: str) -> None:
+        if worker in self._lost:
+            return
+        self._lost.add(worker)
+        self.events.append({"event": "lost", "workers": [worker], "reason": reason})
+        logger.warning("lost worker [%d] (%s); a straggler from now on", worker, reason)
+        if self.max_restarts > 0:
+            self._probes[worker] = self.ping(worker)
+
+    def _readmit(self) -> None:
+        """Re-admit restarted actors that answer their ping; ping again those that are still restarting."""
+        if not self._probes:
+            return
+        ready, _ = self.ray.wait(list(self._probes.values()), num_returns=len(self._probes), timeout=0)
+        back = []
+        for worker, probe in list(self._probes.items()):
+            if probe not in ready:
+                continue
+            try:
+                self.ray.get(probe)
+            except self.ray.exceptions.RayActorError:
+                self._probes[worker] = self.ping(worker)  # still restarting, or gone for good
+                continue
+            del self._probes[worker]
+            self._lost.discard(worker)
+            back.append(worker)
+        if back:
+            self.events.append({"event": "readmitted", "workers": back, "reason": "actor restarted"})
+            logger.warning("re-admitted workers %s (actor restarted)", back)
+
     def close(self) -> None:
-        """Kill every actor (no restart)."""
+        """Cancel what is outstanding and kill every actor (no restart); idempotent."""
+        self.cancel(list(self._refs))
         for actor in self.actors:
             with contextlib.suppress(Exception):
                 self.ray.kill(actor, no_restart=True)

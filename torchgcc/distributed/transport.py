@@ -1,5 +1,5 @@
 """The control plane: torchgcc's keys in the rendezvous TCPStore (rounds, heartbeats, shutdown, counters), and
-chunked payload values for the store transport (``--transport store``).
+chunked payload values for the store transport (``transport="store"``).
 
 Payloads normally travel on the data plane (:mod:`torchgcc.distributed.dataplane`). The store transport is the
 fallback: a single store value is limited to :data:`STORE_VALUE_LIMIT` bytes (the libuv TCPStore rejects larger
@@ -122,8 +122,8 @@ def check_chunk_bytes(chunk_bytes: int) -> None:
     """Refuse a store chunk size the store cannot hold (checked before anything is sent)."""
     if not 0 < chunk_bytes <= STORE_VALUE_LIMIT:
         raise ValueError(
-            f"store chunk size {chunk_bytes} bytes is outside 1..{STORE_VALUE_LIMIT} (the TCPStore's largest value); "
-            "pass a smaller --store-chunk-mb"
+            f"chunk_bytes={chunk_bytes} is outside 1..{STORE_VALUE_LIMIT} (the TCPStore's largest value); "
+            "pass a smaller chunk size"
         )
 
 
@@ -136,8 +136,8 @@ def connect(timeout_s: float = 60.0) -> Channel:
     missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
     if missing:
         raise RuntimeError(
-            f"torchgcc.distributed must be launched by torchrun (missing environment variables {missing}); "
-            "try `torchrun --standalone --nproc-per-node 5 -m torchgcc.distributed`"
+            f"connect() joins a job whose processes were started by torchrun or torchgcc's local launcher "
+            f"(torchgcc.distributed.launch.launch); the environment variables {missing} they set are missing"
         )
     store, rank, world_size = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
     return Channel(dist.PrefixStore(KEY_PREFIX, store), rank, world_size)

@@ -1,21 +1,22 @@
-"""The serving loop: dispatch each batch to the N workers when it forms; decode it from the results its scheme
-needs; record every query's end-to-end latency.
+"""The serving loop: dispatch each batch to the N workers when it forms; decode it once its wait is over; record
+every query's end-to-end latency.
 
-A batch of M queries is encoded by its scheme (:mod:`torchgcc.distributed.schemes`: a code, replication or the
-uncoded split) into N payloads, one per *slot*. Slots that hold only padding (a
-batch smaller than the scheme's shape: uncoded shares or replicated inputs beyond the M queries) are not sent at
-all and count as answered; the others go round robin: slot ``j`` of a batch to worker ``(j + o) mod N``, where
-``o`` advances by the number of slots sent, so small batches spread over all workers (a code sends all N slots,
-so its slot ``j`` is always worker ``j``). Workers run their tasks one at a
-time in order (:class:`~torchgcc.serving.pool.WorkerPool`), so batches queue behind slow ones. A batch is decoded
-as soon as its scheme's wait is over (codes: the fastest ``N - S`` slots; uncoded: every slot; replication: a copy
-of every query) or, with a deadline, at the deadline from whatever can be decoded; its unfinished tasks are then
-cancelled, so a straggler does not keep working on an answered batch.
+The loop runs a :class:`~torchgcc.CodedModule` with an engine (``CodedModule(model, code, workers=...,
+wait=...)``): a batch of M queries is grouped and encoded by it (:meth:`CodedModule.encode`) into N coded inputs,
+one per *slot*, and decoded by it (:meth:`CodedModule.decode`) from the slots' results, so noise, attacks and every
+code (GCC, BACC, LCC, replication, uncoded) behave as in :meth:`CodedModule.forward`. Slots that hold only padding
+(a batch smaller than one group: inputs of the code that only copy padded samples) are not sent at all and count
+as answered; the others go round robin: slot ``j`` of a batch to worker ``(j + o) mod N``, where ``o`` advances by
+the number of slots sent, so small batches spread over all workers (a batch that sends all N slots has slot ``j`` on
+worker ``j``). Workers run their tasks one at a time in order (:class:`~torchgcc.workers.Workers`), so batches queue
+behind slow ones. Each batch ends its wait by the module's :class:`~torchgcc.workers.WaitPolicy`, the rule every
+engine uses (the fastest ``N - S`` slots that the code can decode from, or its deadline); its unfinished tasks are
+then cancelled, so a straggler does not keep working on an answered batch.
 
-With a :class:`~torchgcc.serving.hedging.HedgePolicy` every slot still unanswered ``policy.threshold_s()`` after
-dispatch gets one backup task on the least-loaded other live worker; the first copy to answer fills the slot.
-When a worker is lost, slots that the scheme cannot do without (uncoded: every slot) are sent to the least-loaded
-live worker instead; a code decodes from the live workers.
+Hedging is a policy of this loop, not a code: with a :class:`~torchgcc.serving.hedging.HedgePolicy` every slot
+still unanswered ``policy.threshold_s()`` after dispatch gets one backup task on the least-loaded other live worker;
+the first copy to answer fills the slot. When a worker is lost, the slots of a batch that can no longer be decoded
+without them (uncoded: every slot; replication: the last copy of an input) are sent to the least-loaded live worker.
 
 A query's latency runs from its arrival to the end of its batch's decode: batching wait, queueing, compute,
 transport and decoding.
@@ -25,19 +26,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
-from torchgcc.distributed.arrival import stack_results
-from torchgcc.distributed.schemes import CodedScheme, ReplicationScheme, UncodedScheme
+from torchgcc.coded_module import CodedBatch, CodedModule
 from torchgcc.serving.batcher import Batch
 from torchgcc.serving.hedging import HedgePolicy
-from torchgcc.serving.pool import Completion, Task, WorkerPool
+from torchgcc.workers import Completion, Task, stack_results
 
-__all__ = ["BatchRecord", "ServingRun", "serve_open_loop"]
+__all__ = ["BatchRecord", "ServingRun", "padding_slots", "serve_open_loop"]
 
-Scheme = CodedScheme | UncodedScheme | ReplicationScheme
 PRIMARY, BACKUP = 0, 1
 
 
@@ -49,7 +48,7 @@ class BatchRecord:
         index: the batch's index.
         size: its number of queries.
         formed_s, dispatched_s, done_s: when it formed, when its tasks were submitted, when it was decoded.
-        arrived: slots whose results the decoder used (for a code, slot j is worker j).
+        arrived: slots whose results the decoder used (slot j is coded input j of every group).
         hedged: slots that got a backup task; ``backups_won``: how many of them the backup answered first.
         missing: query indices without an output (replication at a deadline, or a batch that could not decode).
         compute_s: the longest time a worker whose result was used spent in the model (its own measurement).
@@ -94,12 +93,13 @@ class ServingRun:
 @dataclass
 class _InFlight:
     batch: Batch
-    payloads: torch.Tensor  # (N, b, *in)
+    coded: CodedBatch
     dispatched_s: float
     hedge_at_s: float  # absolute; inf: no hedging
     deadline_at_s: float  # absolute; inf: no deadline
     give_up_at_s: float
-    results: dict[int, torch.Tensor] = field(default_factory=dict)
+    stragglers: Optional[int]
+    results: dict[int, object] = field(default_factory=dict)  # slot -> output (b, *out)
     compute: dict[int, float] = field(default_factory=dict)
     outstanding: dict[tuple, int] = field(default_factory=dict)  # task key -> worker
     workers_of: dict[int, set[int]] = field(default_factory=dict)  # slot -> workers given it
@@ -108,50 +108,52 @@ class _InFlight:
     backups_won: int = 0
 
 
+def padding_slots(coded: CodedModule, num_queries: int) -> set[int]:
+    """The slots whose coded input mixes only padding samples: none for a batch of at least one group (the padding
+    shares a group with real samples), else the workers whose encoder rows read only inputs ``>= num_queries``."""
+    if num_queries >= coded.code.num_inputs:
+        return set()
+    reads = coded.code.encoder.matrix[:, :num_queries] != 0  # (N, M): which real samples each slot reads
+    return set((~reads.any(dim=1)).nonzero().flatten().tolist())
+
+
 def serve_open_loop(
-    pool: WorkerPool,
-    scheme: Scheme,
+    coded: CodedModule,
     queries: torch.Tensor,
     arrival_s: torch.Tensor,
     batches: list[Batch],
     *,
-    num_stragglers: int = 0,
-    delays: torch.Tensor | None = None,
-    backup_delays: torch.Tensor | None = None,
-    hedge: HedgePolicy | None = None,
-    deadline_s: float | None = None,
-    give_up_s: float = 60.0,
-    on_batch: Callable[[int, int], None] | None = None,
+    delays: Optional[torch.Tensor] = None,
+    backup_delays: Optional[torch.Tensor] = None,
+    hedge: Optional[HedgePolicy] = None,
+    on_batch: Optional[Callable[[int, int], None]] = None,
 ) -> ServingRun:
     """Serve ``queries`` ``(Q, *in)`` arriving at ``arrival_s`` ``(Q,)`` seconds after the start, in ``batches``.
 
     Args:
-        pool: the N workers (``pool.num_workers`` must equal the scheme's N).
-        scheme: how a batch is encoded and decoded.
-        num_stragglers: S of a code whose scheme does not carry its own: decode from the fastest ``N - S``.
+        coded: the code, the engine (``coded.workers``, whose N must be the code's) and the wait
+            (``coded.wait``: its S, ``deadline_s`` after dispatch, and ``timeout_s``, after which a batch that
+            still cannot be decoded is given up and its queries reported missing, so a hung worker cannot stall
+            the run).
         delays: ``(num_batches, N)`` seconds each worker stays busy after the model ran on that batch's primary
-            task (injected slowdowns; the same tensor for every scheme gives every scheme the same delays).
+            task (injected slowdowns; the same tensor for every code gives every code the same delays).
         backup_delays: ``(num_batches, N)`` the same for backup tasks (default: none).
         hedge: send backups after ``hedge.threshold_s()`` (see :mod:`torchgcc.serving.hedging`); None: never.
-        deadline_s: decode a batch this long after dispatch from whatever can be decoded (None: no deadline).
-        give_up_s: a batch that still cannot be decoded this long after dispatch is given up (its queries are
-            reported missing), so a hung worker cannot stall the run forever.
         on_batch: called with ``(batches decoded, total)`` after every decode (progress).
     """
+    pool, code, wait = coded.workers, coded.code, coded.wait
+    if pool is None:
+        raise ValueError("serve_open_loop needs a CodedModule with workers=... (the engine that serves the batches)")
     num_workers = pool.num_workers
-    if scheme.num_workers != num_workers:
-        raise ValueError(f"the scheme has N={scheme.num_workers} workers but the pool {num_workers}")
     if len(arrival_s) != len(queries):
         raise ValueError(f"{len(queries)} queries but {len(arrival_s)} arrival times")
     for name, table in (("delays", delays), ("backup_delays", backup_delays)):
         if table is not None and tuple(table.shape) != (len(batches), num_workers):
             raise ValueError(f"{name} must have shape (num_batches, N) = ({len(batches)}, {num_workers})")
-    stragglers = getattr(scheme, "num_stragglers", None)
-    quorum = num_workers - (num_stragglers if stragglers is None else stragglers)
     start = pool.now()
     arrival = arrival_s.double()
     latency = torch.full((len(queries),), math.nan, dtype=torch.float64)
-    outputs: torch.Tensor | None = None
+    outputs: Optional[torch.Tensor] = None
     records: list[BatchRecord] = []
     missing: list[int] = []
     in_flight: dict[int, _InFlight] = {}
@@ -164,40 +166,56 @@ def serve_open_loop(
         table = delays if copy == PRIMARY else backup_delays
         delay = 0.0 if table is None else float(table[state.batch.index, worker])
         key = (state.batch.index, slot, copy)
-        pool.submit(Task(key, worker, state.payloads[slot], delay))
+        pool.submit([Task(key, worker, state.coded.coded[:, slot], delay)])
         state.outstanding[key] = worker
         state.workers_of.setdefault(slot, set()).add(worker)
         load[worker] += 1
         counts["tasks"] += 1
         counts["backups"] += copy == BACKUP
 
-    def least_loaded(exclude: set[int]) -> int | None:
+    def least_loaded(exclude: set[int]) -> Optional[int]:
         live = [w for w in range(num_workers) if w not in lost and w not in exclude]
         return min(live, key=lambda w: (load[w], w)) if live else None
 
+    def slot_mask(state: _InFlight, slots) -> torch.Tensor:
+        """``(B, N)`` bool over the slots (the padding slots count as arrived)."""
+        row = [False] * num_workers
+        for slot in (*slots, *state.padding):
+            row[slot] = True
+        return torch.tensor(row).expand(state.coded.coded.shape[0], -1)
+
+    def resend_needed(state: _InFlight) -> None:
+        """Send the slots without a live copy to other workers if the batch cannot decode without them."""
+        waiting = {key[1] for key in state.outstanding}
+        if bool(code.decodable(slot_mask(state, set(state.results) | waiting)).all()):
+            return
+        for slot in sorted(set(range(num_workers)) - state.padding - set(state.results) - waiting):
+            worker = least_loaded(set())
+            if worker is not None:
+                submit(state, slot, worker, PRIMARY)
+
     def dispatch(batch: Batch) -> None:
         now = pool.now()
-        payloads = scheme.encode(queries[batch.queries])
         threshold = math.inf if hedge is None else hedge.threshold_s()
         state = _InFlight(
             batch,
-            payloads,
+            coded.encode(queries[batch.queries]),
             dispatched_s=now,
             hedge_at_s=now + threshold,
-            deadline_at_s=math.inf if deadline_s is None else now + deadline_s,
-            give_up_at_s=now + give_up_s,
+            deadline_at_s=wait.deadline_at(now),
+            give_up_at_s=wait.timeout_at(now),
+            stragglers=wait.stragglers(),
         )
         in_flight[batch.index] = state
-        state.padding = scheme.padding_workers(len(batch.queries))
+        state.padding = padding_slots(coded, len(batch.queries))
         needed = sorted(set(range(num_workers)) - state.padding)
         offset = rotation[0]
         rotation[0] = (offset + len(needed)) % num_workers  # the next batch starts where this one ended
         for slot in needed:
             worker = (slot + offset) % num_workers
-            if worker in lost:
-                worker = least_loaded(set()) if _needs_every_slot(scheme) else None
-            if worker is not None:
+            if worker not in lost:
                 submit(state, slot, worker, PRIMARY)
+        resend_needed(state)
         check(state)
 
     def send_backups(state: _InFlight) -> None:
@@ -217,24 +235,29 @@ def serve_open_loop(
         state.outstanding.clear()
         del in_flight[state.batch.index]
 
-    def finish(state: _InFlight, mask: torch.Tensor | None) -> None:
+    def finish(state: _InFlight, decodable: bool) -> None:
         nonlocal outputs
         batch = state.batch
-        if mask is None:  # given up: nothing decodable arrived in time
-            decoded, lost_queries = None, list(range(len(batch.queries)))
-        else:
-            decoded, lost_queries = scheme.decode(stack_results(state.results, num_workers), mask, len(batch.queries))
-            mask = scheme.used_mask(mask)
-        done = pool.now()
         index = torch.tensor(batch.queries)
-        latency[index] = done - start - arrival[index]
-        if decoded is not None:
+        used: list[int] = []
+        if decodable:
+            groups = state.coded.coded.shape[0]
+            results = stack_results(state.results, groups, num_workers)
+            mask = slot_mask(state, state.results)
+            decoded = coded.decode(results, mask, state.coded)
+            if not isinstance(decoded, torch.Tensor):
+                raise TypeError("serve_open_loop serves models that return one tensor")
             if outputs is None:
                 outputs = decoded.new_full((len(queries), *decoded.shape[1:]), math.nan)
             outputs[index] = decoded
+            lost_queries = torch.isnan(decoded).flatten(1).any(dim=1).nonzero().flatten().tolist()
+            used = sorted(state.results)
+        else:  # given up: nothing decodable arrived in time
+            lost_queries = list(range(len(batch.queries)))
+        done = pool.now()
+        latency[index] = done - start - arrival[index]
         gone = [batch.queries[i] for i in lost_queries]
         missing.extend(gone)
-        used = [] if mask is None else [s for s in mask.any(0).nonzero().flatten().tolist() if s not in state.padding]
         records.append(
             BatchRecord(
                 index=batch.index,
@@ -246,7 +269,7 @@ def serve_open_loop(
                 hedged=sorted(state.hedged),
                 backups_won=state.backups_won,
                 missing=gone,
-                compute_s=max((state.compute[s] for s in used if s in state.compute), default=0.0),
+                compute_s=max((state.compute[s] for s in used), default=0.0),
             )
         )
         drop(state)
@@ -254,20 +277,18 @@ def serve_open_loop(
             on_batch(len(records), len(batches))
 
     def check(state: _InFlight) -> None:
-        """Decode ``state`` if its wait is over (or its deadline passed and it is decodable); give it up if it
-        can no longer decode."""
+        """Decode ``state`` if its wait is over; give it up if it can no longer decode."""
         now = pool.now()
-        arrived = torch.zeros(num_workers, dtype=torch.bool)
-        arrived[[*state.results, *state.padding]] = True  # padding slots decode as zeros, then are dropped
-        mask = arrived.expand(scheme.num_groups(len(state.batch.queries)), -1).clone()
-        possible = len(state.results) + len({key[1] for key in state.outstanding} - set(state.results))
-        rule_met = len(state.results) >= min(quorum, possible)
-        decodable = bool(state.results) and scheme.decodable(mask)
-        exhausted = not state.outstanding
-        if decodable and (scheme.wait_over(mask, rule_met) or now >= state.deadline_at_s or exhausted):
-            finish(state, mask)
-        elif exhausted or now >= state.give_up_at_s:
-            finish(state, None)
+        arrived = slot_mask(state, state.results)[0]
+        waiting = [False] * num_workers
+        for _, slot, _ in state.outstanding:
+            waiting[slot] = slot not in state.results
+        pending = torch.tensor(waiting)
+        options = {"num_stragglers": state.stragglers, "num_groups": state.coded.coded.shape[0]}
+        if state.results and wait.is_over(code, arrived, pending, started_s=state.dispatched_s, now_s=now, **options):
+            finish(state, True)
+        elif not state.outstanding or now >= state.give_up_at_s:
+            finish(state, False)
 
     def receive(completion: Completion) -> None:
         if completion.error is not None:
@@ -277,10 +298,7 @@ def serve_open_loop(
                     if worker == completion.worker:
                         del state.outstanding[key]
                         load[worker] -= 1
-                        if _needs_every_slot(scheme) and key[1] not in state.results:
-                            other = least_loaded(state.workers_of[key[1]])
-                            if other is not None:
-                                submit(state, key[1], other, key[2])
+                resend_needed(state)
                 check(state)
             return
         state = in_flight.get(completion.key[0])
@@ -328,8 +346,3 @@ def serve_open_loop(
         lost_workers=sorted(lost | pool.lost_workers()),
         duration_s=max((r.done_s for r in records), default=0.0),
     )
-
-
-def _needs_every_slot(scheme: Scheme) -> bool:
-    """Uncoded execution cannot decode without any of its slots: a lost worker's slot is sent elsewhere."""
-    return isinstance(scheme, UncodedScheme)

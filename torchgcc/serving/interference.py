@@ -15,7 +15,7 @@ import sys
 
 __all__ = ["CpuHog"]
 
-_BUSY_LOOP = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_DFL)\nwhile True:\n    pass\n"
+_BUSY_LOOP = "while True:\n    pass\n"
 
 
 class CpuHog:
@@ -43,7 +43,10 @@ class CpuHog:
             return
         try:
             for core in self.cores:
-                process = subprocess.Popen([sys.executable, "-c", _BUSY_LOOP], stdin=subprocess.DEVNULL)
+                # a Ctrl-C at the terminal ends it too (KeyboardInterrupt; its traceback goes to /dev/null)
+                process = subprocess.Popen(
+                    [sys.executable, "-c", _BUSY_LOOP], stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
                 self.processes.append(process)
                 os.sched_setaffinity(process.pid, {core})
         except BaseException:

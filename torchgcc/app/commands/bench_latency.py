@@ -1,7 +1,7 @@
 """``torchgcc bench-latency``: step latency against accuracy of uncoded, replication and coded execution.
 
 For every setting (N, K) and straggler probability p, one job of P local processes (spawned by
-:func:`torchgcc.distributed.launcher.launch`) runs every scheme on the same batches and the **same per-step worker
+:func:`torchgcc.distributed.launch.launch`) runs every scheme on the same batches and the **same per-step worker
 delays**, one after the other, on the same ranks. Worker delays are bimodal: ``fast`` seconds, or ``slow`` with
 probability p (times a uniform jitter). The schemes, all at the same N:
 
@@ -151,8 +151,8 @@ def _parse_settings(text: str) -> list[tuple[int, int]]:
 
 def _run_setting(args, num_workers: int, num_inputs: int, p: float, steps: int, progress) -> dict:
     """One job: every scheme on the same delays; returns the setting's records and summary."""
-    from torchgcc.distributed.job import summarize
-    from torchgcc.distributed.launcher import launch
+    from torchgcc.app.coded_job import summarize
+    from torchgcc.distributed.launch import launch
 
     fixed_s = wait_stragglers_of(args, num_workers, num_inputs) if args.adaptive_wait else None
     schemes = schemes_of(num_workers, num_inputs, fixed_s)

@@ -1,6 +1,6 @@
 """``python -m torchgcc.distributed`` (under torchrun or the local launcher): the coded-inference job's command line.
 
-Every rank parses the same options into a :class:`~torchgcc.distributed.job.JobSettings` and validates them before
+Every rank parses the same options into a :class:`~torchgcc.app.coded_job.JobSettings` and validates them before
 any process group is joined; a bad option ends every rank with status 2 and one line on rank 0's stderr. Rank 0
 prints one JSON line per step and scheme, then a summary line; ``--save`` writes the kept tensors with
 ``torch.save``.
@@ -18,12 +18,14 @@ from typing import Sequence
 
 import torch
 
+from torchgcc.app.code_names import code_name_choices
+from torchgcc.app.coded_job import EXIT_USAGE, JobSettings, run_job
+from torchgcc.app.logs import configure_logging
 from torchgcc.app.results import plain
+from torchgcc.app.workloads import WORKLOADS
 from torchgcc.distributed.heartbeat import EXIT_COORDINATOR_LOST
-from torchgcc.distributed.job import EXIT_USAGE, JobSettings, run_job
 from torchgcc.distributed.layout import LAYOUTS
 from torchgcc.distributed.links import TRANSPORTS
-from torchgcc.distributed.tasks import TASKS
 from torchgcc.distributed.transport import STORE_VALUE_LIMIT
 from torchgcc.distributed.worker import CoordinatorLost
 from torchgcc.stragglers import LATENCY_MODELS, PLACEMENTS
@@ -81,8 +83,8 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
         dest="schemes",
         type=_names,
         default=",".join(DEFAULTS.schemes),
-        help="comma-separated schemes run on the same batches and delays: 'uncoded', 'replication' "
-        "or registered code names (gcc, natural, bacc, lcc)",
+        help="comma-separated codes run on the same batches and delays, each optionally with its own S "
+        f"(gcc:S=4) or an adaptive S (gcc:adaptive): {', '.join(code_name_choices())}",
     )
     code.add_argument(
         "--code-param",
@@ -113,7 +115,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     run.add_argument(
         "--task",
         default=DEFAULTS.task,
-        help=f"model: {sorted(TASKS)} (tiny built-in) or any timm model name, e.g. resnet18 (random "
+        help=f"model: {sorted(WORKLOADS)} (tiny built-in) or any timm model name, e.g. resnet18 (random "
         "weights unless --checkpoint; seeded random images)",
     )
     run.add_argument("--image-size", type=int, default=DEFAULTS.image_size, help="image side of timm tasks")
@@ -271,7 +273,6 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
         "--slow-delay", type=float, default=DEFAULTS.slow_delay, help="seconds of the --slow-worker delay"
     )
     return parser
-    return parser
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -309,6 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         allow_abbrev=False,
     )
     args = add_job_arguments(parser).parse_args(argv)
+    configure_logging()
     progress = None
     held: list[dict] = []  # the summary line waits for --save: once it is printed, the saved file is complete
 

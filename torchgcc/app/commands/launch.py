@@ -1,6 +1,6 @@
 """``python -m torchgcc.distributed.launch --nproc P [--timeout S] -- JOB OPTIONS``: the local launcher's command line.
 
-Runs :func:`torchgcc.distributed.launcher.launch` and prints rank 0's JSON lines on stdout as they appear, every
+Runs :func:`torchgcc.distributed.launch.launch` and prints rank 0's JSON lines on stdout as they appear, every
 rank's process id on stderr at the start, and every rank's stderr and exit status at the end.
 """
 
@@ -12,9 +12,9 @@ import signal
 import sys
 from typing import Sequence
 
+from torchgcc.app.coded_job import EXIT_USAGE
 from torchgcc.app.commands.distributed_job import JOB_PROG, add_job_arguments, settings_from
-from torchgcc.distributed import launcher
-from torchgcc.distributed.job import EXIT_USAGE
+from torchgcc.distributed import launch
 
 __all__ = ["main"]
 
@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m torchgcc.distributed.launch",
         allow_abbrev=False,
-        description=launcher.__doc__,
+        description=launch.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--nproc", type=int, default=5)
@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     previous = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
-        run = launcher.launch(
+        run = launch.launch(
             job,
             nproc=args.nproc,
             timeout_s=args.timeout,

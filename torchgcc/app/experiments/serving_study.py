@@ -36,6 +36,7 @@ import torch
 
 import torchgcc
 from torchgcc.app.cli import UsageError
+from torchgcc.app.code_names import NamedCode, named_code
 from torchgcc.app.data import list_datasets, load_dataset
 from torchgcc.app.model_cache import load_or_train
 from torchgcc.app.models import list_models
@@ -43,18 +44,10 @@ from torchgcc.app.plots import plt, save_figure
 from torchgcc.app.results import ExperimentResult
 from torchgcc.app.statistics import seed_mean_ci
 from torchgcc.app.tables import markdown_rows, publish_rows
-from torchgcc.distributed.schemes import make_execution_scheme
 from torchgcc.metrics import accuracy, argmax_agreement, mse
-from torchgcc.serving import (
-    CpuHog,
-    HedgePolicy,
-    PoissonArrivals,
-    ProcessPool,
-    VirtualPool,
-    form_batches,
-    serve_open_loop,
-)
+from torchgcc.serving import CpuHog, HedgePolicy, PoissonArrivals, form_batches, serve_open_loop
 from torchgcc.stragglers import LATENCY_MODELS, LatencyStragglers
+from torchgcc.workers import ProcessWorkers, VirtualWorkers
 
 __all__ = [
     "docs_p99_table",
@@ -242,35 +235,38 @@ def configure(args: argparse.Namespace) -> Config:
     return config
 
 
-def _scheme(config: Config, name: str):
-    """The execution scheme of ``name`` (``hedged`` is the uncoded split; the dispatcher adds the backups)."""
+def _scheme(config: Config, name: str) -> NamedCode:
+    """The code and wait of ``name`` (``hedged`` is uncoded; the serving loop adds the backups); a batch still not
+    decodable 60 s after dispatch is given up."""
     try:
-        return make_execution_scheme(
-            "uncoded" if name == "hedged" else name, num_inputs=config.num_inputs, num_workers=config.num_workers
+        return named_code(
+            "uncoded" if name == "hedged" else name,
+            num_inputs=config.num_inputs,
+            num_workers=config.num_workers,
+            num_stragglers=0,
+            timeout_s=60.0,
         )
     except ValueError as error:
         raise UsageError(f"--schemes: {error}") from None
 
 
 @contextmanager
-def _pool(config: Config, model: torch.nn.Module) -> Iterator[Any]:
+def _workers(config: Config, model: torch.nn.Module) -> Iterator[Any]:
     """The N workers of ``config.engine``; stopped (processes, actors, Ray itself) on exit, Ctrl-C included."""
     n = config.num_workers
     if config.engine == "virtual":
-        yield VirtualPool(model, n, service_s=config.virtual_service_s)
+        yield VirtualWorkers(model, n, service_s=config.virtual_service_s)
         return
     cores = sorted(os.sched_getaffinity(0))
     cpus = [[cores[w % len(cores)]] for w in range(n)] if config.interference_cores else None
     if config.engine == "processes":
-        with ProcessPool(model, n, cpus=cpus, threads=config.worker_threads) as pool:
-            yield pool
+        with ProcessWorkers(model, n, cpus=cpus, threads=config.worker_threads) as workers:
+            yield workers
         return
     from torchgcc.distributed.ray_workers import RayWorkers, local_ray
-    from torchgcc.serving.ray_pool import RayPool
 
     with local_ray(num_cpus=len(cores)), RayWorkers(model, n, threads=config.worker_threads) as actors:
-        with RayPool(actors) as pool:
-            yield pool
+        yield actors
 
 
 def _trial_seed(config: Config, rate_index: int, trial: int) -> int:
@@ -288,7 +284,7 @@ def run(config: Config, *, progress: bool = True) -> ExperimentResult:
     load_before = os.getloadavg()
     started = time.monotonic()
     total = len(config.rates) * config.trials * len(config.schemes)
-    with _pool(config, model) as pool, ExitStack() as stack:
+    with _workers(config, model) as workers, ExitStack() as stack:
         bar = stack.enter_context(tqdm(total=total, desc="serve-bench", disable=not progress, leave=False))
         hog = stack.enter_context(_Interference(config.interference_cores))
         for rate_index, rate in enumerate(config.rates):
@@ -306,10 +302,10 @@ def run(config: Config, *, progress: bool = True) -> ExperimentResult:
                 for name in config.schemes:
                     bar.set_description(f"{rate:g} q/s, trial {trial}, {name}")
                     hedge = HedgePolicy(config.hedge_percentile) if name == "hedged" else None
+                    named = _scheme(config, name)
                     with hog.running():
                         served = serve_open_loop(
-                            pool,
-                            _scheme(config, name),
+                            torchgcc.CodedModule(model, named.code, workers=workers, wait=named.wait),
                             queries,
                             arrivals,
                             batches,

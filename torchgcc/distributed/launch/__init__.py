@@ -1,4 +1,5 @@
-"""A minimal local launcher: P processes of ``python -m torchgcc.distributed`` on this machine, time-bounded.
+"""A minimal local launcher: P processes of ``python -m torchgcc.distributed`` (or any program) on this machine,
+time-bounded.
 
 Its command line is ``python -m torchgcc.distributed.launch`` (:mod:`torchgcc.app.commands.launch`).
 
@@ -68,8 +69,10 @@ def launch(
     on_record: Callable[[dict], None] | None = None,
     on_start: Callable[[list[int]], None] | None = None,
     grace_s: float = 5.0,
+    program: Sequence[str] = ("-m", "torchgcc.distributed"),
 ) -> JobRun:
-    """Run ``python -m torchgcc.distributed *args`` on ``nproc`` local processes and wait at most ``timeout_s``.
+    """Run ``python *program *args`` (default: the job ``python -m torchgcc.distributed *args``) on ``nproc`` local
+    processes and wait at most ``timeout_s``.
 
     ``on_record`` is called with every JSON line of rank 0 as it appears (for progress bars), ``on_start`` with
     the process ids by rank. Once rank 0 has exited, ranks still running after ``grace_s`` are killed (their
@@ -102,7 +105,7 @@ def launch(
                 logs.append((out, err))
                 processes.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "torchgcc.distributed", *args],
+                        [sys.executable, *program, *args],
                         env=env,
                         stdout=out,
                         stderr=err,

@@ -1,36 +1,37 @@
-"""The coded-inference job every rank runs under torchrun: settings, the coordinator's loop, the summary.
+"""The coded-inference job (``python -m torchgcc.distributed``): settings, rank 0's step loop, the summary.
 
-Rank 0 coordinates: every step it draws a batch of the task, runs every scheme on it through the
-:class:`~torchgcc.distributed.coordinator.Coordinator` and hands one record per step and scheme to ``emit`` (then
-a summary record); ranks 1..P-1 serve the coded workers until shutdown. The command line that builds
-:class:`JobSettings` is the application's (``python -m torchgcc.distributed``, see
-:mod:`torchgcc.app.commands.distributed_job`).
+Rank 0 holds one :class:`~torchgcc.CodedModule` per code of the run, all on the same engine (the ranks of a
+torchrun job, :class:`~torchgcc.distributed.ProcessGroupWorkers`; or Ray actors,
+:class:`~torchgcc.distributed.RayWorkers`); every step it draws a batch of the workload, runs every code on it (on
+the same injected delays or drawn mask) and hands one record per step and code to ``emit`` (then a summary record);
+ranks 1..P-1 serve the coded workers until shutdown (:func:`~torchgcc.distributed.serve`). The command line that
+builds :class:`JobSettings` is :mod:`torchgcc.app.commands.distributed_job`.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Hashable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
+from torchgcc.app.code_names import NamedCode, named_code
+from torchgcc.app.workloads import Workload, make_workload
 from torchgcc.coded_module import CodedModule
-from torchgcc.distributed.arrival import Injected, Measured, Simulated
-from torchgcc.distributed.coordinator import Coordinator, TooFewWorkersError
+from torchgcc.distributed import ProcessGroupWorkers, connect, serve
 from torchgcc.distributed.faults import FaultPlan
 from torchgcc.distributed.heartbeat import peak_rss_mb
-from torchgcc.distributed.schemes import CodedScheme, make_execution_scheme
-from torchgcc.distributed.tasks import Task, make_task
-from torchgcc.distributed.transport import STORE_CHUNK_BYTES, Channel, check_chunk_bytes, connect
-from torchgcc.distributed.worker import serve
+from torchgcc.distributed.transport import STORE_CHUNK_BYTES, STORE_VALUE_LIMIT, Channel
 from torchgcc.metrics import argmax_agreement, mean_ci, mse
-from torchgcc.stragglers import BernoulliStragglers, FixedStragglers, LatencyStragglers
+from torchgcc.stragglers import BernoulliStragglers, FixedStragglers, LatencyStragglers, StragglerModel
+from torchgcc.workers import Completion, Task, TooFewWorkersError, Workers
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -67,10 +68,10 @@ class JobSettings:
     instance, each restarted up to ``max_restarts`` times after a crash; ``layout``, ``transport`` and the rank
     faults do not apply).
 
-    Code: ``schemes`` (names run on the same batches and delays: ``"uncoded"``, ``"replication"`` or registered
-    code names, optionally ``"gcc:S=4"`` or ``"gcc:adaptive"``), ``code_params`` (keyword arguments of
-    ``make_code``), ``num_workers`` N, ``num_inputs`` K, ``num_stragglers`` S (decode once N - S results arrived),
-    ``layout`` of the N workers over the worker ranks.
+    Code: ``schemes`` (code names run on the same batches and delays, :mod:`torchgcc.app.code_names`:
+    ``"uncoded"``, ``"replication"`` or registered codes, optionally ``"gcc:S=4"`` or ``"gcc:adaptive"``),
+    ``code_params`` (keyword arguments of ``make_code``), ``num_workers`` N, ``num_inputs`` K, ``num_stragglers`` S
+    (decode once N - S results arrived), ``layout`` of the N workers over the worker ranks.
 
     Run: ``steps``, ``task`` (``"mlp"`` or a timm model name) with ``image_size``, ``num_classes`` and
     ``checkpoint``; ``batch_size`` M samples per step; ``transport`` (``"pg"`` data plane or ``"store"``) with
@@ -169,6 +170,11 @@ class JobSettings:
         for name in ("step_timeout", "heartbeat_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
+        if not 0 < self.chunk_bytes <= STORE_VALUE_LIMIT:
+            raise ValueError(
+                f"--store-chunk-mb {self.store_chunk_mb} is outside (0, {STORE_VALUE_LIMIT / 2**20:g}] MiB (the "
+                "TCPStore's largest value)"
+            )
 
     @property
     def chunk_bytes(self) -> int:
@@ -178,7 +184,7 @@ class JobSettings:
 @dataclass
 class JobOutcome:
     """What rank 0 returns: the exit status, every step record, the summary record and (with ``save``) the saved
-    steps (inputs, mask, delays, outputs per step and scheme) and the adaptive policies' states."""
+    steps (inputs, mask, delays, outputs per step and code) and the adaptive controllers' states."""
 
     status: int
     records: list[Record]
@@ -219,26 +225,26 @@ def fault_plan(settings: JobSettings) -> FaultPlan:
     )
 
 
-def arrival_mode(settings: JobSettings, *, min_arrived: int) -> Simulated | Injected | Measured:
-    """How every step's mask is decided (see :mod:`torchgcc.distributed.arrival`)."""
+def straggler_model(settings: JobSettings, min_arrived: int) -> StragglerModel:
+    """The simulated mode's straggler model (its masks are drawn per step and shared by every code; Bernoulli
+    masks keep at least ``min_arrived`` workers)."""
     s = settings.num_stragglers
-    if settings.mode == "measured":
-        return Measured(num_stragglers=s)
-    latency = LatencyStragglers(settings.latency, num_stragglers=s, seed=settings.seed, **settings.latency_params)
-    if settings.mode == "injected":
-        return Injected(latency, num_stragglers=s)
-    models = {
-        "fixed": lambda: FixedStragglers(s, settings.straggler_placement, seed=settings.seed),
-        "bernoulli": lambda: BernoulliStragglers(settings.straggle_prob, min_arrived=min_arrived, seed=settings.seed),
-        "latency": lambda: latency,
-    }
-    return Simulated(models[settings.straggler_model]())
+    if settings.straggler_model == "fixed":
+        return FixedStragglers(s, settings.straggler_placement, seed=settings.seed)
+    if settings.straggler_model == "bernoulli":
+        return BernoulliStragglers(settings.straggle_prob, min_arrived=min_arrived, seed=settings.seed)
+    return latency_model(settings)
 
 
-def wait_policy(settings: JobSettings, name: str):
-    """A fresh :class:`WaitCountController` for the scheme ``name`` if it is ``CODE:adaptive``, else None."""
-    if not name.endswith(":adaptive"):
-        return None
+def latency_model(settings: JobSettings) -> LatencyStragglers:
+    """The injected mode's delays (and the simulated ``latency`` straggler model)."""
+    return LatencyStragglers(
+        settings.latency, num_stragglers=settings.num_stragglers, seed=settings.seed, **settings.latency_params
+    )
+
+
+def wait_controller(settings: JobSettings):
+    """A fresh :class:`~torchgcc.control.wait_count.WaitCountController` for a ``CODE:adaptive`` name."""
     if settings.wait_deadline is None or settings.wait_deadline <= 0:
         raise ValueError("an adaptive scheme needs --wait-deadline SECONDS (> 0), the latency it keeps steps under")
     if settings.mode == "simulated":
@@ -260,27 +266,71 @@ def wait_policy(settings: JobSettings, name: str):
     )
 
 
-def build_schemes(settings: JobSettings) -> list:
-    """The execution schemes of ``settings.schemes`` (raises ``ValueError`` for a bad name or combination)."""
-    schemes = [
-        make_execution_scheme(
+def build_codes(settings: JobSettings) -> list[NamedCode]:
+    """The codes of ``settings.schemes`` with their waits (raises ``ValueError`` for a bad name or combination)."""
+    named = [
+        named_code(
             name,
             num_inputs=settings.num_inputs,
             num_workers=settings.num_workers,
-            policy=wait_policy(settings, name),
-            **settings.code_params,
+            num_stragglers=settings.num_stragglers,
+            deadline_s=settings.deadline if settings.deadline > 0 else None,
+            timeout_s=settings.step_timeout,
+            controller=lambda: wait_controller(settings),
+            watch_s=settings.wait_deadline,
+            code_params=settings.code_params,
         )
         for name in settings.schemes
     ]
-    if settings.mode == "simulated" and any(not isinstance(s, CodedScheme) for s in schemes):
-        raise ValueError("uncoded and replication wait for arrivals, not a drawn mask: use --mode injected or measured")
-    return schemes
+    if settings.mode == "simulated" and any(n.code.num_inputs != settings.num_inputs for n in named):
+        raise ValueError(
+            "uncoded groups N samples, but the simulated mode draws one mask per step for groups of K: "
+            "use --mode injected or measured"
+        )
+    return named
+
+
+class InjectedDelays:
+    """An engine whose tasks wait ``delays[worker]`` seconds after the model (set per step; the injected mode)
+    plus the fault plan's slow workers' extra delay; everything else is the wrapped engine's."""
+
+    def __init__(self, workers: Workers, extra: torch.Tensor) -> None:
+        self.workers, self.extra = workers, extra
+        self.num_workers, self.workers_per_process = workers.num_workers, workers.workers_per_process
+        self.delays: Optional[torch.Tensor] = None
+
+    def applied(self) -> Optional[torch.Tensor]:
+        """``(N,)`` the delays the next tasks get, or None when there are none."""
+        if self.delays is None and not self.extra.any():
+            return None
+        return self.extra if self.delays is None else self.extra + self.delays
+
+    def now(self) -> float:
+        return self.workers.now()
+
+    def submit(self, tasks: Sequence[Task]) -> None:
+        delays = self.applied()
+        if delays is not None:
+            tasks = [dataclasses.replace(t, delay_s=t.delay_s + float(delays[t.worker])) for t in tasks]
+        self.workers.submit(tasks)
+
+    def cancel(self, keys: Sequence[Hashable]) -> None:
+        self.workers.cancel(keys)
+
+    def wait(self, until_s: float) -> list[Completion]:
+        return self.workers.wait(until_s)
+
+    def lost_workers(self) -> set[int]:
+        return self.workers.lost_workers()
+
+    def close(self) -> None:
+        self.workers.close()
 
 
 def summarize(records: list[Record]) -> dict[str, dict[str, float]]:
-    """Per scheme: steps, median and p99 step latency, MSE and argmax agreement (RelAcc) as mean and 95% CI
+    """Per code name: steps, median and p99 step latency, MSE and argmax agreement (RelAcc) as mean and 95% CI
     half-width over steps (``1.96 * std / sqrt(steps)``), median MSE, the samples left without a result, and the
-    mean S (NaN for the schemes without one)."""
+    mean S (NaN for the codes without one)."""
     summary = {}
     for name in dict.fromkeys(r["scheme"] for r in records):
         rows = [r for r in records if r["scheme"] == name]
@@ -313,7 +363,7 @@ def run_job(
     """Take part in the job: rank 0 coordinates and returns the :class:`JobOutcome`, the others serve the coded
     workers and return None once the coordinator shuts the job down.
 
-    Rank 0 hands every record to ``emit`` as it is made (``"start"``, one per step and scheme, ``"error"``, then
+    Rank 0 hands every record to ``emit`` as it is made (``"start"``, one per step and code, ``"error"``, then
     ``"summary"``) and calls ``on_step(step)`` after each step. Raises ``ValueError`` for bad settings on every
     rank before any process group is joined.
     """
@@ -321,10 +371,8 @@ def run_job(
     faults = fault_plan(settings)
     if settings.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda, but CUDA is not available on this machine: use --device cpu")
-    if settings.transport == "store":
-        check_chunk_bytes(settings.chunk_bytes)
     # built on every rank before joining, so that bad settings stop every rank, not just the coordinator
-    task = make_task(
+    workload = make_workload(
         settings.task,
         seed=settings.seed,
         batch_size=settings.batch_size,
@@ -332,10 +380,10 @@ def run_job(
         num_classes=settings.num_classes,
         checkpoint=settings.checkpoint,
     )
-    schemes = build_schemes(settings)
-    mode = arrival_mode(settings, min_arrived=max(scheme.min_arrived for scheme in schemes))
+    codes = build_codes(settings)
+    extra = faults.extra_delays(settings.num_workers)
     if settings.engine == "ray":
-        return _run_on_ray(settings, task, schemes, mode, faults, emit, on_step)
+        return _run_on_ray(settings, workload, codes, extra, emit, on_step)
     channel = connect()
     if channel.rank != 0:
         # Ctrl-C reaches every rank of a torchrun job: the coordinator stops the workers (or torchrun ends them)
@@ -344,7 +392,7 @@ def run_job(
         if settings.device == "cuda":
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"
         serve(
-            task.model,
+            workload.model,
             channel,
             device=device,
             faults=faults,
@@ -356,42 +404,44 @@ def run_job(
     signal.signal(signal.SIGTERM, _raise_terminated)
     signal.signal(signal.SIGINT, _raise_terminated)
     try:
-        coordinator = Coordinator(
+        workers = ProcessGroupWorkers(
             channel,
             num_workers=settings.num_workers,
             layout=settings.layout,
             transport=settings.transport,
             chunk_bytes=settings.chunk_bytes,
-            faults=faults,
             heartbeat_timeout_s=settings.heartbeat_timeout,
-            step_timeout_s=settings.step_timeout,
         )
         start = {
             "event": "start",
             "engine": "torchrun",
             "world_size": channel.world_size,
-            "layout": coordinator.assignment,
+            "layout": workers.assignment,
             "transport": settings.transport,
         }
+        engine = InjectedDelays(workers, extra)
+
+        def set_step(step: int) -> None:
+            workers.step = step
+
         return _coordinate(
-            settings, coordinator, start, task, schemes, mode, emit, on_step, lambda: _max_rss_mb(channel)
+            settings, engine, start, workload, codes, emit, on_step, lambda: _max_rss_mb(channel), set_step
         )
     finally:
         channel.request_shutdown()  # idempotent; also frees the workers when the coordinator fails early
 
 
-def _run_on_ray(settings, task, schemes, mode, faults, emit, on_step) -> JobOutcome:
-    """The coordinator's loop with the N workers as Ray actors (:class:`RayCoordinator`), in this process."""
-    from torchgcc.distributed.ray_coordinator import RayCoordinator
+def _run_on_ray(settings, workload, codes, extra, emit, on_step) -> JobOutcome:
+    """The coordinator's loop with the N workers as Ray actors, in this process."""
     from torchgcc.distributed.ray_workers import RayWorkers, local_ray
 
     previous = {signum: signal.signal(signum, _raise_terminated) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
-        with local_ray(), RayWorkers(task.model, settings.num_workers, max_restarts=settings.max_restarts) as workers:
-            coordinator = RayCoordinator(workers, faults=faults, step_timeout_s=settings.step_timeout)
-            start = {"event": "start", "engine": "ray", "num_workers": settings.num_workers, "pids": workers.pids}
+        with local_ray(), RayWorkers(workload.model, settings.num_workers, max_restarts=settings.max_restarts) as ray:
+            start = {"event": "start", "engine": "ray", "num_workers": settings.num_workers, "pids": ray.pids}
+            engine = InjectedDelays(ray, extra)
             return _coordinate(
-                settings, coordinator, start, task, schemes, mode, emit, on_step, lambda: {0: peak_rss_mb()}
+                settings, engine, start, workload, codes, emit, on_step, lambda: {0: peak_rss_mb()}, lambda step: None
             )
     finally:  # this process goes on (a test, a notebook): give it its signal handlers back
         for signum, handler in previous.items():
@@ -400,46 +450,52 @@ def _run_on_ray(settings, task, schemes, mode, faults, emit, on_step) -> JobOutc
 
 def _coordinate(
     settings: JobSettings,
-    coordinator,
+    engine: InjectedDelays,
     start: Record,
-    task: Task,
-    schemes: list,
-    mode: Simulated | Injected | Measured,
+    workload: Workload,
+    codes: list[NamedCode],
     emit: Callable[[Record], None],
     on_step: Callable[[int], None],
     max_rss_mb: Callable[[], dict],
+    set_step: Callable[[int], None],
 ) -> JobOutcome:
-    """The coordinator's loop (a :class:`Coordinator` or a :class:`RayCoordinator`, closed at the end): every
-    step, every scheme, one record; then the summary."""
+    """The coordinator's loop (the engine closed at the end): every step, every code, one record; then the
+    summary."""
+    modules = {n.name: CodedModule(workload.model, n.code, workers=engine, wait=n.wait) for n in codes}
     num_groups = math.ceil(settings.batch_size / settings.num_inputs)
-    deadline = settings.deadline if settings.deadline > 0 else None
+    min_arrived = max(n.code.min_arrived for n in codes)
+    drawn = straggler_model(settings, min_arrived) if settings.mode == "simulated" else None
+    latency = latency_model(settings) if settings.mode == "injected" else None
     records: list[Record] = []
     saved: list[dict] = []
     status = 0
     started = time.monotonic()
-    with coordinator:
+    try:
         emit(start)
-        try:
-            for step in range(settings.steps):
-                x = task.batch(step)
-                with torch.no_grad():
-                    reference = task.model(x)
-                plan = mode.plan(num_groups, settings.num_workers)
-                for scheme in schemes:
-                    record, kept = _run_scheme(settings, coordinator, scheme, task, x, reference, plan, step, deadline)
-                    records.append(record)
-                    emit(record)
-                    if settings.save:
-                        saved.append(kept)
-                on_step(step)
-        except (TooFewWorkersError, Terminated, dist.DistError) as error:
-            emit({"event": "error", "error": f"{type(error).__name__}: {error}"})
-            status = EXIT_TOO_FEW_WORKERS if isinstance(error, TooFewWorkersError) else EXIT_TRANSPORT
-            status = error.status if isinstance(error, Terminated) else status
-    lost = coordinator.lost_workers  # after close(), which also catches ranks that died near the end
+        for step in range(settings.steps):
+            x = workload.batch(step)
+            with torch.no_grad():
+                reference = workload.model(x)
+            mask = None if drawn is None else drawn.sample(num_groups, settings.num_workers)
+            engine.delays = None if latency is None else latency.sample_delays(1, settings.num_workers)[0].double()
+            set_step(step)
+            for named in codes:
+                record, kept = _run_code(settings, modules[named.name], named, engine, x, mask, reference, step)
+                records.append(record)
+                emit(record)
+                if settings.save:
+                    saved.append(kept)
+            on_step(step)
+    except (TooFewWorkersError, Terminated, dist.DistError) as error:
+        emit({"event": "error", "error": f"{type(error).__name__}: {error}"})
+        status = EXIT_TOO_FEW_WORKERS if isinstance(error, TooFewWorkersError) else EXIT_TRANSPORT
+        status = error.status if isinstance(error, Terminated) else status
+    finally:
+        engine.close()
+    lost = sorted(engine.lost_workers())  # after close(), which also catches ranks that died near the end
     per_step = collections.Counter(r["step"] for r in records)
-    completed = sum(count == len(schemes) for count in per_step.values())  # steps every scheme finished
-    policies = {s.name: s.policy for s in schemes if getattr(s, "policy", None) is not None}
+    completed = sum(count == len(codes) for count in per_step.values())  # steps every code finished
+    controllers = {n.name: n.wait.adaptive for n in codes if n.wait.adaptive is not None}
     summary = {
         "event": "summary",
         "status": status,
@@ -447,62 +503,73 @@ def _coordinate(
         "steps_requested": settings.steps,
         "wall_s": time.monotonic() - started,
         "lost_workers": lost,
-        "worker_events": getattr(coordinator, "events", []),  # the Ray engine's losses and re-admissions
+        "worker_events": getattr(engine.workers, "events", []),  # the Ray engine's losses and re-admissions
         "max_rss_mb": max_rss_mb(),
         "schemes": summarize(records),
         "wait_policies": {
             name: {
-                "stragglers_distribution": p.stragglers_distribution(),
-                "event_rate": p.controller.event_rate,
-                "changes": p.controller.changes,
+                "stragglers_distribution": c.stragglers_distribution(),
+                "event_rate": c.controller.event_rate,
+                "changes": c.controller.changes,
             }
-            for name, p in policies.items()
+            for name, c in controllers.items()
         },
     }
     emit(summary)
     kept = None
     if settings.save:
-        kept = {"steps": saved, "wait_policies": {name: p.state_dict() for name, p in policies.items()}}
+        kept = {"steps": saved, "wait_policies": {name: c.state_dict() for name, c in controllers.items()}}
     return JobOutcome(status=status, records=records, summary=summary, saved=kept)
 
 
-def _run_scheme(settings, coordinator, scheme, task, x, reference, plan, step, deadline) -> tuple[Record, dict]:
-    """One step of one scheme: its record, and the tensors ``save`` keeps."""
-    policy = getattr(scheme, "policy", None)
-    if policy is not None:
-        scheme.num_stragglers = policy.choose()
-    watch = None if policy is None else settings.wait_deadline
-    result = coordinator.step(scheme, x, plan, step=step, deadline_s=deadline, watch_s=watch)
-    if policy is not None:
-        policy.observe(result.arrival_s, num_stragglers=scheme.num_stragglers, watched_until=result.watched_s)
-    have = torch.ones(len(x), dtype=torch.bool)
-    have[result.missing] = False  # samples without a result (replication at the deadline)
+def _run_code(
+    settings: JobSettings,
+    coded: CodedModule,
+    named: NamedCode,
+    engine: InjectedDelays,
+    x: torch.Tensor,
+    mask: Optional[torch.Tensor],
+    reference: torch.Tensor,
+    step: int,
+) -> tuple[Record, dict]:
+    """One step of one code: its record, and the tensors ``save`` keeps."""
+    delays = engine.applied()
+    started = time.monotonic()
+    with torch.no_grad():
+        output = coded(x, mask=mask)
+    finished = time.monotonic()
+    round_ = coded.last_round
+    assert round_ is not None  # a CodedModule with workers keeps every forward's round
+    latency_s = finished - started - (round_.watched_s - round_.waited_s)  # watching late results is not latency
+    used = round_.mask.any(0)
+    have = ~torch.isnan(output).flatten(1).any(1)  # samples without a result (replication at a deadline) are NaN
+    groups = math.ceil(len(x) / named.code.num_inputs)
     record = {
         "step": step,
-        "scheme": scheme.name,
-        "latency_s": result.latency_s,
-        "compute_s": result.compute_s,
-        "payload_mb_per_rank": result.payload_bytes / 1e6,
-        "arrived": result.arrived,
-        "missing": result.missing,
-        "mse": float(mse(result.output[have], reference[have])) if have.any() else math.nan,
-        "agreement": float(argmax_agreement(result.output[have], reference[have])) if have.any() else math.nan,
-        "lost_workers": result.lost_workers,
-        "S": getattr(scheme, "num_stragglers", None) if isinstance(scheme, CodedScheme) else None,
+        "scheme": named.name,
+        "latency_s": latency_s,
+        "compute_s": float(round_.compute_s[used].max()),
+        "payload_mb_per_rank": groups * x[0].nbytes * engine.workers_per_process / 1e6,
+        "arrived": used.nonzero().flatten().tolist(),
+        "missing": (~have).nonzero().flatten().tolist(),
+        "mse": float(mse(output[have], reference[have])) if have.any() else math.nan,
+        "agreement": float(argmax_agreement(output[have], reference[have])) if have.any() else math.nan,
+        "lost_workers": round_.lost_workers,
+        "S": round_.num_stragglers,
     }
-    if settings.check and isinstance(scheme, CodedScheme):
+    if settings.check:
         with torch.no_grad():
-            single = CodedModule(task.model, scheme.code)(x, mask=result.mask)
-        record["max_abs_diff_single_process"] = float((single - result.output).abs().max())
+            single = CodedModule(coded.model, named.code)(x, mask=round_.mask)
+        record["max_abs_diff_single_process"] = float((single - output).abs().max())
     kept = {
         "step": step,
-        "scheme": scheme.name,
+        "scheme": named.name,
         "x": x,
-        "mask": result.mask,
-        "delays": result.delays,
-        "output": result.output,
-        "arrival_s": result.arrival_s,
-        "watched_s": result.watched_s,
+        "mask": round_.mask,
+        "delays": delays,
+        "output": output,
+        "arrival_s": round_.arrival_s,
+        "watched_s": round_.watched_s,
     }
     return record, kept
 

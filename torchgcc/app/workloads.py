@@ -1,4 +1,5 @@
-"""Workloads for the entry point, the benchmark and the tests: every rank builds the same one.
+"""Workloads of the distributed job (``python -m torchgcc.distributed``), its benchmarks and tests: every rank
+builds the same one.
 
 ``mlp`` is a tiny seeded MLP on Gaussian inputs; any other name is a timm image model (``timm.create_model(name,
 pretrained=False)``: seeded random weights, or a checkpoint's) on seeded random images ``(M, 3, H, W)``.
@@ -12,11 +13,11 @@ from typing import Callable
 import torch
 from torch import nn
 
-__all__ = ["TASKS", "Task", "make_task", "timm_task"]
+__all__ = ["WORKLOADS", "Workload", "make_workload", "mlp_workload", "timm_workload"]
 
 
 @dataclass
-class Task:
+class Workload:
     """A model and a deterministic stream of batches.
 
     Attributes:
@@ -28,9 +29,9 @@ class Task:
     batch: Callable[[int], torch.Tensor]
 
 
-def mlp_task(
+def mlp_workload(
     *, seed: int = 0, batch_size: int = 64, in_features: int = 16, hidden: int = 64, classes: int = 10
-) -> Task:
+) -> Workload:
     """A seeded random tanh MLP ``(M, in_features) -> (M, classes)`` on standard normal inputs."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -40,10 +41,10 @@ def mlp_task(
         generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
         return torch.randn(batch_size, in_features, generator=generator)
 
-    return Task(model=model, batch=batch)
+    return Workload(model=model, batch=batch)
 
 
-def timm_task(
+def timm_workload(
     name: str,
     *,
     seed: int = 0,
@@ -51,7 +52,7 @@ def timm_task(
     image_size: int = 224,
     num_classes: int = 1000,
     checkpoint: str | None = None,
-) -> Task:
+) -> Workload:
     """A timm model in eval mode (seeded random weights unless ``checkpoint``) on seeded ``N(0, 1)`` images.
 
     Raises:
@@ -82,14 +83,14 @@ def timm_task(
         generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
         return torch.randn(batch_size, 3, image_size, image_size, generator=generator)
 
-    return Task(model=model, batch=batch)
+    return Workload(model=model, batch=batch)
 
 
-#: name -> factory(seed=, batch_size=) -> Task.
-TASKS: dict[str, Callable[..., Task]] = {"mlp": mlp_task}
+#: name -> factory(seed=, batch_size=) -> Workload.
+WORKLOADS: dict[str, Callable[..., Workload]] = {"mlp": mlp_workload}
 
 
-def make_task(
+def make_workload(
     name: str,
     *,
     seed: int,
@@ -97,10 +98,10 @@ def make_task(
     image_size: int = 224,
     num_classes: int = 1000,
     checkpoint: str | None = None,
-) -> Task:
-    """A built-in task (:data:`TASKS`) or, for any other name, :func:`timm_task`."""
-    if name in TASKS:
-        return TASKS[name](seed=seed, batch_size=batch_size)
-    return timm_task(
+) -> Workload:
+    """A built-in workload (:data:`WORKLOADS`) or, for any other name, :func:`timm_workload`."""
+    if name in WORKLOADS:
+        return WORKLOADS[name](seed=seed, batch_size=batch_size)
+    return timm_workload(
         name, seed=seed, batch_size=batch_size, image_size=image_size, num_classes=num_classes, checkpoint=checkpoint
     )

@@ -1,4 +1,5 @@
-"""A :class:`~torchgcc.serving.pool.WorkerPool` on a virtual clock: a discrete-event simulation of N FIFO workers.
+"""An engine on a virtual clock (:class:`~torchgcc.workers.protocol.Workers`): a discrete-event simulation of N FIFO
+workers.
 
 Each task occupies its worker for ``service_s + task.delay_s`` virtual seconds from the moment the worker is free;
 the model really runs (in zero virtual time) so the outputs and accuracies are real, the latencies simulated.
@@ -11,17 +12,17 @@ from __future__ import annotations
 import collections
 import heapq
 import math
-from typing import Hashable
+from typing import Hashable, Sequence
 
 import torch
 from torch import nn
 
-from torchgcc.serving.pool import Completion, Task
+from torchgcc.workers.protocol import Completion, Task
 
-__all__ = ["VirtualPool"]
+__all__ = ["VirtualWorkers"]
 
 
-class VirtualPool:
+class VirtualWorkers:
     """N simulated workers running ``model``.
 
     Args:
@@ -35,6 +36,7 @@ class VirtualPool:
             raise ValueError(f"service_s must be >= 0 seconds, got {service_s!r}")
         self.model = model.eval()
         self.num_workers = num_workers
+        self.workers_per_process = 1
         self.service_s = service_s
         self.clock = 0.0
         self._queues: list[collections.deque[Task]] = [collections.deque() for _ in range(num_workers)]
@@ -46,12 +48,13 @@ class VirtualPool:
     def now(self) -> float:
         return self.clock
 
-    def submit(self, task: Task) -> None:
-        self._queues[task.worker].append(task)
-        if self._running[task.worker] is None:
-            self._start_next(task.worker)
+    def submit(self, tasks: Sequence[Task]) -> None:
+        for task in tasks:
+            self._queues[task.worker].append(task)
+            if self._running[task.worker] is None:
+                self._start_next(task.worker)
 
-    def cancel(self, keys: list) -> None:
+    def cancel(self, keys: Sequence[Hashable]) -> None:
         drop = set(keys)
         for worker, queue in enumerate(self._queues):
             self._queues[worker] = collections.deque(t for t in queue if t.key not in drop)
@@ -105,7 +108,7 @@ class VirtualPool:
         heapq.heappush(self._events, (finish, self._sequence, worker))
         return self._sequence
 
-    def __enter__(self) -> "VirtualPool":
+    def __enter__(self) -> "VirtualWorkers":
         return self
 
     def __exit__(self, *exc_info) -> None:

@@ -1,10 +1,11 @@
-"""A :class:`~torchgcc.serving.pool.WorkerPool` of local processes: one per worker, each holding the model.
+"""An engine of local processes (:class:`~torchgcc.workers.protocol.Workers`): one per worker, each holding the model.
 
 Workers are forked from a forkserver that has imported torch once (fast starts, no torch state inherited from
 the coordinator). Each worker reads tasks and cancellations from its pipe on a reader thread and runs its queue in
 order on the main thread: model, then the injected delay (cut short if the task is cancelled meanwhile; a
-cancelled task delivers nothing). A worker ignores SIGINT (Ctrl-C is the coordinator's to handle; it then closes
-the pool) and exits with status 1 as soon as its coordinator is gone (its pipe closes), so it never outlives it.
+cancelled task delivers nothing). A worker runs in its own session, so a Ctrl-C at the terminal reaches only the
+coordinator (which then closes the workers), and it exits with status 1 as soon as its coordinator is gone (its pipe
+closes), so it never outlives it.
 """
 
 from __future__ import annotations
@@ -13,24 +14,24 @@ import collections
 import multiprocessing
 import multiprocessing.connection
 import os
-import signal
 import threading
 import time
+from typing import Hashable, Sequence
 
 import torch
 from torch import nn
 
-from torchgcc.serving.pool import Completion, Task
+from torchgcc.workers.protocol import Completion, Task
 
-__all__ = ["ProcessPool"]
+__all__ = ["ProcessWorkers"]
 
 _TASK, _CANCEL, _STOP = "task", "cancel", "stop"
 #: exit status of a worker whose coordinator vanished.
 EXIT_ORPHANED = 1
 
 
-class ProcessPool:
-    """N worker processes running ``model``.
+class ProcessWorkers:
+    """N worker processes running ``model`` (one worker per process).
 
     Args:
         model: the network (pickled to every worker; its class must be importable there).
@@ -52,12 +53,13 @@ class ProcessPool:
         if cpus is not None and len(cpus) != num_workers:
             raise ValueError(f"cpus needs one list of cores per worker ({num_workers}), got {len(cpus)}")
         self.num_workers = num_workers
+        self.workers_per_process = 1
         self._lost: set[int] = set()
         self._processes: list[multiprocessing.Process] = []
         self._tasks: list[multiprocessing.connection.Connection] = []
         self._results: dict[multiprocessing.connection.Connection, int] = {}
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["torchgcc.serving.process_pool"])
+        context.set_forkserver_preload(["torchgcc.workers.processes"])
         try:
             for worker in range(num_workers):
                 task_reader, task_writer = context.Pipe(duplex=False)
@@ -102,11 +104,13 @@ class ProcessPool:
     def now(self) -> float:
         return time.monotonic()
 
-    def submit(self, task: Task) -> None:
-        if task.worker not in self._lost:
-            self._send(task.worker, (_TASK, task.key, task.inputs, float(task.delay_s)))
+    def submit(self, tasks: Sequence[Task]) -> None:
+        for task in tasks:
+            if task.worker not in self._lost:
+                # contiguous: a view would travel with its whole storage (every worker's inputs)
+                self._send(task.worker, (_TASK, task.key, task.inputs.contiguous(), float(task.delay_s)))
 
-    def cancel(self, keys: list) -> None:
+    def cancel(self, keys: Sequence[Hashable]) -> None:
         if not keys:
             return
         for worker in range(self.num_workers):
@@ -164,7 +168,7 @@ class ProcessPool:
             connection.close()
         self._tasks, self._results, self._processes = [], {}, []
 
-    def __enter__(self) -> "ProcessPool":
+    def __enter__(self) -> "ProcessWorkers":
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -173,7 +177,7 @@ class ProcessPool:
 
 def _worker_main(worker: int, model: nn.Module, tasks, results, cores: list[int] | None, threads: int) -> None:
     """A worker process: a reader thread fills the queue, the main thread runs it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.setsid()  # out of the terminal's process group: Ctrl-C is the coordinator's to handle
     if cores is not None:
         os.sched_setaffinity(0, cores)
     torch.set_num_threads(threads)

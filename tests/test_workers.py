@@ -1,0 +1,156 @@
+"""The engine layer on a virtual clock: the wait rule of every code (fastest N - S, a deadline, decodable, simulated
+masks, an adaptive S), and CodedModule on workers equal to CodedModule in process given the round's mask."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import torchgcc
+from torchgcc.app.coded_job import InjectedDelays
+from torchgcc.attacks import ConstantAttack
+from torchgcc.noise import GaussianNoise
+from torchgcc.workers import TooFewWorkersError, VirtualWorkers, WaitPolicy, run_round
+
+SERVICE = 0.01  # virtual seconds of every task's model
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 5)).eval()
+
+
+def _engine(model, delays: list[float]) -> InjectedDelays:
+    """N = len(delays) virtual workers; worker n answers ``SERVICE + delays[n]`` after it is sent work."""
+    engine = InjectedDelays(VirtualWorkers(model, len(delays), service_s=SERVICE), torch.zeros(len(delays)))
+    engine.delays = torch.tensor(delays, dtype=torch.float64)
+    return engine
+
+
+DELAYS = [0.05, 0.01, 0.30, 0.02, 0.20, 0.04, 0.03, 0.10]  # worker n's delay; the order 1, 3, 6, 5, 0, 7, 4, 2
+
+
+def _fastest(count: int) -> list[int]:
+    return sorted(sorted(range(len(DELAYS)), key=DELAYS.__getitem__)[:count])
+
+
+@pytest.mark.parametrize("stragglers", [0, 2, 5])
+def test_a_code_waits_for_exactly_the_fastest_n_minus_s(stragglers):
+    model, code = _mlp(), torchgcc.GCC(4, 8)
+    coded = torch.randn(3, 8, 6)
+    done = run_round(_engine(model, DELAYS), coded, code=code, wait=WaitPolicy(stragglers))
+    expected = _fastest(8 - stragglers)
+    assert done.mask.any(0).nonzero().flatten().tolist() == expected and bool((done.mask == done.mask[:1]).all())
+    assert done.waited_s == pytest.approx(SERVICE + sorted(DELAYS)[7 - stragglers])
+    arrival = torch.full((8,), math.inf, dtype=torch.float64)
+    arrival[expected] = SERVICE + torch.tensor(DELAYS, dtype=torch.float64)[expected]
+    torch.testing.assert_close(done.arrival_s, arrival)
+    with torch.no_grad():
+        reference = model(coded.flatten(0, 1)).unflatten(0, (3, 8))
+    torch.testing.assert_close(done.results[:, expected], reference[:, expected], rtol=0, atol=1e-6)
+    assert bool((done.results[:, [n for n in range(8) if n not in expected]] == 0).all())  # zeros: never arrived
+
+
+def test_a_deadline_decodes_what_arrived_once_it_is_decodable():
+    code = torchgcc.GCC(4, 8)  # decodes from min_arrived results
+    done = run_round(_engine(_mlp(), DELAYS), torch.randn(2, 8, 6), code=code, wait=WaitPolicy(0, deadline_s=0.045))
+    assert done.mask[0].nonzero().flatten().tolist() == _fastest(3)  # delays 0.01 .. 0.03 land by 0.045
+    assert done.waited_s == pytest.approx(0.045)
+
+
+@pytest.mark.parametrize(("name", "num_inputs", "delay"), [("replication", 4, 0.04), ("uncoded", 8, 0.30)])
+def test_the_baselines_wait_until_they_can_decode(name, num_inputs, delay):
+    """Replication (pairs 0-1, 2-3, 4-5, 6-7) ends when every pair has a copy: at the slowest pair's fastest copy
+    (pair 0-1: 0.01, 2-3: 0.02, 4-5: 0.04, 6-7: 0.03); uncoded at the slowest worker (0.30)."""
+    code = torchgcc.make_code(name, num_inputs=num_inputs, num_workers=8)
+    done = run_round(_engine(_mlp(), DELAYS), torch.randn(2, 8, 6), code=code, wait=WaitPolicy(None))
+    assert done.waited_s == pytest.approx(SERVICE + delay)
+    assert bool(code.decodable(done.mask).all()) and done.num_stragglers is None
+
+
+def test_a_required_mask_is_waited_for_and_topped_up_where_its_workers_never_come():
+    """Simulated stragglers: the round waits for the drawn workers (until the deadline) and decodes from them; a
+    group whose drawn workers did not all arrive, and which can then not be decoded, uses every arrived result."""
+    model, code = _mlp(), torchgcc.make_code("lcc", num_inputs=2, num_workers=4, degree=1)  # needs 2 results
+    delays = [0.0, 0.0, 0.0, 9.0]  # worker 3 never arrives in time
+    required = torch.tensor([[True, True, False, False], [False, False, True, True], [True, False, True, True]])
+    wait = WaitPolicy(1, deadline_s=0.5)
+    done = run_round(_engine(model, delays), torch.randn(3, 4, 6), code=code, wait=wait)
+    assert done.waited_s == pytest.approx(SERVICE)  # nothing required: the fastest N - S = 3 ...
+    done = run_round(_engine(model, delays), torch.randn(3, 4, 6), code=code, wait=wait, required=required)
+    assert done.waited_s == pytest.approx(0.5)  # ... required: worker 3 is waited for until the deadline
+    expected = torch.tensor([[True, True, False, False], [True, True, True, False], [True, False, True, False]])
+    assert torch.equal(done.mask, expected)  # group 1 had only worker 2: topped up with every arrived result
+
+
+def test_too_few_results_by_the_timeout_is_a_clear_error():
+    code = torchgcc.make_code("lcc", num_inputs=3, num_workers=4, degree=1)  # needs 3
+    with pytest.raises(TooFewWorkersError, match=r"2 of 4 results after 1.0 s cannot be decoded"):
+        run_round(_engine(_mlp(), [0.0, 0.0, 5.0, 5.0]), torch.randn(1, 4, 6), code=code, wait=WaitPolicy(timeout_s=1))
+
+
+class FixedController:
+    """A stand-in wait-count controller: chooses the S it is given, records what it observes."""
+
+    def __init__(self, stragglers: int) -> None:
+        self.stragglers, self.observed = stragglers, []
+
+    def choose(self) -> int:
+        return self.stragglers
+
+    def observe(self, arrival_s, num_stragglers, watched_until) -> None:
+        self.observed.append((arrival_s.clone(), num_stragglers, watched_until))
+
+
+def test_an_adaptive_s_is_chosen_per_round_and_late_arrivals_are_watched():
+    controller = FixedController(3)
+    wait = WaitPolicy(adaptive=controller, watch_s=0.12)
+    done = run_round(_engine(_mlp(), DELAYS), torch.randn(2, 8, 6), code=torchgcc.GCC(4, 8), wait=wait)
+    assert done.num_stragglers == 3 and done.mask[0].nonzero().flatten().tolist() == _fastest(5)
+    ((arrival, stragglers, watched),) = controller.observed
+    assert stragglers == 3 and watched == pytest.approx(0.12) and done.watched_s == watched
+    seen = [n for n in range(8) if SERVICE + DELAYS[n] <= 0.12]  # every worker faster than the watch was seen
+    assert seen == sorted([*_fastest(5), 7])  # worker 7 (0.11) came after the decode, within the watch
+    assert torch.isfinite(arrival).nonzero().flatten().tolist() == seen
+
+
+class TwoHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _mlp()
+
+    def forward(self, x):
+        logits = self.body(x)
+        return {"logits": logits, "features": logits.tanh()[:, :2]}
+
+
+@pytest.mark.parametrize("grouping", [False, True])
+def test_coded_module_on_workers_equals_coded_module_in_process_with_the_rounds_mask(grouping):
+    """Dict outputs, noise, an attack on a fixed worker and a grouping: one shared path after the results arrive."""
+    model, code = TwoHeads(), torchgcc.GCC(4, 8, lambda_dec="spacing")
+    x = torch.randn(10, 6)
+    options = {"grouping": (lambda v: torch.argsort(v[:, 0])) if grouping else None}
+
+    def extras():
+        return {"noise": GaussianNoise(0.05, seed=1), "attack": ConstantAttack(value=3.0, workers=[1]), **options}
+
+    on_workers = torchgcc.CodedModule(model, code, workers=_engine(model, DELAYS), wait=WaitPolicy(2), **extras())
+    got = on_workers(x)
+    assert on_workers.last_mask[0].nonzero().flatten().tolist() == _fastest(6)
+    expected = torchgcc.CodedModule(model, code, **extras())(x, mask=on_workers.last_mask)
+    assert list(got) == ["logits", "features"]
+    for key in got:
+        torch.testing.assert_close(got[key], expected[key], rtol=0, atol=1e-6)
+
+
+def test_coded_module_on_workers_checks_its_arguments():
+    model = _mlp()
+    with pytest.raises(ValueError, match="N = code.num_workers = 8"):
+        torchgcc.CodedModule(model, torchgcc.GCC(4, 8), workers=VirtualWorkers(model, 6))
+    with pytest.raises(ValueError, match="wait applies to rounds on workers"):
+        torchgcc.CodedModule(model, torchgcc.GCC(4, 8), wait=WaitPolicy(2))
+    with pytest.raises(ValueError, match="num_stragglers"):
+        WaitPolicy(-1)
