@@ -13,7 +13,7 @@ from torchgcc.gradient_coding import (
     DelaySchedule,
     PartitionedData,
     Simulation,
-    make_training_scheme,
+    make_gradient_code,
     train_with_adaptive_wait,
 )
 from torchgcc.gradient_coding.clock import WorkerClock
@@ -26,7 +26,7 @@ def _setup(scheme: str, s: int, latency):
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
     data = PartitionedData(torch.randn(60, 4), torch.randint(0, 3, (60,)), num_partitions=N, batch_size=5)
-    code = make_training_scheme(scheme, num_workers=N, num_stragglers=s)
+    code = make_gradient_code(scheme, num_workers=N, num_stragglers=s)
     return Simulation(code, model, data, lr=0.1, delays=DelaySchedule(latency, N, seed=1), compute_time=0.01)
 
 

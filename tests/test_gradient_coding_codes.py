@@ -15,8 +15,8 @@ from torchgcc.gradient_coding import (
     IgnoreStragglersGCCode,
     UncodedCode,
     UndecodableError,
-    list_training_schemes,
-    make_training_scheme,
+    list_gradient_codes,
+    make_gradient_code,
     weighted_gradient,
 )
 
@@ -168,10 +168,10 @@ def test_is_gc_keeps_a_largest_disjoint_set(layout):
             assert (a @ code.B).sum().item() == pytest.approx(8)  # normalised to the sum over n partitions
 
 
-def test_schemes_registry():
-    assert set(list_training_schemes()) >= {"dgd", "is-sgd", "gc-fr", "gc-cr", "is-gc", "pgc-fr", "pgc-cr"}
-    with pytest.raises(ValueError, match="unknown gradient-coding scheme"):
-        make_training_scheme("nope", num_workers=4, num_stragglers=1)
+def test_gradient_codes_registry():
+    assert set(list_gradient_codes()) >= {"dgd", "is-sgd", "gc-fr", "gc-cr", "is-gc", "pgc-fr", "pgc-cr"}
+    with pytest.raises(ValueError, match="unknown gradient code"):
+        make_gradient_code("nope", num_workers=4, num_stragglers=1)
 
 
 def test_one_backward_pass_equals_the_weighted_sum_of_partition_gradients():

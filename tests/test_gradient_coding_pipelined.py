@@ -17,7 +17,7 @@ from torchgcc.gradient_coding import (
     PipelinedGradientCode,
     Simulation,
     UncodedCode,
-    make_training_scheme,
+    make_gradient_code,
     staleness,
     weighted_gradient,
 )
@@ -94,8 +94,8 @@ def test_pgc_cr_least_squares_decodes_exactly_for_every_straggler_set_at_n8(s):
     solution of ``B_F^T a = 1`` and the decoded sum of fresh partition gradients is their exact sum; the authors'
     uniform decoder (``pgc-cr``) weights every partition off 1 by more than 0.1 at exactly s stragglers."""
     n = 8
-    exact = make_training_scheme("pgc-cr-ls", num_workers=n, num_stragglers=s)
-    uniform = make_training_scheme("pgc-cr", num_workers=n, num_stragglers=s)
+    exact = make_gradient_code("pgc-cr-ls", num_workers=n, num_stragglers=s)
+    uniform = make_gradient_code("pgc-cr", num_workers=n, num_stragglers=s)
     assert exact.exact and exact.decoder == "lstsq" and not uniform.exact
     g = torch.randn(n, 40, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
     B = exact.B.numpy()
@@ -127,7 +127,7 @@ def test_exact_codes_follow_the_uncoded_trajectory():
     final = {}
     for name in ("dgd", "gc-fr", "gc-cr"):
         model, data = _tiny_problem(n)
-        code = make_training_scheme(name, num_workers=n, num_stragglers=1)
+        code = make_gradient_code(name, num_workers=n, num_stragglers=1)
         simulation = Simulation(code, model, data, lr=0.5, delays=None)
         for step in range(6):
             simulation.step(step, list(range(n)) if name == "dgd" else [i for i in range(n) if i != step % n])

@@ -15,7 +15,7 @@ from torchgcc.gradient_coding import (
     Simulation,
     WorkerClock,
     expected_step_time,
-    make_training_scheme,
+    make_gradient_code,
 )
 from torchgcc.gradient_coding.clock import first_arrivals, timeline
 from torchgcc.stragglers import Exponential, PersistentSlow, ShiftedExponential, make_latency_model
@@ -28,7 +28,7 @@ from torchgcc.stragglers import Exponential, PersistentSlow, ShiftedExponential,
 def test_mean_step_time_matches_the_order_statistic_closed_form(scheme, s, mean):
     """Without carry-over, E[T] = c t_c + m (H_n - H_s) within 5% over 2000 simulated steps (n = 12, t_c = 0.3 s)."""
     n, t_c, steps = 12, 0.3, 2000
-    code = make_training_scheme(scheme, num_workers=n, num_stragglers=s)
+    code = make_gradient_code(scheme, num_workers=n, num_stragglers=s)
     _, times = timeline(code, DelaySchedule(Exponential(mean), n, seed=7), t_c, steps, carry_over=False)
     loads = [code.compute_load(t) for t in range(steps)]
     expected = (
@@ -85,7 +85,7 @@ def test_simulation_waits_for_the_fastest_and_advances_the_clock():
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
     data = PartitionedData(torch.randn(60, 4), torch.randint(0, 3, (60,)), num_partitions=n, batch_size=5)
-    code = make_training_scheme("gc-fr", num_workers=n, num_stragglers=2)  # groups {0, 1, 2}, {3, 4, 5}
+    code = make_gradient_code("gc-fr", num_workers=n, num_stragglers=2)  # groups {0, 1, 2}, {3, 4, 5}
     delays = DelaySchedule(PersistentSlow(slow=(0, 3), delay=5.0, base=Exponential(0.1)), n, seed=1)
     simulation = Simulation(code, model, data, lr=0.1, delays=delays, compute_time=0.01)
     records = simulation.run(4)
@@ -137,7 +137,7 @@ def _event_driven(code, delays, compute_time, steps):
 @pytest.mark.parametrize("scheme,s", [("is-sgd", 3), ("gc-fr", 2), ("pgc-cr", 2)])
 def test_carried_over_clock_equals_an_event_driven_simulation(scheme, s):
     n, t_c = 12, 0.4
-    code = make_training_scheme(scheme, num_workers=n, num_stragglers=s)
+    code = make_gradient_code(scheme, num_workers=n, num_stragglers=s)
     delays = DelaySchedule(Exponential(1.0), n, seed=3)
     arrived, times = timeline(code, delays, t_c, 300)
     ref_arrived, ref_times = _event_driven(code, delays, t_c, 300)
@@ -172,7 +172,7 @@ def test_carried_over_pipelined_stragglers_use_stale_caches():
     n, s = 6, 2
     torch.manual_seed(0)
     data = PartitionedData(torch.randn(60, 4), torch.randint(0, 3, (60,)), num_partitions=n, batch_size=5)
-    code = make_training_scheme("pgc-fr", num_workers=n, num_stragglers=s)
+    code = make_gradient_code("pgc-fr", num_workers=n, num_stragglers=s)
     delays = DelaySchedule(Exponential(1.0), n, seed=2)
     carried = Simulation(code, torch.nn.Linear(4, 3), data, lr=0.1, delays=delays, compute_time=0.05)
     records = carried.run(30)

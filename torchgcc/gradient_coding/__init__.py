@@ -8,10 +8,11 @@ torch.distributed runtime.
 - :mod:`~torchgcc.gradient_coding.adaptive_wait`: the simulator waiting for ``n - S`` workers, S chosen per step.
 - :mod:`~torchgcc.gradient_coding.distributed_training`: a coordinator and worker ranks under torchrun
   (``python -m torchgcc.gradient_coding.runtime``).
-- :mod:`~torchgcc.gradient_coding.training_schemes`: the schemes by name (``"dgd"``, ``"gc-fr"``, ``"pgc-cr"``...).
+- :mod:`~torchgcc.gradient_coding.catalog`: the gradient codes by name (``"dgd"``, ``"gc-fr"``, ``"pgc-cr"``...).
 """
 
 from torchgcc.gradient_coding.adaptive_wait import train_with_adaptive_wait
+from torchgcc.gradient_coding.catalog import GRADIENT_CODES, list_gradient_codes, make_gradient_code
 from torchgcc.gradient_coding.clock import DelaySchedule, WorkerClock, expected_step_time, first_arrivals
 from torchgcc.gradient_coding.codes import (
     CyclicRepetitionCode,
@@ -27,7 +28,6 @@ from torchgcc.gradient_coding.gradients import GradientWorker, apply_update, com
 from torchgcc.gradient_coding.partitions import PartitionedData
 from torchgcc.gradient_coding.pipelined import PipelinedGradientCode, staleness
 from torchgcc.gradient_coding.simulator import Simulation, StepRecord, measure_compute_time
-from torchgcc.gradient_coding.training_schemes import TRAINING_SCHEMES, list_training_schemes, make_training_scheme
 
 __all__ = [
     "train_with_adaptive_wait",
@@ -40,7 +40,7 @@ __all__ = [
     "IgnoreStragglersGCCode",
     "PartitionedData",
     "PipelinedGradientCode",
-    "TRAINING_SCHEMES",
+    "GRADIENT_CODES",
     "Simulation",
     "StepRecord",
     "UncodedCode",
@@ -50,8 +50,8 @@ __all__ = [
     "combine",
     "expected_step_time",
     "first_arrivals",
-    "list_training_schemes",
-    "make_training_scheme",
+    "list_gradient_codes",
+    "make_gradient_code",
     "measure_compute_time",
     "recovery_error",
     "staleness",

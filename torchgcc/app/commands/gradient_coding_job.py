@@ -21,10 +21,10 @@ import torch
 
 from torchgcc.app.data import list_datasets, load_dataset
 from torchgcc.app.models import build_model, list_models
+from torchgcc.gradient_coding.catalog import list_gradient_codes, make_gradient_code
 from torchgcc.gradient_coding.clock import DelaySchedule
 from torchgcc.gradient_coding.distributed_training import TrainingJob, run
 from torchgcc.gradient_coding.partitions import PartitionedData
-from torchgcc.gradient_coding.training_schemes import list_training_schemes, make_training_scheme
 from torchgcc.stragglers import Exponential, LatencyModel, PersistentSlow
 
 __all__ = ["build_job", "main", "parser"]
@@ -40,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(
         prog=PROG, description="Gradient-coded training across torchrun ranks.", allow_abbrev=False
     )
-    options.add_argument("--scheme", choices=list_training_schemes(), default="gc-fr")
+    options.add_argument("--scheme", choices=list_gradient_codes(), default="gc-fr")
     options.add_argument("-s", type=int, default=1, help="stragglers tolerated (default 1)")
     options.add_argument("--steps", type=int, default=10)
     options.add_argument("--model", choices=list_models(), default="mlp", help="default mlp")
@@ -88,7 +88,7 @@ def build_job(
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.slow_worker and not all(0 <= w < num_workers for w in args.slow_worker):
         raise ValueError(f"--slow-worker must lie in [0, {num_workers}) (the n = {num_workers} workers)")
-    code = make_training_scheme(args.scheme, num_workers=num_workers, num_stragglers=args.s, seed=args.seed)
+    code = make_gradient_code(args.scheme, num_workers=num_workers, num_stragglers=args.s, seed=args.seed)
     split = load_dataset(args.data, seed=args.seed)
     data = PartitionedData(
         split.train_x,

@@ -73,8 +73,8 @@ from torchgcc.gradient_coding import (
     DelaySchedule,
     PartitionedData,
     Simulation,
-    list_training_schemes,
-    make_training_scheme,
+    list_gradient_codes,
+    make_gradient_code,
     measure_compute_time,
     train_with_adaptive_wait,
 )
@@ -293,7 +293,7 @@ def _train(
     """One trajectory: ``scheme`` with tolerance ``s`` from ``initial``, delays ``Exponential(mean)`` of ``seed``."""
     n = study.num_workers
     base, _, adaptive = scheme.partition(":")
-    code = make_training_scheme(base, num_workers=n, num_stragglers=s, seed=seed)
+    code = make_gradient_code(base, num_workers=n, num_stragglers=s, seed=seed)
     model = copy.deepcopy(initial)
     simulation = Simulation(
         code,
@@ -380,7 +380,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--schemes",
         type=_names,
         default=None,
-        help=f"comma-separated schemes among {','.join(list_training_schemes())}, each optionally with "
+        help=f"comma-separated schemes among {','.join(list_gradient_codes())}, each optionally with "
         f"':adaptive' (S in 0..s chosen per step) (default {','.join(full.schemes)})",
     )
     parser.add_argument(
@@ -467,9 +467,9 @@ def configure(args: argparse.Namespace) -> Config:
     )
     study = replace(base, **{key: value for key, value in overrides.items() if value is not None})
     study = replace(study, carry_over=args.carry_over)
-    unknown = [name for name in study.schemes if name.removesuffix(":adaptive") not in list_training_schemes()]
+    unknown = [name for name in study.schemes if name.removesuffix(":adaptive") not in list_gradient_codes()]
     if unknown:
-        raise UsageError(f"--schemes: unknown {unknown}; choose among {list_training_schemes()}")
+        raise UsageError(f"--schemes: unknown {unknown}; choose among {list_gradient_codes()}")
     return study
 
 
