@@ -89,7 +89,7 @@ def test_workers_exit_when_their_coordinator_is_killed(tmp_path):
         from torch import nn
         from torchgcc.workers import ProcessWorkers, WaitPolicy
         if __name__ == "__main__":
-            pool = ProcessPool(nn.Linear(2, 2), 3)
+            pool = ProcessWorkers(nn.Linear(2, 2), 3)
             print(*pool.pids, flush=True)
             time.sleep(600)
         """

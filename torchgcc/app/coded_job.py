@@ -11,6 +11,7 @@ builds :class:`JobSettings` is :mod:`torchgcc.app.commands.distributed_job`.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
 import os
@@ -428,7 +429,8 @@ def run_job(
             settings, engine, start, workload, codes, emit, on_step, lambda: _max_rss_mb(channel), set_step
         )
     finally:
-        channel.request_shutdown()  # idempotent; also frees the workers when the coordinator fails early
+        with contextlib.suppress(dist.DistError):  # the store may be gone with a launcher that tears the job down
+            channel.request_shutdown()  # idempotent; also frees the workers when the coordinator fails early
 
 
 def _run_on_ray(settings, workload, codes, extra, emit, on_step) -> JobOutcome:
@@ -490,8 +492,11 @@ def _coordinate(
         emit({"event": "error", "error": f"{type(error).__name__}: {error}"})
         status = EXIT_TOO_FEW_WORKERS if isinstance(error, TooFewWorkersError) else EXIT_TRANSPORT
         status = error.status if isinstance(error, Terminated) else status
-    finally:
+    try:
         engine.close()
+    except dist.DistError as error:  # a launcher tearing the job down took the store with it: still summarise
+        emit({"event": "error", "error": f"while closing the workers: {type(error).__name__}: {error}"})
+        status = status or EXIT_TRANSPORT
     lost = sorted(engine.lost_workers())  # after close(), which also catches ranks that died near the end
     per_step = collections.Counter(r["step"] for r in records)
     completed = sum(count == len(codes) for count in per_step.values())  # steps every code finished
@@ -575,10 +580,14 @@ def _run_code(
 
 
 def _max_rss_mb(channel: Channel) -> dict[int, float]:
-    """Peak resident memory per rank in MB (worker ranks report theirs when they exit; absent if they did not)."""
+    """Peak resident memory per rank in MB (worker ranks report theirs when they exit; absent if they did not, or
+    if the store is already gone)."""
     peaks = {0: peak_rss_mb()}
-    for rank in range(1, channel.world_size):
-        key = f"rss/{rank}"
-        if channel.store.check([key]):
-            peaks[rank] = float(channel.store.get(key))
+    try:
+        for rank in range(1, channel.world_size):
+            key = f"rss/{rank}"
+            if channel.store.check([key]):
+                peaks[rank] = float(channel.store.get(key))
+    except dist.DistError:
+        pass
     return peaks

@@ -122,7 +122,8 @@ def run_round(
         while bool(pending.any()) and workers.now() < start + wait.watch_s:
             receive(start + wait.watch_s, keep=False)
     workers.cancel([(ident, n) for n in pending.nonzero().flatten().tolist()])
-    watched = max(waited, workers.now() - start) if wait.watch_s is not None else waited
+    # complete up to watch_s: the loop ran until then, or every live worker's result came before it
+    watched = max(waited, wait.watch_s) if wait.watch_s is not None else waited
     wait.observe(arrival, stragglers, watched)
     return Round(
         results=stack_results(outputs, groups, num_workers),
