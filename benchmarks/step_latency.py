@@ -28,7 +28,10 @@ from pathlib import Path
 
 import torch
 
-from torchgcc.distributed.launch import launch
+try:
+    from torchgcc.distributed.launch import launch
+except ImportError:  # a checkout from before the engine rework (benchmarks/engines_before_after.py runs it there)
+    from torchgcc.distributed.launcher import launch
 
 N, K, NPROC, BATCH = 8, 4, 5, 64
 SCHEMES = ["uncoded", "replication"] + [f"{c}:S={s}" for c in ("gcc", "natural", "bacc") for s in (2, 4)]

@@ -96,7 +96,7 @@ def test_stopping_torchrun_ends_every_rank_and_still_writes_the_summary(tmp_path
     records = [_strict_json(line) for line in [*lines, *out.splitlines()] if line.startswith("{")]
     summary = records[-1]
     steps = [r for r in records if "step" in r]
-    assert summary["event"] == "summary", err[-3000:]
+    assert summary.get("event") == "summary", err[-3000:]
     assert summary["status"] == (130 if how == "ctrl-c" else 143)
     assert summary["steps"] == len(steps) and summary["steps_requested"] == 300
     assert [r for r in records if r.get("event") == "error"], records[-3:]

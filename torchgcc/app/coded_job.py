@@ -193,24 +193,49 @@ class JobOutcome:
     saved: dict[str, Any] | None = None
 
 
-class Terminated(RuntimeError):
-    """The coordinator received SIGTERM or SIGINT; ``status`` is the exit status it ends with (143 or 130)."""
+class Terminated(Exception):
+    """The coordinator received SIGTERM or SIGINT; ``status`` is the exit status it ends with (143 or 130).
+
+    Not a ``RuntimeError``: a signal handler's exception raised inside ``threading.Condition.notify`` (the data
+    plane's sender queue) is swallowed there if it is one (CPython's gh-92530 workaround), and the job then ran on
+    after a Ctrl-C until torchrun killed it."""
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
 
 
-def _raise_terminated(signum: int, frame: object) -> None:
-    """Stop the coordinator's loop once: later signals (torchrun sends SIGTERM after a Ctrl-C) are ignored, so
-    the error and summary records are still written."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if signum == signal.SIGINT:
-        raise Terminated("interrupted (SIGINT, Ctrl-C)", EXIT_INTERRUPTED)
-    raise Terminated(
-        "terminated by the launcher (SIGTERM); torchrun does this when another rank exits non-zero", EXIT_TERMINATED
-    )
+class Termination:
+    """The coordinator's SIGTERM / SIGINT handler.
+
+    While the steps run, the first signal raises :class:`Terminated` (later ones are ignored: torchrun sends SIGTERM
+    after a Ctrl-C), so the error and summary records are still written. Once the steps are over (:meth:`disarm`:
+    closing the workers, writing the summary) a signal only sets the exit status, and it wins over the errors it
+    causes (ranks torn down by the launcher look like lost workers)."""
+
+    def __init__(self) -> None:
+        self.status: Optional[int] = None
+        self.armed = True
+
+    def handle(self, signum: int, frame: object) -> None:
+        if self.status is not None:
+            return
+        self.status = EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED
+        if self.armed:
+            self.armed = False
+            if signum == signal.SIGINT:
+                raise Terminated("interrupted (SIGINT, Ctrl-C)", EXIT_INTERRUPTED)
+            raise Terminated(
+                "terminated by the launcher (SIGTERM); torchrun does this when another rank exits non-zero",
+                EXIT_TERMINATED,
+            )
+
+    def disarm(self) -> None:
+        self.armed = False
+
+    def install(self) -> dict:
+        """Handle SIGTERM and SIGINT here; returns the previous handlers."""
+        return {signum: signal.signal(signum, self.handle) for signum in (signal.SIGTERM, signal.SIGINT)}
 
 
 def fault_plan(settings: JobSettings) -> FaultPlan:
@@ -402,8 +427,8 @@ def run_job(
         )
         return None
 
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    signal.signal(signal.SIGINT, _raise_terminated)
+    termination = Termination()
+    termination.install()
     try:
         workers = ProcessGroupWorkers(
             channel,
@@ -426,7 +451,7 @@ def run_job(
             workers.step = step
 
         return _coordinate(
-            settings, engine, start, workload, codes, emit, on_step, lambda: _max_rss_mb(channel), set_step
+            settings, engine, start, workload, codes, emit, on_step, lambda: _max_rss_mb(channel), set_step, termination
         )
     finally:
         with contextlib.suppress(dist.DistError):  # the store may be gone with a launcher that tears the job down
@@ -437,13 +462,15 @@ def _run_on_ray(settings, workload, codes, extra, emit, on_step) -> JobOutcome:
     """The coordinator's loop with the N workers as Ray actors, in this process."""
     from torchgcc.distributed.ray_workers import RayWorkers, local_ray
 
-    previous = {signum: signal.signal(signum, _raise_terminated) for signum in (signal.SIGTERM, signal.SIGINT)}
+    termination = Termination()
+    previous = termination.install()
     try:
         with local_ray(), RayWorkers(workload.model, settings.num_workers, max_restarts=settings.max_restarts) as ray:
             start = {"event": "start", "engine": "ray", "num_workers": settings.num_workers, "pids": ray.pids}
             engine = InjectedDelays(ray, extra)
+            rss = lambda: {0: peak_rss_mb()}  # noqa: E731
             return _coordinate(
-                settings, engine, start, workload, codes, emit, on_step, lambda: {0: peak_rss_mb()}, lambda step: None
+                settings, engine, start, workload, codes, emit, on_step, rss, lambda step: None, termination
             )
     finally:  # this process goes on (a test, a notebook): give it its signal handlers back
         for signum, handler in previous.items():
@@ -460,6 +487,7 @@ def _coordinate(
     on_step: Callable[[int], None],
     max_rss_mb: Callable[[], dict],
     set_step: Callable[[int], None],
+    termination: Termination,
 ) -> JobOutcome:
     """The coordinator's loop (the engine closed at the end): every step, every code, one record; then the
     summary."""
@@ -492,11 +520,13 @@ def _coordinate(
         emit({"event": "error", "error": f"{type(error).__name__}: {error}"})
         status = EXIT_TOO_FEW_WORKERS if isinstance(error, TooFewWorkersError) else EXIT_TRANSPORT
         status = error.status if isinstance(error, Terminated) else status
+    termination.disarm()  # from here a signal only sets the status: the workers are closed and the summary written
     try:
         engine.close()
     except dist.DistError as error:  # a launcher tearing the job down took the store with it: still summarise
         emit({"event": "error", "error": f"while closing the workers: {type(error).__name__}: {error}"})
         status = status or EXIT_TRANSPORT
+    status = termination.status or status
     lost = sorted(engine.lost_workers())  # after close(), which also catches ranks that died near the end
     per_step = collections.Counter(r["step"] for r in records)
     completed = sum(count == len(codes) for count in per_step.values())  # steps every code finished
@@ -577,6 +607,11 @@ def _run_code(
         "watched_s": round_.watched_s,
     }
     return record, kept
+
+
+def _rank0_rss_mb() -> dict[int, float]:
+    """This process's peak resident memory in MB (the Ray engine: the actors are Ray's processes)."""
+    return {0: peak_rss_mb()}
 
 
 def _max_rss_mb(channel: Channel) -> dict[int, float]:

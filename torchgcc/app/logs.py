@@ -27,12 +27,24 @@ class _Stderr(logging.StreamHandler):
         pass
 
 
+#: Ray's logger that announces, at every start of a local cluster, that it enabled its default (token
+#: authentication); the command lines drop that one record (Ray's other messages pass).
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def _not_ray_default_auth_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
 def configure_logging(level: int = logging.INFO) -> None:
-    """Show the ``torchgcc`` loggers' messages of ``level`` and above as ``[torchgcc] message`` lines on stderr
-    (idempotent)."""
+    """Show the ``torchgcc`` loggers' messages of ``level`` and above as ``[torchgcc] message`` lines on stderr, and
+    drop Ray's notice of its default token authentication (idempotent)."""
     logger = logging.getLogger("torchgcc")
     if not any(isinstance(handler, _Stderr) for handler in logger.handlers):
         handler = _Stderr()
         handler.setFormatter(logging.Formatter("[torchgcc] %(message)s"))
         logger.addHandler(handler)
     logger.setLevel(level)
+    ray_auth = logging.getLogger(RAY_AUTH_LOGGER)
+    if _not_ray_default_auth_notice not in ray_auth.filters:
+        ray_auth.addFilter(_not_ray_default_auth_notice)

@@ -44,9 +44,6 @@ def local_ray(num_cpus: int | None = None) -> Iterator[object]:
     if ray.is_initialized():  # the caller's instance: use it and leave it running
         yield ray
         return
-    # Ray's default for a new local cluster, token authentication, set explicitly: Ray then does not warn about it
-    # on stderr at every start (it sets the same variable itself when it is unset)
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
     folder = tempfile.mkdtemp(prefix="torchgcc-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)
     try:
         ray.init(

@@ -20,6 +20,7 @@ __all__ = [
     "adversarial_lambda",
     "decode",
     "encode",
+    "engines_before_after",
     "exports",
     "finetune_at",
     "finetune_seeds",
@@ -344,3 +345,32 @@ def finetune_seeds(data: list) -> str:
     header = ["seed", "plain acc: base / coded FT / plain FT", "RelAcc: base", "coded FT", "plain FT"]
     header += ["decoded acc: base", "coded FT", "plain FT"]
     return markdown_grid(header, rows, left=2)
+
+
+def engines_before_after(data: Data) -> str:
+    """``benchmarks/engines_before_after.py``: the transport medians, then every mode and code of the step-latency
+    jobs (median and p99 step latency, and the injected jobs' median overhead over the delays), before and after,
+    with their ratio; and each job's exit codes by rank."""
+    before, after = data["before"], data["after"]
+
+    def row(label: str, old: float, new: float) -> str:
+        return f"| {label} | {1e3 * old:.1f} | {1e3 * new:.1f} | {new / old:.2f}x |"
+
+    lines = ["| measured (one run each) | before (ms) | after (ms) | after / before |", "|---|---:|---:|---:|"]
+    for path in ("pg", "store"):
+        label = "data plane" if path == "pg" else "store"
+        old, new = before["transport"]["median_s"][path], after["transport"]["median_s"][path]
+        lines.append(row(f"16 MB rank -> coordinator, {label} (median)", old, new))
+    for mode in ("injected", "measured"):
+        old_rows, new_rows = before["step_latency"][mode]["schemes"], after["step_latency"][mode]["schemes"]
+        for name, old in old_rows.items():
+            new = new_rows[name]
+            lines.append(row(f"{mode} `{name}`: median step", old["median_latency_s"], new["median_latency_s"]))
+            lines.append(row(f"{mode} `{name}`: p99 step", old["p99_latency_s"], new["p99_latency_s"]))
+            if "median_overhead_s" in old:
+                lines.append(
+                    row(f"{mode} `{name}`: median overhead", old["median_overhead_s"], new["median_overhead_s"])
+                )
+        codes = (before["step_latency"][mode]["returncodes"], after["step_latency"][mode]["returncodes"])
+        lines.append(f"| {mode} job: exit codes by rank | {codes[0]} | {codes[1]} | |")
+    return "\n".join(lines)
