@@ -525,7 +525,7 @@ def _staleness_counts(run: TrainingRun) -> list[int]:
 def weight_errors(run: TrainingRun, num_workers: int) -> torch.Tensor:
     """``(steps, k)`` float64: ``(a^T B)_j - 1`` of every partition at every step of ``run`` (its code rebuilt from
     the scheme, ``s`` and seed; ``a`` decoded from the arrived workers the run recorded)."""
-    code = make_training_scheme(
+    code = make_gradient_code(
         run.scheme.partition(":")[0], num_workers=num_workers, num_stragglers=run.s, seed=run.seed
     )
     return torch.stack([code.decode(arrived) @ code.B - 1 for arrived in run.arrived])
