@@ -35,7 +35,7 @@ Names available in expressions (besides Jinja2's ``range``, ``dict`` and ``names
   ``"module:function"``; it receives the plain JSON data. Tables are whole: a renderer shows every record it is
   given, never a selection of the flattering rows;
 - ``value("torchgcc.codes.maps.CACHE_BYTES")``: an object of the code (a default, a constant);
-  ``default("torchgcc.distributed.launcher.launch", "grace_s")``: a parameter's default;
+  ``default("torchgcc.distributed.launch.launch", "grace_s")``: a parameter's default;
   ``exports("torchgcc.metrics")``: a module's ``__all__`` as code spans;
 - ``math``, ``statistics`` and the builtins of :data:`torchgcc.app.docs.template.BUILTINS` (``min``, ``max``, ``len``,
   ``sorted``, ...).
