@@ -71,6 +71,7 @@ def main() -> None:
             "device": str(device),
             "interpreted": args.device == "cpu",
             "workers": args.workers,
+            "spread": args.spread,
             "num_inputs": "min(16, N // 2)",
             "seed": args.seed,
             "masks": f"every straggler count (N <= 64) or {args.spread} spread over 0..N-2, and the ends straggling; "
