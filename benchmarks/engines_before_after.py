@@ -1,9 +1,9 @@
 """The engine rework (issue 25) side by side: data-plane throughput and the job's step latency, before and after.
 
-Checks out ``--before`` (default: ca2f9e5, main before the rework) into a temporary folder, then runs, one after the
-other on the same machine, ``benchmarks/transport.py`` (a 16 MB tensor rank -> coordinator over the data plane and
-through the store) and ``benchmarks/step_latency.py`` (bench-latency's job: per-scheme step latency and its overhead
-over the injected delays, and a measured-mode job), first on the old checkout, then on this one. The step-latency
+Checks out ``--before`` (default: ca2f9e5, main before the rework) into a temporary folder, then runs on the same
+machine ``benchmarks/transport.py`` (a 16 MB tensor rank -> coordinator over the data plane and through the store)
+on the old checkout and on this one, then ``benchmarks/step_latency.py`` (bench-latency's job: per-scheme step
+latency and its overhead over the injected delays, and a measured-mode job) on the old and on this one. The step-latency
 script is this checkout's in both (the old checkout has none; it only drives the job through the local launcher).
 
 Writes ``engines_before_after.json``: for each side its commit, both scripts' JSON and the load average around them.
@@ -53,17 +53,14 @@ def main() -> None:
         subprocess.run(["git", "clone", "-q", str(ROOT), str(old)], check=True)
         subprocess.run(["git", "checkout", "-q", args.before], cwd=old, check=True)
         shutil.copy(ROOT / "benchmarks" / "step_latency.py", old / "benchmarks" / "step_latency.py")
-        result = {"settings": {"before": args.before, "after": head.strip(), "cpu_count": os.cpu_count()}}
-        for side, checkout in (("before", old), ("after", ROOT)):
-            result[side] = {
-                "transport": _run(checkout, checkout / "benchmarks/transport.py", Path(folder) / side / "t", []),
-                "step_latency": _run(
-                    checkout,
-                    checkout / "benchmarks/step_latency.py",
-                    Path(folder) / side / "s",
-                    ["--steps", str(args.steps), "--label", side],
-                ),
-            }
+        result: dict = {"settings": {"before": args.before, "after": head.strip(), "cpu_count": os.cpu_count()}}
+        sides = (("before", old), ("after", ROOT))
+        steps = ["--steps", str(args.steps)]
+        benchmarks = (("transport", "transport.py", []), ("step_latency", "step_latency.py", steps))
+        for name, script, extra in benchmarks:  # each benchmark old then new, so that both see about the same load
+            for side, checkout in sides:
+                run = _run(checkout, checkout / "benchmarks" / script, Path(folder) / side / name, extra)
+                result.setdefault(side, {})[name] = run
     path = out / "engines_before_after.json"
     path.write_text(json.dumps(result, indent=2))
     for side in ("before", "after"):
