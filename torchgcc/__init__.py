@@ -46,8 +46,9 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _EXPORTS and _EXPORTS[name] is not None:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    home = _EXPORTS.get(name)
+    if home is not None:
+        value = getattr(importlib.import_module(home), name)
     elif not name.startswith("_") and importlib.util.find_spec(f"torchgcc.{name}") is not None:
         value = importlib.import_module(f"torchgcc.{name}")  # any subpackage, as after `import torchgcc.codes`
     else:

@@ -245,7 +245,7 @@ class CodedModule(nn.Module):
             parts = self.code.decoder(joined, mask).split([f.shape[2] for f in flats], 2)
             for i, part in zip(members, parts):
                 estimates[i] = part.reshape(part.shape[:2] + leaves[i].shape[2:])
-        outputs = [ungroup_samples(estimate, batch.num_samples) for estimate in estimates]
+        outputs = [ungroup_samples(estimate, batch.num_samples) for estimate in estimates if estimate is not None]
         if batch.perm is not None:
             inverse = torch.argsort(batch.perm)
             outputs = [out[inverse] for out in outputs]
@@ -273,6 +273,7 @@ class CodedModule(nn.Module):
 
     @eager_under_compile  # the straggler model's generator advances eagerly, also under torch.compile
     def _sample(self, num_groups: int, device: torch.device) -> torch.Tensor:
+        assert self.stragglers is not None  # draw_mask's caller checked
         if device.type == "meta":
             return self.stragglers.sample(num_groups, self.code.num_workers).to(device)
         return self.stragglers.sample(num_groups, self.code.num_workers, device=device)

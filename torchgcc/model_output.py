@@ -7,7 +7,7 @@ can travel with a worker's results) and its tensors; :meth:`OutputSpec.build` pu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import torch
 
@@ -44,9 +44,10 @@ class OutputSpec:
             return tensors[0]
         if issubclass(self.container, dict):
             return self.container(zip(self.keys, tensors))
-        if issubclass(self.container, tuple) and hasattr(self.container, "_fields"):  # a namedtuple
-            return self.container(*tensors)
-        return self.container(tensors)
+        container: Any = self.container
+        if issubclass(container, tuple) and hasattr(container, "_fields"):  # a namedtuple
+            return container(*tensors)
+        return container(tensors)
 
 
 def flatten_output(output: object, rows: int) -> tuple[OutputSpec, list[torch.Tensor]]:

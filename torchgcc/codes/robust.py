@@ -68,6 +68,7 @@ def adversarial_lambda(
 
     ``num_points`` may be an int or a tensor of survivor counts (the result is then a float64 tensor).
     """
+    points: Union[int, torch.Tensor]
     if isinstance(num_points, torch.Tensor):
         points = num_points.to(torch.float64).clamp(min=1)
     else:

@@ -11,6 +11,7 @@ closes), so it never outlives it.
 from __future__ import annotations
 
 import collections
+import functools
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -55,7 +56,7 @@ class ProcessWorkers:
         self.num_workers = num_workers
         self.workers_per_process = 1
         self._lost: set[int] = set()
-        self._processes: list[multiprocessing.Process] = []
+        self._processes: list[multiprocessing.process.BaseProcess] = []
         self._tasks: list[multiprocessing.connection.Connection] = []
         self._results: dict[multiprocessing.connection.Connection, int] = {}
         context = multiprocessing.get_context("forkserver")
@@ -84,7 +85,7 @@ class ProcessWorkers:
     @property
     def pids(self) -> list[int]:
         """The worker processes' ids, by worker."""
-        return [process.pid for process in self._processes]
+        return [int(process.pid or 0) for process in self._processes]
 
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -94,6 +95,7 @@ class ProcessWorkers:
             if not ready:
                 raise TimeoutError(f"workers {sorted(waiting.values())} did not start in {timeout_s:.0f} s")
             for connection in ready:
+                assert isinstance(connection, multiprocessing.connection.Connection)
                 try:
                     connection.recv()
                 except EOFError:
@@ -131,6 +133,7 @@ class ProcessWorkers:
         ready = multiprocessing.connection.wait(live, None if remaining == float("inf") else max(remaining, 0.0))
         completions = []
         for connection in ready:
+            assert isinstance(connection, multiprocessing.connection.Connection)
             worker = self._results[connection]
             try:
                 while connection.poll():
@@ -219,7 +222,7 @@ def _worker_main(worker: int, model: nn.Module, tasks, results, cores: list[int]
                 output = model(inputs)
             compute_s = time.monotonic() - start
             with changed:
-                changed.wait_for(lambda key=key: key in cancelled or state["stop"], timeout=delay_s)
+                changed.wait_for(functools.partial(_stop_or_cancelled, key, cancelled, state), timeout=delay_s)
                 skip = key in cancelled
         with changed:
             cancelled.discard(key)
@@ -229,3 +232,8 @@ def _worker_main(worker: int, model: nn.Module, tasks, results, cores: list[int]
                 results.send(("done", key, output, compute_s))
             except (BrokenPipeError, OSError):
                 os._exit(EXIT_ORPHANED)
+
+
+def _stop_or_cancelled(key: Hashable, cancelled: set, state: dict) -> bool:
+    """Whether a worker's injected delay after ``key`` ends early: the task was cancelled or the worker stops."""
+    return key in cancelled or bool(state["stop"])

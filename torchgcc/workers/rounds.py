@@ -97,7 +97,12 @@ def run_round(
         for done in workers.wait(until):
             if done.error is not None:
                 pending[done.worker] = False
-            elif isinstance(done.key, tuple) and done.key[0] == ident and bool(pending[done.worker]):
+            elif (
+                isinstance(done.key, tuple)
+                and done.key[0] == ident
+                and bool(pending[done.worker])
+                and done.output is not None
+            ):
                 pending[done.worker] = False
                 arrival[done.worker] = done.finished_s - start
                 if keep:
@@ -107,8 +112,16 @@ def run_round(
     deadline, timeout = wait.deadline_at(start), wait.timeout_at(start)
     while True:
         now = workers.now()
-        options = {"num_stragglers": stragglers, "required": required, "num_groups": groups}
-        if wait.is_over(code, arrived, pending, started_s=start, now_s=now, **options):
+        if wait.is_over(
+            code,
+            arrived,
+            pending,
+            started_s=start,
+            now_s=now,
+            num_stragglers=stragglers,
+            required=required,
+            num_groups=groups,
+        ):
             break
         if not bool(pending.any()) or now >= timeout:
             raise TooFewWorkersError(
