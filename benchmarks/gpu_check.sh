@@ -5,7 +5,8 @@
 #   env          versions, the device, the commit
 #   pytest_cuda  pytest -m cuda tests/test_cuda.py: the Triton kernels against the numba ones (N = 8 .. 4096,
 #                tolerances from conditioning), float16/bfloat16, device moves, no host sync with check=False,
-#                torch.compile(fullgraph=True), CUDA-graph capture                                         (200 s)
+#                torch.compile(fullgraph=True), CUDA-graph capture; tests/test_code_contract.py's CUDA decode of
+#                every registered code and decoder variant against its CPU decode                          (200 s)
 #   kernels      benchmarks/fused_kernel_check.py --device cuda: the grid of N, masks and decoders       (90 s)
 #   decode       benchmarks/decode.py --device cuda: eager, compiled and graph-replayed decode against a bare
 #                bmm, B = 1, 8, 512, d = 10, 1000, N = 64, 1024                                           (170 s)
@@ -104,7 +105,7 @@ part() {  # part NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAM
 }
 
 report
-part pytest_cuda 200 "$PYTHON" -m pytest -m cuda tests/test_cuda.py -q -p no:cacheprovider -o addopts="" \
+part pytest_cuda 200 "$PYTHON" -m pytest -m cuda tests/test_cuda.py tests/test_code_contract.py -q -p no:cacheprovider -o addopts="" \
   "${PYTEST_MODE[@]}"
 part kernels 90 "$PYTHON" benchmarks/fused_kernel_check.py --device "$DEVICE" "${KERNELS[@]}" --out "$OUT/kernels.json"
 part decode 170 "$PYTHON" benchmarks/decode.py --device "$DEVICE" "${DECODE[@]}" --out "$OUT/decode.json"

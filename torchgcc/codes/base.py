@@ -15,7 +15,7 @@ __all__ = ["Code", "DecoderOptions", "check_sizes"]
 
 
 class DecoderOptions(TypedDict):
-    """The :class:`Code` options that every decoder takes (``Code._decoder_options``, passed on by subclasses)."""
+    """The :class:`Code` options that every decoder takes (:attr:`Code.decoder_options`, passed on by subclasses)."""
 
     nonfinite: str
     backend: str
@@ -84,6 +84,19 @@ class Code(nn.Module):
             resolve_points(beta, num_workers, name="beta", count_name="num_workers"),
         )
         self._decoder_options: DecoderOptions = {"nonfinite": nonfinite, "backend": backend, "check": check}
+
+    @property
+    def points(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(alpha, beta)``: the regression points ``(K,)`` and worker points ``(N,)`` resolved from the
+        constructor's ``alpha=`` and ``beta=`` (float64, ascending, on [-1, 1]), for a subclass to build its encoder
+        and decoder from."""
+        return self._points
+
+    @property
+    def decoder_options(self) -> DecoderOptions:
+        """The constructor's decoder options (``nonfinite``, ``backend``, ``check``), for a subclass to pass to its
+        :class:`Decoder`."""
+        return self._decoder_options.copy()  # a copy: the code's own stay as built
 
     @property
     def alpha(self) -> torch.Tensor:
