@@ -1,9 +1,10 @@
 """Stopping a job from outside: SIGTERM or SIGINT of the local launcher or of torchrun ends every rank and leaves
-no temp folder; the summary still comes (valid JSON, completed steps); worker ranks whose coordinator is killed
-exit non-zero."""
+no temp folder, and so does a SIGKILL of the local launcher (within 5 s); the summary still comes (valid JSON,
+completed steps); worker ranks whose coordinator is killed exit non-zero."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -66,6 +67,32 @@ def test_signalling_the_local_launcher_ends_every_rank_and_removes_its_temp_fold
     assert "interrupted" in err
     assert not any(_alive(pid) for pid in pids)
     assert [p.name for p in tmp_path.iterdir()] == []  # no torchgcc-launch-* folder
+
+
+def test_killing_the_local_launcher_ends_every_rank_within_5_s_and_leaves_no_file(tmp_path):
+    """SIGKILL of the launcher (no clean-up of its own can run): the kernel ends the ranks, nothing stays in TMPDIR."""
+    command = [sys.executable, "-m", "torchgcc.distributed.launch", "--nproc", "3", "--", *LONG]
+    env = dict(os.environ, TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
+    launcher = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    pids: list[int] = []
+    try:
+        pids = [int(launcher.stderr.readline().split()[-1]) for _ in range(3)]  # "rank r pid X"
+        while not launcher.stdout.readline().startswith('{"step": 1'):
+            pass
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 5
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        survivors = [pid for pid in pids if _alive(pid)]
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+    assert survivors == []
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
