@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from torchgcc.distributed.heartbeat import EXIT_COORDINATOR_LOST
-from torchgcc.distributed.launch import launch
 
 pytestmark = pytest.mark.distributed
 
@@ -133,15 +132,28 @@ def test_stopping_torchrun_ends_every_rank_and_still_writes_the_summary(tmp_path
     assert not [p.name for p in tmp_path.iterdir() if p.name != "logs"]
 
 
-def test_worker_ranks_exit_non_zero_when_their_coordinator_is_killed():
-    pids: list[int] = []
-
-    def kill_the_coordinator(record: dict) -> None:
-        if record.get("step") == 2:
-            os.kill(pids[0], signal.SIGKILL)
-
-    start = time.monotonic()
-    run = launch(LONG, nproc=3, timeout_s=60, on_start=pids.extend, on_record=kill_the_coordinator, grace_s=10)
-    assert run.returncodes == [-signal.SIGKILL, EXIT_COORDINATOR_LOST, EXIT_COORDINATOR_LOST], run.stderr
-    assert time.monotonic() - start < 60
-    assert "the coordinator is gone" in run.stderr
+def test_worker_ranks_exit_non_zero_with_one_line_each_when_their_coordinator_is_killed(tmp_path):
+    """The store dies with rank 0: each worker rank says so in one line and exits 1, no C++ stack trace of the
+    TCPStore's failed reads reaches stderr, and the launcher ends with the ranks' statuses and 128 + 9."""
+    command = [sys.executable, "-m", "torchgcc.distributed.launch", "--nproc", "3", "--", *LONG]
+    env = dict(os.environ, TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
+    env.pop("TORCH_CPP_LOG_LEVEL", None)
+    launcher = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        pids = [int(launcher.stderr.readline().split()[-1]) for _ in range(3)]  # "rank r pid X"
+        while not launcher.stdout.readline().startswith('{"step": 1'):
+            pass
+        os.kill(pids[0], signal.SIGKILL)
+        _, err = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert launcher.returncode == 128 + signal.SIGKILL, err
+    said = [line for line in err.splitlines() if line and not line.startswith("--- rank")]
+    assert said[-1] == f"exit codes by rank: {[-signal.SIGKILL, EXIT_COORDINATOR_LOST, EXIT_COORDINATOR_LOST]}"
+    assert len(said) == 3, err  # one line per worker rank, nothing else
+    assert all(line.startswith(f"[torchgcc] rank {r}: the coordinator is gone") for r, line in zip((1, 2), said))
+    assert not any(_alive(pid) for pid in pids)
+    assert list(tmp_path.iterdir()) == []

@@ -72,4 +72,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signum, handler)
     print(run.stderr, file=sys.stderr)
     print(f"exit codes by rank: {run.returncodes}", file=sys.stderr)
-    return run.returncodes[0]
+    status = run.returncodes[0]
+    return 128 - status if status < 0 else status  # killed by signal s: 128 + s, as a shell reports it

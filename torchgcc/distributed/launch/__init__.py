@@ -4,11 +4,13 @@ time-bounded.
 Its command line is ``python -m torchgcc.distributed.launch`` (:mod:`torchgcc.app.commands.launch`).
 
 It sets the variables torchrun sets (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so
-the job code is the same under both. Unlike torchrun it never tears the job down when a worker rank fails (that is
-the point of coded execution), and it ends the job when the coordinator (rank 0) has exited: ranks still running
-``grace_s`` later (a stopped or hung process) are killed, as is everything when the time limit passes or the
-launcher is interrupted. On Linux the ranks also end (SIGKILL, from the kernel) when the launcher itself is killed,
-and their output goes to unnamed temporary files, so a killed launcher leaves neither processes nor files behind.
+the job code is the same under both, and TORCH_CPP_LOG_LEVEL=ERROR unless it is set (c10's warnings come with C++
+stack traces: one per failed store call of every rank whose coordinator died). Unlike torchrun it never tears the
+job down when a worker rank fails (that is the point of coded execution), and it ends the job when the coordinator
+(rank 0) has exited: ranks still running ``grace_s`` later (a stopped or hung process) are killed, as is everything
+when the time limit passes or the launcher is interrupted. On Linux the ranks also end (SIGKILL, from the kernel)
+when the launcher itself is killed, and their output goes to unnamed temporary files, so a killed launcher leaves
+neither processes nor files behind.
 ``torchgcc bench-latency`` and the tests use it, and so can people who want to kill ranks by hand::
 
     python -m torchgcc.distributed.launch --nproc 5 -- -N 8 -K 4 --steps 100 --mode measured
@@ -105,6 +107,9 @@ def launch(
                 MASTER_PORT=str(port),
                 OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                 TORCHELASTIC_USE_AGENT_STORE="False",
+                # c10's warnings carry C++ stack traces: a rank whose coordinator died would print one per failed
+                # store call; its own one-line error is what it has to say
+                TORCH_CPP_LOG_LEVEL=os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),
             )
             # unnamed files: the kernel frees them with the last process holding them, even after a SIGKILL
             out = tempfile.TemporaryFile("w+", prefix="torchgcc-launch-")
