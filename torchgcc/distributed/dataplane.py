@@ -36,6 +36,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -122,16 +123,15 @@ class PairChannel:
     receive) on the same channel at once.
 
     Args:
-        group: the two-member process group.
+        group: the two-member process group: a c10d ``ProcessGroupGloo`` or ``ProcessGroupNCCL`` (typed ``Any``: torch's
+            stubs omit their ``send``, ``recv`` and ``abort``).
         side: 0 on the coordinator, 1 on the peer.
         device: where received tensors are allocated (``cpu`` for gloo, the rank's CUDA device for NCCL).
         backend: ``"gloo"`` or ``"nccl"``.
         epoch: the build generation of this pair (see :meth:`open`).
     """
 
-    def __init__(
-        self, group: dist.ProcessGroup, *, side: int, device: torch.device | str, backend: str, epoch: int
-    ) -> None:
+    def __init__(self, group: Any, *, side: int, device: torch.device | str, backend: str, epoch: int) -> None:
         self.group, self.side, self.backend, self.epoch = group, side, backend, epoch
         self.device = torch.device(device)
         self.peer = 1 - side
@@ -144,7 +144,7 @@ class PairChannel:
         cls,
         store: dist.Store,
         *,
-        name: str,
+        name: int | str,
         side: int,
         epoch: int = 0,
         backend: str = "gloo",
@@ -172,6 +172,7 @@ class PairChannel:
                 raise TimeoutError(f"pair {prefix}: the other side did not join within {connect_timeout_s} s")
             time.sleep(0.002)
         group_store = dist.PrefixStore("group", pair_store)
+        group: Any
         if backend == "gloo":
             group = dist.ProcessGroupGloo(group_store, side, 2, OPERATION_TIMEOUT)
         elif backend == "nccl":  # never run: no GPU was available when this was written
@@ -346,11 +347,12 @@ class DataPlane:
         for rank in ranks:
             store.set(epoch_key(rank), "0")
         opened = open_pairs_concurrently(self._open, list(ranks))
+        pairs = {rank: pair for rank, pair in opened.items() if isinstance(pair, PairChannel)}
         failed = {rank: error for rank, error in opened.items() if isinstance(error, BaseException)}
         if failed:
             first = next(iter(failed.values()))
             raise TimeoutError(f"could not open the data plane to ranks {sorted(failed)}: {first}")
-        self.links = {rank: _Link(rank, pair, self.inbox) for rank, pair in opened.items()}
+        self.links = {rank: _Link(rank, pair, self.inbox) for rank, pair in pairs.items()}
 
     def _open(self, rank: int) -> PairChannel:
         return PairChannel.open(

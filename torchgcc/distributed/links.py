@@ -175,7 +175,8 @@ class GroupCoordinatorLink:
     def receive(self, expected: set[tuple[int, int]]) -> tuple[list[Result], set[int]]:
         """Every result received since the last call (the caller drops those it no longer expects) and the ranks
         whose pair broke."""
-        arrived, broken = [], set()
+        arrived: list[Result] = []
+        broken: set[int] = set()
         while True:
             try:
                 rank, _, item = self.plane.inbox.get_nowait()

@@ -13,6 +13,7 @@ import io
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -33,7 +34,7 @@ def _dumps(obj: object) -> bytes:
     return buffer.getvalue()
 
 
-def _loads(data: bytes) -> object:
+def _loads(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), weights_only=True)
 
 
@@ -66,12 +67,13 @@ class Channel:
         data = _dumps(obj)
         chunks = [data[i : i + chunk_bytes] for i in range(0, len(data), chunk_bytes)] or [b""]
         for i, chunk in enumerate(chunks):
-            self.store.set(f"{key}/{i}", chunk)
+            self.store.set(f"{key}/{i}", chunk)  # type: ignore[arg-type]  # the binding takes bytes; the stub says str
         self.store.set(key, str(len(chunks)))
 
-    def take_payload(self, key: str) -> object:
-        """Read and delete the payload under ``key``; None if it is absent or was deleted meanwhile (the writer
-        drops work a rank did not read in time; a ``get`` of a missing key would block)."""
+    def take_payload(self, key: str) -> Any:
+        """Read and delete the payload under ``key`` (the object :meth:`put_payload` stored); None if it is absent
+        or was deleted meanwhile (the writer drops work a rank did not read in time; a ``get`` of a missing key would
+        block)."""
         if not self.store.check([key]):
             return None
         count = int(self.store.get(key))

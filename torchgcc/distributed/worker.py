@@ -79,6 +79,7 @@ def serve(
                 continue  # its round ended while this rank was busy or behind
             faults.strike(channel.rank, work.step)
             received = time.monotonic()
+            assert isinstance(work.inputs, torch.Tensor)  # a rank receives them stacked
             inputs = work.inputs.to(device)  # (B, W, *in)
             groups, hosted = inputs.shape[:2]
             with torch.inference_mode():

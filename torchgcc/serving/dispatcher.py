@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, cast
 
 import torch
 
 from torchgcc.coded_module import CodedBatch, CodedModule
+from torchgcc.model_output import ModelOutput
 from torchgcc.serving.batcher import Batch
 from torchgcc.serving.hedging import HedgePolicy
 from torchgcc.workers import Completion, Task, stack_results
@@ -99,7 +100,7 @@ class _InFlight:
     deadline_at_s: float  # absolute; inf: no deadline
     give_up_at_s: float
     stragglers: Optional[int]
-    results: dict[int, object] = field(default_factory=dict)  # slot -> output (b, *out)
+    results: dict[int, ModelOutput] = field(default_factory=dict)  # slot -> output (b, *out)
     compute: dict[int, float] = field(default_factory=dict)
     outstanding: dict[tuple, int] = field(default_factory=dict)  # task key -> worker
     workers_of: dict[int, set[int]] = field(default_factory=dict)  # slot -> workers given it
@@ -284,8 +285,16 @@ def serve_open_loop(
         for _, slot, _ in state.outstanding:
             waiting[slot] = slot not in state.results
         pending = torch.tensor(waiting)
-        options = {"num_stragglers": state.stragglers, "num_groups": state.coded.coded.shape[0]}
-        if state.results and wait.is_over(code, arrived, pending, started_s=state.dispatched_s, now_s=now, **options):
+        over = state.results and wait.is_over(
+            code,
+            arrived,
+            pending,
+            started_s=state.dispatched_s,
+            now_s=now,
+            num_stragglers=state.stragglers,
+            num_groups=state.coded.coded.shape[0],
+        )
+        if over:
             finish(state, True)
         elif not state.outstanding or now >= state.give_up_at_s:
             finish(state, False)
@@ -293,23 +302,23 @@ def serve_open_loop(
     def receive(completion: Completion) -> None:
         if completion.error is not None:
             lost.add(completion.worker)
-            for state in list(in_flight.values()):
-                for key, worker in list(state.outstanding.items()):
+            for waiting in list(in_flight.values()):
+                for key, worker in list(waiting.outstanding.items()):
                     if worker == completion.worker:
-                        del state.outstanding[key]
+                        del waiting.outstanding[key]
                         load[worker] -= 1
-                resend_needed(state)
-                check(state)
+                resend_needed(waiting)
+                check(waiting)
             return
-        state = in_flight.get(completion.key[0])
+        index, slot, copy = cast("tuple[int, int, int]", completion.key)  # this loop's task keys
+        state = in_flight.get(index)
         if state is None or completion.key not in state.outstanding:
             return  # a batch already decoded (a task that finished before its cancellation reached it)
         del state.outstanding[completion.key]
         load[completion.worker] -= 1
-        _, slot, copy = completion.key
         if copy == PRIMARY and hedge is not None:
             hedge.observe(completion.finished_s - state.dispatched_s)
-        if slot not in state.results:
+        if slot not in state.results and completion.output is not None:
             state.results[slot] = completion.output
             state.compute[slot] = completion.compute_s
             state.backups_won += copy == BACKUP

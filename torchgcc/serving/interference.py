@@ -9,7 +9,6 @@ exit of the ``with`` block, Ctrl-C included) kills and reaps every hog process.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 
@@ -57,7 +56,7 @@ class CpuHog:
         """Kill and reap every busy loop (idempotent)."""
         for process in self.processes:
             if process.poll() is None:
-                process.send_signal(signal.SIGKILL)
+                process.kill()  # SIGKILL
             process.wait()
         self.processes = []
 
