@@ -354,4 +354,7 @@ def test_bench_latency_quick_runs_end_to_end(tmp_path):
         (24, 8, 0.2),
     ]
     assert all(row["steps"] == 20 for s in results["settings"] for row in s["schemes"].values())
+    config = results["config"]  # the conditions the timings ran under
+    assert len(config["load_average_before"]) == len(config["load_average_after"]) == 3
+    assert config["threads_per_process"] == 1
     assert all((out / name).is_file() for name in ("results.csv", "steps.jsonl", "frontier.png"))

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import signal
 import tempfile
 from datetime import datetime
@@ -437,6 +438,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
+    from torchgcc.app.coded_job import JobSettings
+
     console = Console() if Console().is_terminal else Console(width=140)
     try:
         settings = _parse_settings(args.settings)
@@ -449,6 +452,7 @@ def run(args: argparse.Namespace) -> int:
     steps = 20 if args.quick else args.steps
     out = args.out or Path("torchgcc-results") / "bench-latency" / datetime.now().strftime("%Y%m%d-%H%M%S")
     previous = signal.signal(signal.SIGTERM, _terminate)
+    load_before = os.getloadavg()
     results = []
     try:
         with Progress(console=console, transient=False) as progress:
@@ -470,6 +474,11 @@ def run(args: argparse.Namespace) -> int:
         key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items() if key != "func"
     }
     config.update(steps=steps, task="mlp", mode="injected", command="torchgcc bench-latency")
+    config.update(
+        load_average_before=list(load_before),
+        load_average_after=list(os.getloadavg()),
+        threads_per_process=JobSettings.threads,  # every rank of the job: the job's default --threads
+    )
     records = [r for setting in results for r in setting.pop("records")]
     (out / "results.json").write_text(json.dumps({"config": config, "settings": results}, indent=2))
     with open(out / "results.csv", "w", newline="") as handle:
