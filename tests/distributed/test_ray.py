@@ -5,7 +5,10 @@ job's loop on the Ray engine writes the torchrun engine's records."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -16,7 +19,7 @@ from torchgcc import CodedModule, make_code
 from torchgcc.app.workloads import mlp_workload
 from torchgcc.noise import GaussianNoise
 from torchgcc.stragglers import FixedStragglers
-from torchgcc.workers import WaitPolicy
+from torchgcc.workers import Task, WaitPolicy
 
 pytestmark = pytest.mark.distributed
 ray = pytest.importorskip("ray")
@@ -187,3 +190,26 @@ def test_the_job_on_the_ray_engine_writes_the_torchrun_engines_records(workers):
     assert all(r["max_abs_diff_single_process"] <= 1e-5 for r in outcome.records)
     assert all(r["mse"] < 1e-12 and r["agreement"] == 1.0 and r["S"] is None for r in exact)
     assert outcome.summary["steps"] == 3 and set(outcome.summary["schemes"]) == {"gcc", "replication", "uncoded"}
+
+
+def test_a_signal_handlers_exception_comes_out_of_wait_as_itself(workers, task):
+    """``ray.wait`` runs Python's signal handlers from Cython and wraps what one raises in a ``SystemError``; the
+    engine's wait raises the handler's own exception (a job's termination, Ctrl-C's ``KeyboardInterrupt``)."""
+
+    class Stop(Exception):
+        pass
+
+    def stop(signum: int, frame: object) -> None:
+        raise Stop
+
+    previous = signal.signal(signal.SIGUSR1, stop)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGUSR1))
+    try:
+        workers.submit([Task("late", 0, task.batch(0)[:2], delay_s=30.0)])
+        timer.start()
+        with pytest.raises(Stop):
+            workers.wait(float("inf"))
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+        workers.cancel(["late"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -157,3 +158,50 @@ def test_worker_ranks_exit_non_zero_with_one_line_each_when_their_coordinator_is
     assert all(line.startswith(f"[torchgcc] rank {r}: the coordinator is gone") for r, line in zip((1, 2), said))
     assert not any(_alive(pid) for pid in pids)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_of_the_ray_driver_ends_with_the_error_line_the_summary_and_143(tmp_path):
+    """Ray installs its own SIGTERM handlers (one aborts the process: status 134, no record); the job's handler
+    comes back after ``ray.init``: the error record and the summary, status 143, and Ray's processes and its temp
+    folder gone within 5 s."""
+    pytest.importorskip("ray")
+    psutil = pytest.importorskip("psutil")
+    command = [sys.executable, "-m", "torchgcc.distributed", "--engine", "ray", *LONG]
+    env = dict(os.environ, TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
+    driver = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        lines = [driver.stdout.readline()]
+        while lines[-1] and not lines[-1].startswith('{"step": 1'):
+            lines.append(driver.stdout.readline())
+        ray_pids = [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]  # GCS, raylet, actors
+        folders = {f for pid in ray_pids for f in re.findall(r"/tmp/torchgcc-ray-\w+", " ".join(_cmdline(pid)))}
+        driver.send_signal(signal.SIGTERM)
+        out, err = driver.communicate(timeout=60)
+        deadline = time.monotonic() + 5
+        while any(_alive(pid) for pid in ray_pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    records = [_strict_json(line) for line in [*lines, *out.splitlines()] if line.startswith("{")]
+    assert driver.returncode == 143, err[-3000:]
+    assert records[-2] == {"event": "error", "error": "Terminated: terminated (SIGTERM)"}
+    summary = records[-1]
+    assert summary["event"] == "summary" and summary["status"] == 143
+    assert summary["steps"] == len([r for r in records if "step" in r]) >= 2
+    assert [line for line in err.splitlines() if "torchgcc" in line] == [
+        "[torchgcc] error: Terminated: terminated (SIGTERM)"
+    ]
+    assert not re.search(r"Traceback|SIGTERM received|frame #|Exception raised from|C\+\+", err), err[-3000:]
+    assert [pid for pid in ray_pids if _alive(pid)] == []
+    assert len(folders) == 1 and not any(Path(folder).exists() for folder in folders)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []

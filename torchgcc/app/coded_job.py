@@ -42,6 +42,7 @@ __all__ = [
     "EXIT_USAGE",
     "JobOutcome",
     "JobSettings",
+    "Terminated",
     "run_job",
     "summarize",
 ]
@@ -213,9 +214,12 @@ class Termination:
     closing the workers, writing the summary) a signal only sets the exit status, and it wins over the errors it
     causes (ranks torn down by the launcher look like lost workers)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, sigterm: str = "terminated by the launcher (SIGTERM); torchrun does this when another rank exits non-zero"
+    ) -> None:
         self.status: Optional[int] = None
         self.armed = True
+        self.sigterm = sigterm  # the error record's words for a SIGTERM
 
     def handle(self, signum: int, frame: object) -> None:
         if self.status is not None:
@@ -225,10 +229,7 @@ class Termination:
             self.armed = False
             if signum == signal.SIGINT:
                 raise Terminated("interrupted (SIGINT, Ctrl-C)", EXIT_INTERRUPTED)
-            raise Terminated(
-                "terminated by the launcher (SIGTERM); torchrun does this when another rank exits non-zero",
-                EXIT_TERMINATED,
-            )
+            raise Terminated(self.sigterm, EXIT_TERMINATED)
 
     def disarm(self) -> None:
         self.armed = False
@@ -462,16 +463,20 @@ def _run_on_ray(settings, workload, codes, extra, emit, on_step) -> JobOutcome:
     """The coordinator's loop with the N workers as Ray actors, in this process."""
     from torchgcc.distributed.ray_workers import RayWorkers, local_ray
 
-    termination = Termination()
+    termination = Termination(sigterm="terminated (SIGTERM)")
     previous = termination.install()
     try:
-        with local_ray(), RayWorkers(workload.model, settings.num_workers, max_restarts=settings.max_restarts) as ray:
-            start = {"event": "start", "engine": "ray", "num_workers": settings.num_workers, "pids": ray.pids}
-            engine = InjectedDelays(ray, extra)
-            rss = lambda: {0: peak_rss_mb()}  # noqa: E731
-            return _coordinate(
-                settings, engine, start, workload, codes, emit, on_step, rss, lambda step: None, termination
-            )
+        with local_ray():
+            # ray.init installs its own C-level SIGTERM handler, which aborts (status 134, no error record, no
+            # summary): put ours back in front of it
+            termination.install()
+            with RayWorkers(workload.model, settings.num_workers, max_restarts=settings.max_restarts) as ray:
+                start = {"event": "start", "engine": "ray", "num_workers": settings.num_workers, "pids": ray.pids}
+                engine = InjectedDelays(ray, extra)
+                rss = lambda: {0: peak_rss_mb()}  # noqa: E731
+                return _coordinate(
+                    settings, engine, start, workload, codes, emit, on_step, rss, lambda step: None, termination
+                )
     finally:  # this process goes on (a test, a notebook): give it its signal handlers back
         for signum, handler in previous.items():
             signal.signal(signum, handler)

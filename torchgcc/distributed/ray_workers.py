@@ -60,6 +60,19 @@ def local_ray(num_cpus: int | None = None) -> Iterator[object]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _handler_errors_pass_through() -> Iterator[None]:
+    """Ray's blocking calls run Python's signal handlers from Cython; an exception a handler raises there (Ctrl-C's
+    ``KeyboardInterrupt``, a job's own termination) comes out as ``SystemError: ... returned a result with an
+    exception set``, the handler's exception its cause. Re-raise that exception itself, so its handlers see it."""
+    try:
+        yield
+    except SystemError as error:
+        if error.__cause__ is None:
+            raise
+        raise error.__cause__ from None
+
+
 class _ModelWorker:
     """The actor: holds the model, runs ``(b, *in) -> (b, *out)`` and waits the injected delay."""
 
@@ -132,7 +145,8 @@ class RayWorkers:
         self._weights = ray.put(model)  # kept referenced: a restarting actor reads it again
         self.actors = [actor.remote(self._weights, threads) for _ in range(num_workers)]
         try:
-            self.pids = ray.get([a.pid.remote() for a in self.actors], timeout=start_timeout_s)
+            with _handler_errors_pass_through():
+                self.pids = ray.get([a.pid.remote() for a in self.actors], timeout=start_timeout_s)
         except BaseException:
             self.close()
             raise
@@ -157,6 +171,7 @@ class RayWorkers:
                 del self._tasks[ref]
                 self.ray.cancel(ref)
 
+    @_handler_errors_pass_through()  # the call that a signal interrupts
     def wait(self, until_s: float) -> list[Completion]:
         remaining = max(until_s - time.monotonic(), 0.0)
         if not self._tasks:

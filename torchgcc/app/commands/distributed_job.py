@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 
 from torchgcc.app.code_names import code_name_choices
-from torchgcc.app.coded_job import EXIT_USAGE, JobSettings, run_job
+from torchgcc.app.coded_job import EXIT_USAGE, JobSettings, Terminated, run_job
 from torchgcc.app.logs import configure_logging
 from torchgcc.app.results import plain
 from torchgcc.app.workloads import WORKLOADS
@@ -335,6 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _is_rank0():
             print(f"torchgcc.distributed: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except Terminated as error:  # a signal before the first step (the workers were starting): the error, no summary
+        _print_record({"event": "error", "error": f"{type(error).__name__}: {error} (before the first step)"})
+        return error.status
     except CoordinatorLost as error:  # a worker rank whose coordinator died: one line, non-zero
         print(f"[torchgcc] {error}; exiting", file=sys.stderr)
         return EXIT_COORDINATOR_LOST
