@@ -1,5 +1,6 @@
 """The serving loop's parts on a virtual clock: arrivals, batching, hedging, and the dispatch/decode loop checked
-against queueing theory (Pollaczek-Khinchine for M/D/1 and M/M/1) and against the single-process CodedModule."""
+against queueing theory (the Lindley recursion of an M/D/1 and an M/M/1 queue) and against the single-process
+CodedModule."""
 
 from __future__ import annotations
 
@@ -88,35 +89,38 @@ def test_hedge_threshold_is_the_percentile_of_the_recent_window():
     assert HedgePolicy(fixed_s=0.25).threshold_s() == 0.25
 
 
-def _batch_means_ci(values: torch.Tensor, batches: int = 20) -> tuple[float, float]:
-    """Mean and a 4-sigma half-width from batch means (consecutive waiting times in a queue are correlated)."""
-    means = values[: len(values) // batches * batches].reshape(batches, -1).mean(1)
-    return float(means.mean()), 4 * float(means.std()) / math.sqrt(batches)
+def _lindley_sojourns(arrival_s: list[float], service_s: list[float]) -> torch.Tensor:
+    """The sojourn times of a FIFO single-server queue, by the Lindley recursion (an independent reference)."""
+    free, sojourns = 0.0, []
+    for arrival, service in zip(arrival_s, service_s):
+        free = max(arrival, free) + service
+        sojourns.append(free - arrival)
+    return torch.tensor(sojourns, dtype=torch.float64)
 
 
 @pytest.mark.parametrize("service", ["deterministic", "exponential"])
-def test_one_worker_queue_matches_pollaczek_khinchine(service):
-    """One query per batch, one worker: an M/D/1 or M/M/1 queue; mean sojourn = 1/mu + rho E[S^2] / (2 E[S] (1-rho))."""
-    rate, mean_service, count = 5.0, 0.1, 20_000
+def test_one_worker_queue_is_the_lindley_recursion(service):
+    """One query per batch, one worker: an M/D/1 or M/M/1 queue at load 0.5. Every query's latency equals its
+    sojourn time by the Lindley recursion (the batch forms at the arrival; encoding and decoding take no virtual
+    time), and about half the queries waited for the one before (P(wait) = rho), so the queue is exercised."""
+    rate, mean_service, count = 5.0, 0.1, 2_000
     arrivals = PoissonArrivals(rate, seed=0).times(count)
     batches = form_batches(arrivals, batch_size=1, timeout_s=0.0)
     if service == "deterministic":
-        pool, delays, second_moment = VirtualWorkers(nn.Identity(), 1, service_s=mean_service), None, mean_service**2
+        pool, delays = VirtualWorkers(nn.Identity(), 1, service_s=mean_service), None
+        times = torch.full((count,), mean_service, dtype=torch.float64)
     else:
         generator = torch.Generator().manual_seed(1)
         uniform = torch.rand(len(batches), 1, generator=generator, dtype=torch.float64)
-        pool, delays, second_moment = (
-            VirtualWorkers(nn.Identity(), 1),
-            -mean_service * torch.log1p(-uniform),
-            2 * mean_service**2,
-        )
+        pool, delays = VirtualWorkers(nn.Identity(), 1), -mean_service * torch.log1p(-uniform)
+        times = delays[:, 0]
     run = serve_open_loop(
         _coded(nn.Identity(), "uncoded", pool, num_inputs=1), torch.zeros(count, 1), arrivals, batches, delays=delays
     )
-    rho = rate * mean_service
-    expected = mean_service + rate * second_moment / (2 * (1 - rho))
-    mean, half_width = _batch_means_ci(run.latency_s)
-    assert abs(mean - expected) < half_width, (mean, expected, half_width)
+    expected = _lindley_sojourns(arrivals.tolist(), times.tolist())
+    torch.testing.assert_close(run.latency_s.double(), expected, rtol=0, atol=1e-9)
+    waited = float((expected > times + 1e-9).double().mean())
+    assert 0.4 < waited < 0.6, waited
 
 
 def test_a_code_decodes_from_the_fastest_and_cancels_the_straggler_so_no_queue_builds():
