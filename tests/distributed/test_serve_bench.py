@@ -83,12 +83,16 @@ def test_ctrl_c_of_serve_bench_leaves_no_process_and_no_temp_folder(tmp_path, en
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # until the 4 workers run
-            workers = _session(bench.pid) if engine == "processes" else _ray_processes("ray::_ModelWorker")
+            workers = _session(bench.pid)
+            if engine == "ray":  # its actors (Ray's processes stay in the driver's session; other Ray runs do not)
+                workers = [pid for pid in _ray_processes("ray::_ModelWorker") if pid in workers]
             if len(workers) >= 4 + (engine == "processes") * 2:  # processes: + serve-bench + its forkserver
                 break
             time.sleep(0.2)
         time.sleep(1.0)  # serving
-        started = [p.name for p in Path("/tmp").glob("torchgcc-ray-*") if p.name not in before]
+        session = set(_session(bench.pid))
+        new = [p.name for p in Path("/tmp").glob("torchgcc-ray-*") if p.name not in before]
+        started = [name for name in new if session & set(_ray_processes(name))]  # not another Ray run's folder
         os.killpg(bench.pid, signal.SIGINT)  # Ctrl-C: SIGINT to the whole foreground group
         output, _ = bench.communicate(timeout=60)
     finally:
