@@ -55,6 +55,14 @@ def _session(sid: int) -> list[int]:
     return [int(pid) for pid in found]
 
 
+def _worker_processes(sid: int) -> list[int]:
+    """The children of session ``sid``'s processes outside it: ProcessWorkers' workers, forked by the forkserver
+    into sessions of their own (a Ctrl-C at the terminal reaches only the coordinator)."""
+    session = _session(sid)
+    found = subprocess.run(["pgrep", "-P", ",".join(map(str, session))], capture_output=True, text=True).stdout
+    return [int(pid) for pid in found.split() if int(pid) not in session]
+
+
 def _ray_processes(folder_prefix: str) -> list[int]:
     """Processes whose command line names one of our Ray temp folders (Ray starts its own sessions)."""
     pids = []
@@ -65,6 +73,19 @@ def _ray_processes(folder_prefix: str) -> list[int]:
         except OSError:
             continue
     return pids
+
+
+def _alive(pids: list[int]) -> list[int]:
+    """Those of ``pids`` that are still running (not exited, not a zombie)."""
+    alive = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
 
 
 @pytest.mark.parametrize("engine", ["processes", "ray"])
@@ -83,12 +104,14 @@ def test_ctrl_c_of_serve_bench_leaves_no_process_and_no_temp_folder(tmp_path, en
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # until the 4 workers run
-            workers = _session(bench.pid)
-            if engine == "ray":  # its actors (Ray's processes stay in the driver's session; other Ray runs do not)
-                workers = [pid for pid in _ray_processes("ray::_ModelWorker") if pid in workers]
-            if len(workers) >= 4 + (engine == "processes") * 2:  # processes: + serve-bench + its forkserver
+            if engine == "processes":
+                workers = _worker_processes(bench.pid)
+            else:  # its actors (Ray's processes stay in the driver's session; another Ray run's do not)
+                workers = [pid for pid in _ray_processes("ray::_ModelWorker") if pid in _session(bench.pid)]
+            if len(workers) >= 4:
                 break
             time.sleep(0.2)
+        assert len(workers) == 4, workers
         time.sleep(1.0)  # serving
         session = set(_session(bench.pid))
         new = [p.name for p in Path("/tmp").glob("torchgcc-ray-*") if p.name not in before]
@@ -101,9 +124,9 @@ def test_ctrl_c_of_serve_bench_leaves_no_process_and_no_temp_folder(tmp_path, en
     assert bench.returncode == 130, output[-3000:]
     assert "interrupted" in output
     deadline = time.monotonic() + 10  # the forkserver and resource tracker exit once serve-bench has
-    while _session(bench.pid) and time.monotonic() < deadline:
+    while (_session(bench.pid) or _alive(workers)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _session(bench.pid) == []
+    assert _session(bench.pid) == [] and _alive(workers) == []
     assert not out.exists()
     # no pymp-* (forkserver) folder; torchinductor_* is torch's own cache, made when the classifier is trained
     assert [p.name for p in (tmp_path / "tmp").iterdir() if not p.name.startswith("torchinductor_")] == []
