@@ -7,11 +7,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from references import natural_spline_reference
 from scipy.sparse.csgraph import shortest_path
 
 import torchgcc
 from torchgcc.coded_module import group_samples
 from torchgcc.manifold import ManifoldEncoder, ManifoldGCC, ReferenceGraph, shortest_hamiltonian_path
+from torchgcc.manifold.encoding import MIN_STEP, centripetal_points
 
 
 def _spiral(n, seed=0, dim=10, noise=0.0):
@@ -75,16 +77,22 @@ def test_route_is_the_shortest_by_brute_force():
         assert sum(float(d[a, b]) for a, b in zip(route, route[1:])) == pytest.approx(best, rel=1e-12)
 
 
-def test_encoder_curve_passes_through_the_ordered_inputs_and_the_decoder_restores_the_callers_order():
+@pytest.mark.parametrize("points", ["code", "centripetal"])
+def test_encoder_curve_passes_through_the_ordered_inputs_and_the_decoder_restores_the_callers_order(points):
     reference, x = _spiral(300, seed=4), _spiral(32, seed=5)
     k, n = 8, 24
-    code = ManifoldGCC(k, n, reference=reference, lambda_dec=0.0)
+    code = ManifoldGCC(k, n, reference=reference, points=points, lambda_dec=0.0)
     groups = group_samples(x, k)
     coded = code.encoder(groups)
     assert coded.shape == (4, n, 10) and code.encoder.last_path_points.sum() > 0
-    at_alpha = code.encoder.curve(groups, code.alpha)
+    alpha = code.encoder.last_alpha
+    assert (alpha is None) == (points == "code")
     ordered = groups.gather(1, code.encoder.last_order.unsqueeze(-1).expand_as(groups))
-    torch.testing.assert_close(at_alpha, ordered, rtol=0, atol=1e-6 * float(x.abs().max()))
+    for group in range(4):
+        at = code.alpha if alpha is None else alpha[group]
+        at_alpha = code.encoder.curve(groups[group : group + 1], at)[0]
+        torch.testing.assert_close(at_alpha, ordered[group], rtol=0, atol=1e-6 * float(x.abs().max()))
+    code.encoder(groups)  # curve() above re-ran the encoder on one group: encode the batch again
     decoded = code.decoder(coded, torch.ones(4, n, dtype=torch.bool))  # identity computation
     plain = torchgcc.make_code("natural", num_inputs=k, num_workers=n)
     caller_order_error = (decoded - groups).abs().max()
@@ -93,25 +101,73 @@ def test_encoder_curve_passes_through_the_ordered_inputs_and_the_decoder_restore
         code.decoder(coded[:2], torch.ones(2, n, dtype=torch.bool))
 
 
+def test_centripetal_points_are_chebyshevs_for_equal_steps_and_follow_the_square_root_of_the_distances():
+    k = 6
+    chebyshev = np.sort(np.cos((2 * np.arange(1, k + 1) - 1) * np.pi / (2 * k)))
+    torch.testing.assert_close(centripetal_points(torch.full((1, k - 1), 0.3)), torch.from_numpy(chebyshev)[None])
+    distances = torch.tensor([[4.0, 1.0, 0.0, 9.0, 1.0]], dtype=torch.float64)
+    steps = np.array([2.0, 1.0, 1e-3 * 7 / 5, 3.0, 1.0])  # sqrt, the zero raised to MIN_STEP of the mean step
+    s = np.concatenate([[0], np.cumsum(steps)]) / steps.sum()
+    expected = -np.cos(np.pi * (0.5 + (k - 1) * s) / k)
+    torch.testing.assert_close(centripetal_points(distances), torch.from_numpy(expected)[None], rtol=1e-12, atol=0)
+    assert MIN_STEP == 1e-3
+
+
+def test_pc1_order_sorts_by_numpys_first_principal_component():
+    generator = torch.Generator().manual_seed(8)
+    x = torch.randn(1, 7, 5, generator=generator, dtype=torch.float64) * torch.tensor([3.0, 1, 0.5, 0.2, 0.1])
+    encoder = ManifoldEncoder(torchgcc.GCC(7, 14).alpha, torchgcc.GCC(7, 14).beta, _spiral(40, dim=5), order="pc1")
+    encoder(x)
+    centred = x[0].numpy() - x[0].numpy().mean(axis=0)
+    _, _, vh = np.linalg.svd(centred)
+    expected = np.argsort(centred @ vh[0])
+    order = encoder.last_order[0].numpy()
+    assert (order == expected).all() or (order == expected[::-1]).all()
+
+
+def test_decoder_at_per_group_points_equals_scipys_natural_spline_per_group():
+    """lambda_dec = 0 with centripetal points: each group's estimates are scipy's natural cubic spline through its
+    surviving results, evaluated at that group's points, put back in the caller's order."""
+    reference, x = _spiral(300, seed=9), _spiral(24, seed=10)
+    k, n = 6, 16
+    code = ManifoldGCC(k, n, reference=reference, order="route", follow_paths=False, lambda_dec=0.0)
+    groups = group_samples(x, k)
+    coded = code.encoder(groups)
+    results = torch.tanh(coded) @ torch.randn(10, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    mask = torch.ones(len(groups), n, dtype=torch.bool)
+    mask[:, 5:8] = False
+    decoded = code.decoder(results, mask)
+    beta = code.beta.numpy()
+    for group in range(len(groups)):
+        arrived = mask[group].numpy()
+        matrix = natural_spline_reference(beta[arrived], code.encoder.last_alpha[group].numpy(), 0.0)
+        estimates = matrix @ results[group, arrived].numpy()
+        inverse = np.argsort(code.encoder.last_order[group].numpy())
+        np.testing.assert_allclose(decoded[group].numpy(), estimates[inverse], rtol=1e-9, atol=1e-12)
+
+
 def test_coded_samples_lie_closer_to_the_data_than_standard_gccs():
     """On a spiral: ordering shortens the curves, the graph pull bends them toward the data."""
     reference, x = _spiral(800, seed=6), _spiral(64, seed=7)
     k, n = 8, 32
     groups = group_samples(x, k)
     graph = ReferenceGraph(reference, neighbours=8)
+    alpha, beta = torchgcc.GCC(k, n).alpha, torchgcc.GCC(k, n).beta
     standard = torchgcc.make_code("gcc", num_inputs=k, num_workers=n).encoder(groups)
-    ordered = ManifoldEncoder(torchgcc.GCC(k, n).alpha, torchgcc.GCC(k, n).beta, graph, follow_paths=False)(groups)
-    pulled = ManifoldEncoder(torchgcc.GCC(k, n).alpha, torchgcc.GCC(k, n).beta, graph, bandwidth_ratio=0.1)(groups)
+    ordered = ManifoldEncoder(alpha, beta, graph, follow_paths=False)(groups)
+    pulled = ManifoldEncoder(alpha, beta, graph, bandwidth_ratio=0.1)(groups)
 
     def distance(coded):
         return float(torch.cdist(coded.flatten(0, 1), reference).min(dim=1).values.mean())
 
     assert distance(pulled) < distance(ordered) < 0.5 * distance(standard)
-    with pytest.raises(ValueError, match="route"):
-        ManifoldEncoder(torchgcc.GCC(k, n).alpha, torchgcc.GCC(k, n).beta, graph, route="tsp")
+    with pytest.raises(ValueError, match="order must be one of"):
+        ManifoldEncoder(alpha, beta, graph, order="tsp")
+    with pytest.raises(ValueError, match="points must be one of"):
+        ManifoldEncoder(alpha, beta, graph, points="chord")
 
 
-def test_the_ablation_keeps_the_callers_groups_for_the_encode_rows():
+def test_the_ablation_keeps_the_callers_groups_for_the_encoder_rows():
     from torchgcc.app.experiments import manifold_study
 
     config = manifold_study.Config(
@@ -126,12 +182,13 @@ def test_the_ablation_keeps_the_callers_groups_for_the_encode_rows():
     result = manifold_study.run(config, progress=False)
     rows = {r["scheme"]: r for r in result.records}
     assert set(rows) == set(manifold_study.ROWS)
-    for row in ("encode_order", "encode", "encode_close"):
+    for row in manifold_study.ENCODERS:
         assert rows[row]["same_groups_as_standard"] and rows[row]["group_hash"] == rows["standard"]["group_hash"]
-    for row in ("regroup", "both"):
-        assert not rows[row]["same_groups_as_standard"]
+    assert not rows["regroup"]["same_groups_as_standard"]
     for record in rows.values():
         assert record["distance_to_data"] > 0 and record["distance_to_group"] > 0 and "distance_to_manifold" in record
+        low, middle, high = record["distance_to_data_quantiles"]
+        assert 0 < low <= middle <= high
         assert math.isfinite(record["mse_ci"]) and len(record["seeds"]) == 2
     assert rows["standard"]["ratio"] == pytest.approx(1.0)
     assert manifold_study.group_hash(torch.tensor([[2, 1], [0, 3]])) == manifold_study.group_hash(

@@ -8,18 +8,18 @@
 - :mod:`~torchgcc.manifold.graph`: the kNN graph, its shortest paths and the shortest route through a group.
 """
 
-from torchgcc.manifold.code import ManifoldGCC, ReorderedDecoder
+from torchgcc.manifold.code import ManifoldDecoder, ManifoldGCC
 from torchgcc.manifold.encoding import ManifoldEncoder
 from torchgcc.manifold.graph import ReferenceGraph, shortest_hamiltonian_path
 from torchgcc.manifold.grouping import ORDERS, ManifoldGrouping, manifold_order
 
 __all__ = [
     "ORDERS",
+    "ManifoldDecoder",
     "ManifoldEncoder",
     "ManifoldGCC",
     "ManifoldGrouping",
     "ReferenceGraph",
-    "ReorderedDecoder",
     "manifold_order",
     "shortest_hamiltonian_path",
 ]

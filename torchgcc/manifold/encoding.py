@@ -1,30 +1,41 @@
-"""Manifold-aware encoding: coded samples along the data manifold, for the caller's own groups.
+"""Manifold-aware encoding: coded samples along the data, for the caller's own groups.
 
 OUR RECONSTRUCTION of the encoder of "Manifold-Aware General Coded Computing" (Moradi and Maddah-Ali, arXiv
 2609.00552), of which only the abstract is public ("coded samples that follow the natural manifold of the data",
 "inspired by graph-based manifold learning"). Standard GCC's encoder is the natural cubic spline through
 ``(alpha_k, x_k)`` in the caller's order: between arbitrary inputs it cuts straight across the data space, so the
-coded samples at ``beta_n`` lie off the data. :class:`ManifoldEncoder` keeps the code's points and the group's
-inputs and changes the curve, using a reference set of data (e.g. training inputs) and its kNN graph
-(:class:`~torchgcc.manifold.graph.ReferenceGraph`, geodesics as in Isomap):
+coded samples at ``beta_n`` lie off the data and the decoder interpolates a long, bent curve. :class:`ManifoldEncoder`
+keeps the code's worker points and the group's inputs and changes three things, each an option (so that
+``torchgcc reproduce manifold`` can ablate them on the same groups), using a reference set of data (e.g. training
+inputs) and its kNN graph (:class:`~torchgcc.manifold.graph.ReferenceGraph`, geodesics as in Isomap):
 
-1. **order**: the group's inputs are placed on ``alpha_1 < ... < alpha_K`` along the shortest route through them
-   (straight-line or geodesic distances; exact for K <= 12); the decoder's estimates are put back in the caller's
-   order (``last_order``);
-2. **follow the graph** (``follow_paths``): between consecutive inputs the curve is pulled toward the reference
+1. **order** (:data:`INPUT_ORDERS`): which input sits at which regression point: ``"pc1"`` sorts the group by its first
+   principal component; ``"route"`` takes the shortest route through the inputs by straight-line distance;
+   ``"geodesic"`` the shortest route by graph geodesics (both routes exact for K <= 12). The decoder puts its
+   estimates back in the caller's order (``last_order``);
+2. **regression points** (:data:`REGRESSION_POINTS`): ``"code"`` keeps the code's Chebyshev points ``alpha``;
+   ``"centripetal"`` places them by the distances between consecutive inputs of the order (straight-line, or
+   geodesic for ``order="geodesic"``): ``alpha_k = -cos(pi (1/2 + (K - 1) s_k) / K)`` with ``s_k`` the fraction of
+   ``sum_i sqrt(d_i)`` before input k (:func:`centripetal_points`). Equal distances give the code's Chebyshev points;
+   otherwise a long step gets a longer interval of worker points. The square root is the centripetal
+   parametrisation of curve fitting (E. T. Y. Lee, "Choosing nodes in parametric curve interpolation", 1989): the
+   chord length (``d_i`` itself) bunches the points of short steps and makes the spline overshoot between them
+   (measured worse on the ablation's synthetic workloads). ``last_alpha`` ``(B, K)`` holds them; the decoder
+   evaluates there;
+3. **on-manifold curve** (``follow_paths``): between consecutive inputs the curve is pulled toward the reference
    points on the graph's shortest path, placed at parameters proportional to arc length within
-   ``[alpha_k, alpha_{k+1}]``: the curve is the weighted cubic smoothing spline through the inputs (weight
+   ``[alpha_k, alpha_{k+1}]``: the weighted cubic smoothing spline through the inputs (weight
    :data:`INPUT_WEIGHT`, so it passes through them to ~1e-8) and the path points (weight 1), with
    ``lambda = (bandwidth_ratio * 2 / K)^4``: it bends toward the data within a fraction of a regression interval.
 
-The pull is a trade-off, measured by ``torchgcc reproduce manifold``: a curve that hugs the discrete graph path
-lies closer to the data but is rougher, and the decoder interpolates ``f`` along it; ``follow_paths=False`` keeps
-only the ordering. The encoder depends on the inputs through the route, so it is not differentiable in them (it runs
+Which of them carries the gain is measured, not assumed (``torchgcc reproduce manifold``, docs/family.md). The
+encoder depends on the inputs through the order and the points, so it is not differentiable in them (it runs
 without gradients) and is not a fixed matrix.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Union
 
 import torch
@@ -34,31 +45,51 @@ from torchgcc.functional import smoothing_spline_matrix
 from torchgcc.functional.weighted_spline import weighted_smoothing_spline
 from torchgcc.manifold.graph import ReferenceGraph, shortest_hamiltonian_path
 
-__all__ = ["INPUT_WEIGHT", "ROUTES", "ManifoldEncoder"]
+__all__ = ["INPUT_ORDERS", "INPUT_WEIGHT", "MIN_STEP", "REGRESSION_POINTS", "ManifoldEncoder", "centripetal_points"]
 
-#: How the inputs are ordered: the shortest route by geodesic (graph) or by straight-line distance.
-ROUTES = ("geodesic", "euclidean")
+#: How a group's inputs are ordered along the regression points.
+INPUT_ORDERS = ("pc1", "route", "geodesic")
+
+#: Where the regression points are: the code's, or by the distance travelled along the order.
+REGRESSION_POINTS = ("code", "centripetal")
 
 #: Weight of the group's inputs against 1 for the graph's path points in the curve's fit.
 INPUT_WEIGHT = 1e8
 
+#: The shortest step of :func:`centripetal_points`, as a fraction of the mean step: repeated inputs (the padding of a
+#: last group) still get distinct regression points.
+MIN_STEP = 1e-3
+
+
+def centripetal_points(distances: torch.Tensor) -> torch.Tensor:
+    """Regression points ``(B, K)`` ascending in ``(-1, 1)`` from the ``(B, K - 1)`` distances between consecutive
+    inputs: ``-cos(pi (1/2 + (K - 1) s_k) / K)``, ``s_k`` the fraction of the total step before input ``k``, a step
+    being the square root of a distance (raised to :data:`MIN_STEP` of the mean step). Equal distances give the
+    Chebyshev points of the first kind, the codes' default."""
+    steps = distances.to(torch.float64).clamp_min(0).sqrt()
+    k = steps.shape[-1] + 1
+    mean = steps.mean(dim=-1, keepdim=True)
+    steps = torch.where(mean > 0, steps.clamp_min(MIN_STEP * mean), torch.ones_like(steps))
+    s = torch.nn.functional.pad(steps.cumsum(dim=-1), (1, 0)) / steps.sum(dim=-1, keepdim=True)
+    return -torch.cos(math.pi * (0.5 + (k - 1) * s) / k)
+
 
 class ManifoldEncoder(nn.Module):
-    """Encoder ``(B, K, *feat) -> (B, N, *feat)`` whose coded samples follow the data manifold (module docstring).
+    """Encoder ``(B, K, *feat) -> (B, N, *feat)`` whose coded samples follow the data (module docstring).
 
     Args:
-        alpha: ``(K,)`` regression points of the code (ascending).
+        alpha: ``(K,)`` regression points of the code (ascending; used with ``points="code"``).
         beta: ``(N,)`` worker points of the code (ascending).
         reference: ``(M, *feat)`` samples of the data distribution (the graph's nodes), or a prebuilt
             :class:`ReferenceGraph` of flattened samples (its Floyd-Warshall costs ``O(M^3)``: share it).
+        order: one of :data:`INPUT_ORDERS`.
+        points: one of :data:`REGRESSION_POINTS`.
+        follow_paths: pull the curve toward the graph's shortest paths.
         neighbours: ``k`` of the kNN graph (when ``reference`` is a tensor).
-        follow_paths: pull the curve toward the graph's shortest paths (else only reorder the inputs).
         bandwidth_ratio: the pull's smoothing length as a fraction of the mean regression spacing ``2 / K``.
-        route: how the inputs are ordered (:data:`ROUTES`): the shortest route by straight-line distance (default:
-            the spline between consecutive inputs is then short; measured better than the geodesic route on every
-            workload of ``reproduce manifold``) or by graph geodesics.
 
-    After each call, ``last_order`` ``(B, K)`` int64 holds the input placed at ``alpha_k`` in every group and
+    After each call, ``last_order`` ``(B, K)`` int64 holds the input placed at the k-th regression point of every
+    group, ``last_alpha`` ``(B, K)`` float64 the regression points (``points="centripetal"``; None with the code's) and
     ``last_path_points`` ``(B,)`` how many reference points each curve was pulled toward.
     """
 
@@ -71,25 +102,28 @@ class ManifoldEncoder(nn.Module):
         beta: torch.Tensor,
         reference: Union[torch.Tensor, ReferenceGraph],
         *,
-        neighbours: int = 10,
+        order: str = "geodesic",
+        points: str = "centripetal",
         follow_paths: bool = True,
+        neighbours: int = 10,
         bandwidth_ratio: float = 0.5,
-        route: str = "euclidean",
     ) -> None:
         super().__init__()
-        if route not in ROUTES:
-            raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
-        self.route = route
+        if order not in INPUT_ORDERS:
+            raise ValueError(f"order must be one of {INPUT_ORDERS}, got {order!r}")
+        if points not in REGRESSION_POINTS:
+            raise ValueError(f"points must be one of {REGRESSION_POINTS}, got {points!r}")
         if not bandwidth_ratio > 0:
             raise ValueError(f"bandwidth_ratio must be > 0, got {bandwidth_ratio!r}")
+        self.order, self.points, self.follow_paths, self.bandwidth_ratio = order, points, follow_paths, bandwidth_ratio
         self.register_buffer("alpha", alpha.detach().to(torch.float64))
         self.register_buffer("beta", beta.detach().to(torch.float64))
         if isinstance(reference, ReferenceGraph):
             self.graph = reference
         else:
             self.graph = ReferenceGraph(reference.reshape(len(reference), -1), neighbours=neighbours)
-        self.follow_paths, self.bandwidth_ratio = follow_paths, bandwidth_ratio
         self.last_order: Optional[torch.Tensor] = None
+        self.last_alpha: Optional[torch.Tensor] = None
         self.last_path_points: Optional[torch.Tensor] = None
 
     @property
@@ -112,7 +146,7 @@ class ManifoldEncoder(nn.Module):
     @torch.no_grad()
     def curve(self, x: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
         """The encoding curve of every group of ``x`` ``(B, K, *feat)`` at ``points`` ``(P,)``: ``(B, P, *feat)``
-        (``points = beta`` gives the coded samples; at ``alpha`` it returns the ordered inputs)."""
+        (``points = beta`` gives the coded samples; at the regression points it returns the ordered inputs)."""
         size = self.graph.points.shape[1]
         if x.dim() < 3 or x.shape[1] != self.num_inputs or x[0, 0].numel() != size:
             raise ValueError(
@@ -121,29 +155,44 @@ class ManifoldEncoder(nn.Module):
             )
         b, k = x.shape[:2]
         flat = x.reshape(b, k, -1).to(torch.float64)
-        distances, ends = self.graph.geodesics(flat)
-        euclidean = torch.cdist(flat, flat)
-        orders, curves, counts = [], [], []
+        geodesic, ends = self.graph.geodesics(flat)
+        metric = geodesic if self.order == "geodesic" else torch.cdist(flat, flat)
+        orders = torch.tensor([self._order(flat[g], metric[g]) for g in range(b)], dtype=torch.int64)
+        alpha = self.alpha.expand(b, k)
+        if self.points == "centripetal":  # from the distances between consecutive inputs of the order
+            alpha = centripetal_points(metric[torch.arange(b).unsqueeze(1), orders[:, :-1], orders[:, 1:]])
         points = points.to(torch.float64)
+        curves, counts = [], []
         for group in range(b):
-            order = shortest_hamiltonian_path(distances[group] if self.route == "geodesic" else euclidean[group])
-            ordered = flat[group, order]
-            if not self.follow_paths:
-                curves.append(smoothing_spline_matrix(self.alpha, points, 0.0) @ ordered)
-                counts.append(0)
-            else:
-                knots, data, weights = self._nodes(ordered, ends[group][order][:, order])
+            ordered = flat[group, orders[group]]
+            if self.follow_paths:
+                path_ends = ends[group][orders[group]][:, orders[group]]
+                knots, data, weights = self._nodes(alpha[group], ordered, path_ends)
                 _, values = weighted_smoothing_spline(knots[None], data[None], weights[None], points, self.lam)
                 curves.append(values[0])
                 counts.append(int((weights == 1).sum()))
-            orders.append(order)
-        self.last_order = torch.tensor(orders, device=x.device)
+            else:
+                curves.append(smoothing_spline_matrix(alpha[group], points, 0.0) @ ordered)
+                counts.append(0)
+        self.last_order = orders.to(x.device)
+        self.last_alpha = alpha.to(x.device) if self.points == "centripetal" else None
         self.last_path_points = torch.tensor(counts, device=x.device)
         return torch.stack(curves).to(x.dtype).reshape((b, len(points)) + tuple(x.shape[2:]))
 
-    def _nodes(self, ordered: torch.Tensor, ends: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Knots, points and weights of the curve through the ordered inputs and their connecting graph paths."""
-        knots, data, weights = [self.alpha[:1]], [ordered[:1]], [torch.full((1,), INPUT_WEIGHT, dtype=torch.float64)]
+    def _order(self, flat: torch.Tensor, metric: torch.Tensor) -> list[int]:
+        """The order of one group's ``(K, D)`` inputs (``metric`` ``(K, K)``: the distances the route minimises)."""
+        if self.order == "pc1":
+            centred = flat - flat.mean(dim=0)
+            _, _, vh = torch.linalg.svd(centred, full_matrices=False)
+            return (centred @ vh[0]).argsort().tolist()
+        return shortest_hamiltonian_path(metric)
+
+    def _nodes(
+        self, alpha: torch.Tensor, ordered: torch.Tensor, ends: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Knots, points and weights of the curve through the ordered inputs (at ``alpha``) and their connecting
+        graph paths."""
+        knots, data, weights = [alpha[:1]], [ordered[:1]], [torch.full((1,), INPUT_WEIGHT, dtype=torch.float64)]
         for k in range(self.num_inputs - 1):
             enter, leave = (int(v) for v in ends[k, k + 1])
             middle = self.graph.points[self.graph.path(enter, leave)] if enter >= 0 else ordered[:0]
@@ -151,8 +200,8 @@ class ManifoldEncoder(nn.Module):
             length = torch.cat([segment.new_zeros(1), segment.diff(dim=0).norm(dim=1).cumsum(0)])
             fraction = length[1:] / length[-1] if length[-1] > 0 else torch.zeros_like(length[1:])
             fraction[-1] = 1.0  # the next input sits at alpha_{k+1}, even when it repeats this one (padding)
-            at = self.alpha[k] + (self.alpha[k + 1] - self.alpha[k]) * fraction
-            strictly_inside = (at[:-1].diff(prepend=self.alpha[k : k + 1]) > 0) & (at[:-1] < self.alpha[k + 1])
+            at = alpha[k] + (alpha[k + 1] - alpha[k]) * fraction
+            strictly_inside = (at[:-1].diff(prepend=alpha[k : k + 1]) > 0) & (at[:-1] < alpha[k + 1])
             keep = torch.cat([strictly_inside, torch.ones(1, dtype=torch.bool)])
             knots.append(at[keep])
             data.append(segment[1:][keep])
@@ -164,6 +213,6 @@ class ManifoldEncoder(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"num_inputs={self.num_inputs}, num_workers={self.num_workers}, reference={len(self.graph.points)}, "
-            f"neighbours={self.graph.neighbours}, route={self.route!r}, follow_paths={self.follow_paths}, "
-            f"bandwidth_ratio={self.bandwidth_ratio:g}"
+            f"neighbours={self.graph.neighbours}, order={self.order!r}, points={self.points!r}, "
+            f"follow_paths={self.follow_paths}, bandwidth_ratio={self.bandwidth_ratio:g}"
         )

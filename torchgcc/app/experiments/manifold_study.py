@@ -1,28 +1,33 @@
 """``torchgcc reproduce manifold``: manifold-aware GCC (our reconstruction of arXiv 2609.00552), an ablation.
 
-Every workload codes its evaluation inputs K = 8 at a time on N = 32 workers with random stragglers; the rows are
+Every workload codes its evaluation inputs K = 8 at a time on N = 32 workers with random stragglers. The rows other
+than ``regroup`` code the SAME groups (the caller's: consecutive inputs) and change one component of the encoder at
+a time (:class:`torchgcc.manifold.ManifoldEncoder`):
 
-- ``standard``: GCC on the caller's groups (consecutive inputs);
-- ``encode_order``: the SAME groups, the manifold-aware encoder without the graph pull (each group's inputs ordered
-  along their shortest route; :class:`torchgcc.manifold.ManifoldGCC` with ``follow_paths=False``);
-- ``encode``: the SAME groups, the full manifold-aware encoder (ordered, the curve pulled toward the reference
-  set's kNN-graph paths; the default pull, ``bandwidth_ratio=0.5``);
-- ``encode_close``: the same with a five times shorter pull (``bandwidth_ratio=0.1``): samples closer to the data,
-  a rougher curve (the trade-off of the pull);
-- ``regroup``: different groups, chosen along the data (:class:`torchgcc.manifold.ManifoldGrouping`), standard GCC;
-- ``both``: regrouped, then the full encoder.
+- ``standard``: GCC, the inputs in the caller's order at the code's Chebyshev points;
+- ``pc1``: the group sorted by its first principal component, the code's points;
+- ``route``: the shortest straight-line route through the group, the code's points;
+- ``geodesic``: the shortest route by the reference set's kNN-graph geodesics, the code's points;
+- ``route_centripetal``: the straight-line route, regression points from the distances along it (centripetal);
+- ``geodesic_centripetal``: the geodesic route, regression points from the geodesic distances (centripetal);
+- ``full``: the geodesic route and points, the curve pulled onto the graph's shortest paths;
+- ``regroup``: DIFFERENT groups, chosen along the data (:class:`torchgcc.manifold.ManifoldGrouping`), standard
+  GCC (a separate feature, for comparison).
 
 Every row of a (workload, S, seed) decodes the same masks with GCC's decoder; ``group_hash`` (per seed) fingerprints
-which inputs were coded together, so the encode rows' equality with ``standard`` is checkable. For the coded samples
-``distance_to_data`` is their mean distance to the nearest data point (reference set and evaluation inputs) and
-``distance_to_group`` to the nearest input of their own group, both over the data's mean nearest-neighbour spacing;
-the synthetic workloads add ``distance_to_manifold`` (to a dense sample of the manifold, same scale).
+which inputs were coded together, so the same-groups claim is checkable (``same_groups_as_standard``). For the coded
+samples ``distance_to_data`` is their mean distance to the nearest data point (reference set and evaluation inputs),
+``distance_to_data_quantiles`` its median, 90th percentile and maximum over the coded samples, and
+``distance_to_group`` the mean distance to the nearest input of their own group, all over the data's mean
+nearest-neighbour spacing; the synthetic workloads add ``distance_to_manifold`` (to a dense sample of the manifold,
+same scale).
 
-Workloads: ``swissroll`` (a Swiss roll in R^3 embedded in R^50; a cubic polynomial of it), ``polynomial`` (a 2-torus
-embedded in R^100 by a random linear map; a cubic polynomial of 100-dimensional inputs, the seed's high-dimensional
-polynomial evaluation), ``lenet5`` and ``vit`` (digits; reference: training inputs; MSE against the uncoded logits
-and RelAcc). Every record is a mean over ``seeds`` with a Student-t 95% CI; ``ratio`` is the mean over seeds of the
-row's MSE over ``standard``'s.
+Workloads: ``swissroll`` (a Swiss roll in R^3 embedded in R^50), ``scurve`` (an S-curve in R^3 embedded in R^50),
+``circle`` (a circle with Gaussian noise of 0.05 of its radius, in R^2 embedded in R^20), ``polynomial`` (a 2-torus
+embedded in R^100 by a random linear map: the seed's high-dimensional polynomial evaluation) - each computing a cubic
+polynomial of its inputs - and ``lenet5`` and ``vit`` (digits; reference: training inputs; MSE against the uncoded
+logits and RelAcc). Every record is a mean over ``seeds`` with a Student-t 95% CI; ``ratio`` is the mean over seeds
+of the row's MSE over ``standard``'s (with its CI).
 """
 
 from __future__ import annotations
@@ -64,13 +69,21 @@ __all__ = [
     "run",
 ]
 
-#: The ablation's rows, in table order.
-ROWS = ("standard", "encode_order", "encode", "encode_close", "regroup", "both")
+#: The ablation's rows, in table order, and the :class:`ManifoldGCC` options of each encoder row.
+ENCODERS = {
+    "pc1": {"order": "pc1", "points": "code", "follow_paths": False},
+    "route": {"order": "route", "points": "code", "follow_paths": False},
+    "geodesic": {"order": "geodesic", "points": "code", "follow_paths": False},
+    "route_centripetal": {"order": "route", "points": "centripetal", "follow_paths": False},
+    "geodesic_centripetal": {"order": "geodesic", "points": "centripetal", "follow_paths": False},
+    "full": {"order": "geodesic", "points": "centripetal", "follow_paths": True},
+}
+ROWS = ("standard", *ENCODERS, "regroup")
 
 
 @dataclass(frozen=True)
 class Config:
-    workloads: tuple[str, ...] = ("swissroll", "polynomial", "lenet5", "vit")
+    workloads: tuple[str, ...] = ("swissroll", "scurve", "circle", "polynomial", "lenet5", "vit")
     num_inputs: int = 8
     num_workers: int = 32
     stragglers: tuple[int, ...] = (0, 4, 8)
@@ -82,11 +95,10 @@ class Config:
     seeds: tuple[int, ...] = (0, 1, 2)
 
 
-#: The published run: four workloads, S in {0, 4, 8}, 3 seeds.
+#: The published run: six workloads, S in {0, 4, 8}, 3 seeds.
 DEFAULT = Config()
-#: ``--quick``: the two synthetic workloads and LeNet5, S in {0, 8}, 2 seeds, smaller sets.
+#: ``--quick``: the same workloads, S in {0, 8}, 2 seeds, smaller sets.
 QUICK = Config(
-    workloads=("swissroll", "polynomial", "lenet5"),
     stragglers=(0, 8),
     repeats=2,
     samples=128,
@@ -138,15 +150,32 @@ def _torus(n: int, generator: torch.Generator, embedding: torch.Tensor) -> torch
     return features.T @ embedding.T
 
 
+def _s_curve(n: int, generator: torch.Generator, basis: torch.Tensor) -> torch.Tensor:
+    t = 3 * math.pi * (torch.rand(n, generator=generator, dtype=torch.float64) - 0.5)
+    height = 2 * torch.rand(n, generator=generator, dtype=torch.float64)
+    return torch.stack([t.sin(), height, t.sign() * (t.cos() - 1)], dim=1) @ basis.T
+
+
+def _noisy_circle(n: int, generator: torch.Generator, basis: torch.Tensor) -> torch.Tensor:
+    theta = 2 * math.pi * torch.rand(n, generator=generator, dtype=torch.float64)
+    plane = torch.stack([theta.cos(), theta.sin()], dim=1)
+    return (plane + 0.05 * torch.randn(n, 2, generator=generator, dtype=torch.float64)) @ basis.T
+
+
+#: The synthetic workloads: ``(ambient dimension, intrinsic dimension of the embedded data, sampler)``.
+SYNTHETIC = {"swissroll": (50, 3, _swiss_roll), "scurve": (50, 3, _s_curve), "circle": (20, 2, _noisy_circle)}
+
+
 def make_workload(name: str, config: Config, seed: int, *, progress: bool = False) -> Workload:
     """The workload ``name`` of ``seed``: synthetic ones drawn from ``seed``, the classifiers trained under it."""
     generator = torch.Generator().manual_seed(seed)
-    if name in ("swissroll", "polynomial"):
-        dim = 50 if name == "swissroll" else 100
-        if name == "swissroll":
-            basis, _ = torch.linalg.qr(torch.randn(dim, 3, generator=generator, dtype=torch.float64))
-            draw = lambda n: _swiss_roll(n, generator, basis)  # noqa: E731
+    if name in (*SYNTHETIC, "polynomial"):
+        if name in SYNTHETIC:
+            dim, intrinsic, sampler = SYNTHETIC[name]
+            basis, _ = torch.linalg.qr(torch.randn(dim, intrinsic, generator=generator, dtype=torch.float64))
+            draw = lambda n: sampler(n, generator, basis)  # noqa: E731
         else:
+            dim = 100
             embedding = torch.randn(dim, 6, generator=generator, dtype=torch.float64) / 6**0.5
             draw = lambda n: _torus(n, generator, embedding)  # noqa: E731
         f = cubic_polynomial(torch.randn(dim, 3, generator=generator, dtype=torch.float64) / dim**0.25)
@@ -169,13 +198,15 @@ def group_hash(members: torch.Tensor) -> str:
 
 
 def _distances(coded: torch.Tensor, groups: torch.Tensor, data: torch.Tensor, dense: Optional[torch.Tensor]):
-    """Mean distances of the coded samples ``(B, N, *in)`` to the data, to their group's inputs and to the
-    manifold, over the data's mean nearest-neighbour spacing."""
+    """Distances of the coded samples ``(B, N, *in)`` to the data (mean; median, 90th percentile and maximum), to
+    their group's inputs and to the manifold (means), over the data's mean nearest-neighbour spacing."""
     flat = coded.flatten(2).to(torch.float64)
     data = data.flatten(1).to(torch.float64)
     spacing = torch.cdist(data, data).topk(2, largest=False).values[:, 1].mean()
+    to_data = torch.cdist(flat.flatten(0, 1), data).min(dim=1).values / spacing
     out = {
-        "distance_to_data": float(torch.cdist(flat.flatten(0, 1), data).min(dim=1).values.mean() / spacing),
+        "distance_to_data": float(to_data.mean()),
+        "distance_to_data_quantiles": to_data.quantile(torch.tensor([0.5, 0.9, 1.0], dtype=torch.float64)).tolist(),
         "distance_to_group": float(torch.cdist(flat, groups.flatten(2).to(flat)).min(dim=2).values.mean() / spacing),
         "spacing": float(spacing),
     }
@@ -191,18 +222,10 @@ def _evaluate(config: Config, name: str, seed: int, progress: bool) -> list[dict
     x, truth = work.inputs, model_outputs(work.f, work.inputs)
     graph = ReferenceGraph(work.reference.flatten(1).to(torch.float64), neighbours=config.neighbours)
     standard = torchgcc.make_code("gcc", num_inputs=k, num_workers=n)
-    order_only = ManifoldGCC(k, n, reference=graph, follow_paths=False)
-    encoder = ManifoldGCC(k, n, reference=graph)
-    close = ManifoldGCC(k, n, reference=graph, bandwidth_ratio=0.1)
-    perm = manifold_order(x.flatten(1), order="greedy")
-    rows = {
-        "standard": (standard, torch.arange(len(x))),
-        "encode_order": (order_only, torch.arange(len(x))),
-        "encode": (encoder, torch.arange(len(x))),
-        "encode_close": (close, torch.arange(len(x))),
-        "regroup": (standard, perm),
-        "both": (encoder, perm),
-    }
+    caller = torch.arange(len(x))
+    rows = {"standard": (standard, caller)}
+    rows |= {row: (ManifoldGCC(k, n, reference=graph, **options), caller) for row, options in ENCODERS.items()}
+    rows["regroup"] = (torchgcc.make_code("gcc", num_inputs=k, num_workers=n), manifold_order(x.flatten(1)))
     data = torch.cat([work.reference.flatten(1), x.flatten(1)]).to(torch.float64)
     groups_count = math.ceil(len(x) / k)
     records = []
@@ -269,6 +292,10 @@ def run(config: Config, *, progress: bool = True) -> ExperimentResult:
                 for key in ("distance_to_data", "distance_to_group", "distance_to_manifold", "path_points"):
                     if runs[0].get(key) is not None:
                         record[key] = sum(r[key] for r in runs) / len(runs)
+                record["distance_to_data_ci"] = seed_mean_ci([r["distance_to_data"] for r in runs])[1]
+                record["distance_to_data_quantiles"] = [
+                    sum(r["distance_to_data_quantiles"][i] for r in runs) / len(runs) for i in range(3)
+                ]
                 record["group_hash"] = [r["group_hash"] for r in runs]
                 record["same_groups_as_standard"] = record["group_hash"] == [
                     r["group_hash"] for r in per_seed if (r["workload"], r["scheme"], r["S"]) == (name, "standard", s)
@@ -346,27 +373,30 @@ def plot_manifold(records: list[dict[str, Any]], path: Path, *, title: str) -> P
 
 def docs_table(data: Mapping[str, Any], *, workload: str) -> str:
     """The ablation of ``workload`` from a committed ``manifold.json`` (for :mod:`torchgcc.app.docs`): per row,
-    whether it coded the same groups as standard GCC, per S the MSE ± 95% CI over seeds, the mean ratio to
-    standard's and (classifiers) RelAcc %, then the coded samples' distances to the data, to their own group's
-    inputs and (synthetic workloads) to the manifold, in nearest-neighbour spacings."""
+    whether it coded the same groups as standard GCC, per S the MSE ± 95% CI over seeds, the ratio to standard's ± its
+    CI and (classifiers) RelAcc %, then the coded samples' distances to the data (mean; median / 90th percentile /
+    maximum), to their own group's inputs and (synthetic workloads) to the manifold, in nearest-neighbour spacings."""
     records = [r for r in data["records"] if r["workload"] == workload]
     stragglers = sorted({r["S"] for r in records})
     by = {(r["scheme"], r["S"]): r for r in records}
     relacc = records[0].get("agreement") is not None
     manifold = records[0].get("distance_to_manifold") is not None
     per_s = "MSE / ratio / RelAcc" if relacc else "MSE / ratio"
-    header = ["row", "same groups"] + [f"S={s}: {per_s}" for s in stragglers] + ["distance to data", "to own group"]
-    header += ["to the manifold"] if manifold else []
-    distances = ("distance_to_data", "distance_to_group") + (("distance_to_manifold",) if manifold else ())
+    header = ["row", "same groups"] + [f"S={s}: {per_s}" for s in stragglers]
+    header += ["distance to data", "median / p90 / max", "to own group"] + (["to the manifold"] if manifold else [])
     rows = []
     for row in dict.fromkeys(r["scheme"] for r in records):
         first = by[row, stragglers[0]]
         cells = [row, "yes" if first["same_groups_as_standard"] else "no"]
         for s in stragglers:
             r = by[row, s]
-            cell = f"{r['mse']:.3g} ± {r['mse_ci']:.1g} / {r['ratio']:.3f}"
+            cell = f"{r['mse']:.3g} ± {r['mse_ci']:.1g} / {r['ratio']:.3f} ± {r['ratio_ci']:.2g}"
             cells.append(cell + (f" / {100 * r['agreement']:.1f}" if relacc else ""))
         # The coded samples do not depend on S: their distances are the same in every S's record.
-        cells += [f"{first[key]:.2f}" for key in distances]
+        cells.append(f"{first['distance_to_data']:.2f}")
+        cells.append(" / ".join(f"{q:.2f}" for q in first["distance_to_data_quantiles"]))
+        cells += [
+            f"{first[key]:.2f}" for key in ("distance_to_group",) + (("distance_to_manifold",) if manifold else ())
+        ]
         rows.append(cells)
     return markdown_grid(header, rows, left=2)
