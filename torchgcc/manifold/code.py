@@ -15,7 +15,7 @@ from typing import Any, Union
 import torch
 from torch import nn
 
-from torchgcc.codes.gcc import GCC
+from torchgcc.codes.gcc import GCC, GCVSplineDecoder, SplineDecoder
 from torchgcc.functional import smoothing_spline_matrix
 from torchgcc.manifold.encoding import ManifoldEncoder
 from torchgcc.manifold.graph import ReferenceGraph
@@ -31,7 +31,9 @@ class ManifoldDecoder(nn.Module):
     group's points, smoothing ``base.lam_for(survivors)``; a default decoder calibrates on its first call first).
     """
 
-    def __init__(self, base: nn.Module, encoder: ManifoldEncoder) -> None:
+    base: SplineDecoder
+
+    def __init__(self, base: SplineDecoder, encoder: ManifoldEncoder) -> None:
         super().__init__()
         self.base = base
         self._encoder = [encoder]  # not a submodule: the code owns it
@@ -63,13 +65,13 @@ class ManifoldDecoder(nn.Module):
         base = self.base
         y, mask = base.check_inputs(y, mask)
         base._check_counts(mask)
-        if getattr(base, "calibrates", False) and not base.calibrated:
+        if isinstance(base, GCVSplineDecoder) and base.calibrates and not base.calibrated:
             base.calibrate(y, mask)
         if base.depends_on_results:
             raise TypeError("per-group regression points need a mask-only smoothing rule (not lambda_dec='gcv')")
         flat = y.reshape(y.shape[0], base.num_workers, -1)
         counts = mask.sum(dim=1)
-        lam = base.lam_for(counts)
+        lam = torch.as_tensor(base.lam_for(counts), dtype=torch.float64)
         out = []
         for group in range(len(y)):
             arrived = mask[group]
@@ -117,6 +119,7 @@ class ManifoldGCC(GCC):
             bandwidth_ratio=bandwidth_ratio,
         )
         self.encoder = encoder  # type: ignore[assignment]
+        assert isinstance(self.decoder, SplineDecoder)
         self.decoder = ManifoldDecoder(self.decoder, encoder)  # type: ignore[assignment]
 
     def extra_repr(self) -> str:
