@@ -7,16 +7,9 @@ from references import reinsch_condition
 from scipy.interpolate import make_smoothing_spline
 
 import torchgcc
-from torchgcc.codes.gcc import (
-    BANDWIDTH_RATIO,
-    GCV_MIN_POINTS,
-    GCV_POOL,
-    GCV_RATIOS,
-    GCV_STEP_DOWN,
-    GCVSplineDecoder,
-    spacing_lambda,
-)
+from torchgcc.codes.gcc import GCV_POOL, GCV_RATIOS, GCVSplineDecoder, spacing_lambda
 from torchgcc.functional import compact_survivors, survivor_layout
+from torchgcc.functional.decoder_smoothing import LEFT_OUT_GAP, pooled_gcv_ratio
 from torchgcc.functional.gcv import GRAM_JITTER, gcv_scores
 from torchgcc.stragglers import FixedStragglers
 
@@ -116,9 +109,9 @@ def test_per_group_gcv_picks_each_groups_own_best_ratio():
 
 
 def test_the_default_pools_the_scores_of_evenly_spaced_groups_of_the_batch():
-    """One ratio for the batch: the candidate GCV_STEP_DOWN below the argmin of the mean score over min(B, 16) evenly
-    spaced groups (the candidates in ascending order), checked against scipy's hat matrices; every group is then
-    decoded with it."""
+    """One ratio for the batch from the mean score over min(B, 16) evenly spaced groups: its argmin r* divided by
+    2^(1 - rho), rho = 1 - mean(r*) / mean(0), checked against scipy's hat matrices; every group is then decoded with
+    it."""
     assert list(GCV_RATIOS) == sorted(GCV_RATIOS)
     code = torchgcc.GCC(4, 16)
     assert isinstance(code.decoder, GCVSplineDecoder) and code.decoder.pool == GCV_POOL
@@ -140,22 +133,60 @@ def test_the_default_pools_the_scores_of_evenly_spaced_groups_of_the_batch():
             for r in GCV_RATIOS
         ]
     assert code.decoder.last_ratio.ndim == 0
-    assert code.decoder.last_ratio.item() == pytest.approx(GCV_RATIOS[max(int(np.argmin(mean)) - GCV_STEP_DOWN, 0)])
+    best = int(np.argmin(mean))
+    removed = 1 - mean[best] / mean[0]
+    assert code.decoder.last_ratio.item() == pytest.approx(GCV_RATIOS[best] / LEFT_OUT_GAP ** (1 - removed), rel=1e-6)
+    assert LEFT_OUT_GAP == 2 and 0 < removed < 1
     torch.testing.assert_close(code.decoder.last_lambda, spacing_lambda(mask.sum(-1), code.decoder.last_ratio))
 
 
+def textbook_gcv(knots: np.ndarray, y: np.ndarray, mu: float) -> float:
+    """GCV from the hat matrix ``(I + mu Q R^-1 Q^T)^-1`` of the natural cubic smoothing spline (Green and Silverman
+    1994, sec. 2.3), built densely from its definition."""
+    n, h = len(knots), np.diff(knots)
+    q, r = np.zeros((n, n - 2)), np.zeros((n - 2, n - 2))
+    for j in range(n - 2):
+        q[j, j], q[j + 1, j], q[j + 2, j] = 1 / h[j], -1 / h[j] - 1 / h[j + 1], 1 / h[j + 1]
+        r[j, j] = (h[j] + h[j + 1]) / 3
+        if j + 1 < n - 2:
+            r[j, j + 1] = r[j + 1, j] = h[j + 1] / 6
+    hat = np.linalg.inv(np.eye(n) + mu * q @ np.linalg.solve(r, q.T))
+    return float(n * ((y - hat @ y) ** 2).sum() / (n - np.trace(hat)) ** 2)
+
+
+def test_gcv_depends_on_the_smoothing_only_from_four_results():
+    """The fact behind the informative groups: with three knots the textbook GCV score is the same for every mu
+    (one interior second derivative: the residual and n - tr(H) scale alike), with four it is not."""
+    generator = np.random.default_rng(0)
+    for n, varies in ((3, False), (4, True)):
+        knots, y = np.sort(generator.uniform(-1, 1, n)), generator.normal(size=n)
+        scores = [textbook_gcv(knots, y, mu) for mu in (1e-3, 1e-1, 10.0)]
+        assert (max(scores) / min(scores) - 1 > 1e-3) == varies, scores
+
+
 @pytest.mark.parametrize("lambda_dec", ["adaptive", "gcv"])
-def test_groups_too_small_to_score_get_the_spacing_ratio(lambda_dec):
-    """With fewer than GCV_MIN_POINTS results in every group, GCV has nothing to go on: the spacing rule's ratio."""
+def test_groups_too_small_to_score_interpolate(lambda_dec):
+    """With three results in every group GCV cannot tell the candidates apart: interpolation (r = 0), the noiseless
+    optimum."""
     code = torchgcc.GCC(4, 16, lambda_dec=lambda_dec)
     generator = torch.Generator().manual_seed(0)
     y = torch.randn(6, 16, 3, generator=generator, dtype=torch.float64)
     mask = torch.zeros(6, 16, dtype=torch.bool)
-    mask[:, [0, 5, 10, 15][: GCV_MIN_POINTS - 1]] = True
+    mask[:, [0, 5, 10]] = True
     code.decoder(y, mask)
-    torch.testing.assert_close(
-        code.decoder.last_ratio, torch.full_like(code.decoder.last_ratio, BANDWIDTH_RATIO), rtol=0, atol=0
-    )
+    torch.testing.assert_close(code.decoder.last_ratio, torch.zeros_like(code.decoder.last_ratio), rtol=0, atol=0)
+
+
+def test_pooled_ratio_divides_the_minimiser_by_the_gap_to_the_power_of_the_share_smoothing_cannot_remove():
+    ratios = torch.tensor([0.0, 0.1, 0.2, 0.4], dtype=torch.float64)
+    scores = torch.tensor([[3.0, 2.0, 1.0, 2.0], [1.0, 1.0, 1.0, 1.0], [2.0, 1.0, 1.5, 3.0]], dtype=torch.float64)
+    # means over the informative first and last groups: 2.5, 1.5, 1.25, 2.5 -> r* = 0.2, rho = 1 - 1.25 / 2.5
+    assert pooled_gcv_ratio(scores, ratios).item() == pytest.approx(0.2 / 2**0.5)
+    scores[2] = float("nan")  # a non-finite group does not count: the first alone, rho = 2 / 3
+    assert pooled_gcv_ratio(scores, ratios).item() == pytest.approx(0.2 / 2 ** (1 / 3))
+    flat = torch.tensor([[1.0, 0.999, 1.0, 1.2]], dtype=torch.float64)  # a tiny dip (exact results): about half
+    assert pooled_gcv_ratio(flat, ratios).item() == pytest.approx(0.1 / 2**0.999)
+    assert pooled_gcv_ratio(torch.ones(2, 4, dtype=torch.float64), ratios).item() == 0.0
 
 
 @pytest.mark.parametrize("lambda_dec", ["adaptive", "gcv", "spacing"])

@@ -11,6 +11,7 @@ import torch
 from torchgcc.checks import check_integer
 from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
+from torchgcc.functional.decoder_smoothing import informative_groups, pooled_gcv_ratio
 from torchgcc.functional.gcv import gcv_scores
 from torchgcc.functional.spline import padded_spline_matrices, smoothing_spline_matrix, spline_plan
 from torchgcc.functional.survivors import Survivors
@@ -20,10 +21,8 @@ __all__ = [
     "BANDWIDTH_RATIO",
     "GCC",
     "GCVSplineDecoder",
-    "GCV_MIN_POINTS",
     "GCV_POOL",
     "GCV_RATIOS",
-    "GCV_STEP_DOWN",
     "LAMBDA_RULES",
     "SplineDecoder",
     "UNCALIBRATED_UNDER_COMPILE",
@@ -40,16 +39,6 @@ GCV_RATIOS = (0.0, 0.05, 0.07, 0.1, 0.14, 0.2, 0.28, 0.4, 0.57, 0.8, 1.13, 1.6, 
 GCV_POOL = 16
 #: ... and at most about this many results in all (fewer, larger groups carry as much information for the choice).
 GCV_POOL_RESULTS = 1024
-
-#: A group's GCV scores count only with at least this many results: with four, the spline has two residual degrees
-#: of freedom and the scores chose over-smoothing on the small-n cells of ``benchmarks/lambda_suite.py``. A group (or
-#: a pooled choice) with no such group gets the ``"spacing"`` rule's :data:`BANDWIDTH_RATIO`.
-GCV_MIN_POINTS = 5
-
-#: A pooled choice takes the candidate ratio this many steps below (smoothing less than) the pooled GCV minimum. The
-#: pooled minimum of a few groups is a noisy estimate, and on ``benchmarks/lambda_suite.py`` too much smoothing cost
-#: far more than too little (a candidate step is a factor ~1.4 in the ratio, 4 in lambda).
-GCV_STEP_DOWN = 1
 
 #: What to do with an uncalibrated default decoder under ``torch.compile`` or ``torch.jit.trace`` (the one wording:
 #: the explanation ``fullgraph=True`` stops with, the error a trace raises).
@@ -153,8 +142,9 @@ class GCVSplineDecoder(SplineDecoder):
     choice is invariant to their scale):
 
     - ``pool=None`` (``lambda_dec="gcv"``): every group its own ``r``, from its own score, every call;
-    - ``pool=P``: one ``r`` per batch, the candidate :data:`GCV_STEP_DOWN` below the minimiser of the mean score of
-      ``min(B, P, max(1, 1024 // N))`` groups evenly spaced over the batch. A group's results alone (``n`` close to
+    - ``pool=P``: one ``r`` per batch, half the minimiser of the mean score of ``min(B, P, max(1, 1024 // N))``
+      groups evenly spaced over the batch (:func:`~torchgcc.functional.decoder_smoothing.pooled_gcv_ratio`: GCV
+      predicts across a gap of two worker spacings, the decoder within one). A group's results alone (``n`` close to
       K values) are a noisy basis for the choice; the groups of a batch are coded the same way and share the model,
       so pooling them is a stabler estimate of the smoothing the model's outputs need;
     - ``pool=P, calibrate=True`` (``lambda_dec="adaptive"``, the default, ``P = 16``): that pooled choice made once,
@@ -163,8 +153,9 @@ class GCVSplineDecoder(SplineDecoder):
       statistics the choice belongs to the model it was made for: call :meth:`recalibrate` when the model changes
       materially (during training, say once an epoch), or :meth:`calibrate` on chosen results.
 
-    Only groups with at least :data:`GCV_MIN_POINTS` results are scored; a group (``pool=None``) or a pool without
-    any gets the ``"spacing"`` ratio :data:`BANDWIDTH_RATIO`.
+    Only groups whose scores depend on ``lam`` count (at least four results, not on a line:
+    :func:`~torchgcc.functional.decoder_smoothing.informative_groups`); a group (``pool=None``) or a pool without any
+    interpolates (``r = 0``).
 
     Until calibrated (and always without ``calibrate``) the matrices depend on the results: :meth:`decode_matrix`
     raises ``TypeError`` and :meth:`matrices` takes the results. ``last_lambda`` ``(B,)`` and ``last_ratio`` report
@@ -314,14 +305,12 @@ class GCVSplineDecoder(SplineDecoder):
         )
         candidates = spacing_lambda(scored.counts.unsqueeze(-1), self.ratios)  # (G, L)
         scores = gcv_scores(scored.knots[:, :width], scored.counts, compacted, scored.counts.unsqueeze(-1) * candidates)
-        informative = scored.counts >= max(GCV_MIN_POINTS, self.min_arrived)
-        scores = torch.where(informative.unsqueeze(-1) & torch.isfinite(scores), scores, 0.0)
-        if self.pool is None:
-            chosen = self.ratios.index_select(0, scores.argmin(dim=-1))
-        else:  # index_select, not indexing by a 0-d tensor: no data-dependent shape under torch.compile
-            best = (scores.mean(dim=0).argmin() - GCV_STEP_DOWN).clamp(min=0)
-            chosen, informative = self.ratios.index_select(0, best.view(1)).squeeze(0), informative.any()
-        ratio = torch.where(informative, chosen, BANDWIDTH_RATIO)  # no informative group: "spacing"
+        if self.pool is None:  # every group its own minimiser; interpolation where the scores cannot tell
+            informative = informative_groups(scores)
+            best = torch.where(informative.unsqueeze(-1), scores, 0.0).argmin(dim=-1)
+            ratio = torch.where(informative, self.ratios.index_select(0, best), 0.0)
+        else:
+            ratio = pooled_gcv_ratio(scores, self.ratios)
         return ratio, spacing_lambda(survivors.counts, ratio)
 
     def extra_repr(self) -> str:
@@ -339,8 +328,9 @@ class GCC(Code):
     ``lambda_dec``: a number, or a rule of :data:`LAMBDA_RULES`:
 
     - ``"adaptive"`` (default): generalized cross-validation pooled over up to :data:`GCV_POOL` groups of the first
-      batch decoded chooses one bandwidth ratio among :data:`GCV_RATIOS`, interpolation included (the candidate
-      :data:`GCV_STEP_DOWN` below the pooled minimum), kept for every later batch (:class:`GCVSplineDecoder` with
+      batch decoded chooses one bandwidth ratio among :data:`GCV_RATIOS`, interpolation included, and the decoder
+      takes half of it (GCV predicts across two worker spacings, the decoder within one:
+      :mod:`torchgcc.functional.decoder_smoothing`), kept for every later batch (:class:`GCVSplineDecoder` with
       ``calibrate=True``; ``code.decoder.recalibrate()`` chooses again);
     - ``"gcv"``: the same criterion per group, every call;
     - ``"spacing"``: :func:`spacing_lambda` at :data:`BANDWIDTH_RATIO`, a fixed rule of the mask only.
