@@ -33,7 +33,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "rates": ("rates_study", "Fig. 4: log-log MSE vs N, worst-case and Bernoulli stragglers, with fitted slopes"),
     "noisy": ("noise_study", "noisy workers: MSE vs N and vs sigma for noise-aware, natural, GCV GCC and BACC"),
     "adversarial": ("adversarial_study", "adversarial workers: worst-case error vs N for q = N^a adversaries"),
-    "manifold": ("manifold_study", "manifold-aware GCC vs standard GCC: LeNet5, ViT, Swiss-roll polynomial"),
+    "manifold": ("manifold_study", "manifold-aware encoding ablated on the same groups, six workloads"),
     "training": ("training_study", "gradient coding: DGD, IS-SGD, GC, IS-GC, PGC trained under stragglers"),
     "sagc-trl": (
         "sagc_trl_study",
