@@ -191,6 +191,13 @@ def test_the_ablation_keeps_the_callers_groups_for_the_encoder_rows():
         assert 0 < low <= middle <= high
         assert math.isfinite(record["mse_ci"]) and len(record["seeds"]) == 2
     assert rows["standard"]["ratio"] == pytest.approx(1.0)
+    per_seed = {(r["scheme"], r["seed"]): r["mse"] for r in result.extra["per_seed"]}
+    effects = {e["component"]: e for e in manifold_study.component_effects(result.extra)}
+    pull = effects["graph pull (geodesic, centripetal)"]
+    expected = [per_seed["full", seed] / per_seed["geodesic_centripetal", seed] for seed in (0, 1)]
+    assert pull["ratio"] == pytest.approx(sum(expected) / 2) and pull["S"] == 4
+    table = manifold_study.docs_table(result.extra, table="components")
+    assert table.count("\n") == 1 + len(manifold_study.CONTRASTS) and "S=4: " in table
     assert manifold_study.group_hash(torch.tensor([[2, 1], [0, 3]])) == manifold_study.group_hash(
         torch.tensor([[3, 0], [1, 2]])
     )

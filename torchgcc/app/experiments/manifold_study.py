@@ -59,7 +59,9 @@ __all__ = [
     "ROWS",
     "Config",
     "Workload",
+    "CONTRASTS",
     "add_arguments",
+    "component_effects",
     "configure",
     "cubic_polynomial",
     "docs_table",
@@ -371,11 +373,60 @@ def plot_manifold(records: list[dict[str, Any]], path: Path, *, title: str) -> P
     return save_figure(fig, path)
 
 
-def docs_table(data: Mapping[str, Any], *, workload: str) -> str:
-    """The ablation of ``workload`` from a committed ``manifold.json`` (for :mod:`torchgcc.app.docs`): per row,
+#: What each component of the encoder changes: ``name -> (row with it, the same row without it)``.
+CONTRASTS = {
+    "route (vs the caller's order)": ("route", "standard"),
+    "PC1 sort (vs the caller's order)": ("pc1", "standard"),
+    "geodesic route (vs straight-line)": ("geodesic", "route"),
+    "centripetal points (straight-line route)": ("route_centripetal", "route"),
+    "geodesic distances (route and points)": ("geodesic_centripetal", "route_centripetal"),
+    "graph pull (geodesic, centripetal)": ("full", "geodesic_centripetal"),
+}
+
+
+def component_effects(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per contrast of :data:`CONTRASTS`, workload and S: the MSE of the row with the component over the row without
+    it, per seed (the same groups and masks), its mean and 95% CI over seeds, from ``per_seed`` of a results.json."""
+    mse = {(r["workload"], r["scheme"], r["S"], r["seed"]): r["mse"] for r in data["per_seed"]}
+    seeds = sorted({key[3] for key in mse})
+    effects = []
+    for name, (row, without) in CONTRASTS.items():
+        for workload in dict.fromkeys(key[0] for key in mse):
+            for s in sorted({key[2] for key in mse}):
+                ratios = [mse[workload, row, s, seed] / mse[workload, without, s, seed] for seed in seeds]
+                mean, ci = seed_mean_ci(ratios)
+                effects.append({"component": name, "workload": workload, "S": s, "ratio": mean, "ci": ci})
+    return effects
+
+
+def _components_table(data: Mapping[str, Any]) -> str:
+    """Per contrast (rows) and workload (columns): the MSE ratio with / without the component at each S, mean ± 95%
+    CI over seeds; a ratio whose CI lies wholly below 1 is marked "better", wholly above 1 "worse"."""
+    effects = component_effects(data)
+    workloads = list(dict.fromkeys(e["workload"] for e in effects))
+    rows = []
+    for name in CONTRASTS:
+        cells = [name]
+        for workload in workloads:
+            parts = []
+            for e in (e for e in effects if (e["component"], e["workload"]) == (name, workload)):
+                mark = " better" if e["ratio"] + e["ci"] < 1 else " worse" if e["ratio"] - e["ci"] > 1 else ""
+                parts.append(f"S={e['S']}: {e['ratio']:.2f} ± {e['ci']:.2g}{mark}")
+            cells.append("; ".join(parts))
+        rows.append(cells)
+    return markdown_grid(["component (with / without)"] + workloads, rows, left=len(workloads) + 1)
+
+
+def docs_table(data: Mapping[str, Any], *, workload: Optional[str] = None, table: str = "ablation") -> str:
+    """``table="components"``: :func:`_components_table`. Otherwise the ablation of ``workload`` from a committed
+    ``manifold.json`` (for :mod:`torchgcc.app.docs`): per row,
     whether it coded the same groups as standard GCC, per S the MSE ± 95% CI over seeds, the ratio to standard's ± its
     CI and (classifiers) RelAcc %, then the coded samples' distances to the data (mean; median / 90th percentile /
     maximum), to their own group's inputs and (synthetic workloads) to the manifold, in nearest-neighbour spacings."""
+    if table == "components":
+        return _components_table(data)
+    if table != "ablation" or workload is None:
+        raise ValueError(f"table must be 'ablation' (with a workload) or 'components', got {table!r}")
     records = [r for r in data["records"] if r["workload"] == workload]
     stragglers = sorted({r["S"] for r in records})
     by = {(r["scheme"], r["S"]): r for r in records}
