@@ -50,6 +50,10 @@ ROOT = Path(__file__).resolve().parents[1]
         ),
         ("steps of 0.64-0.78 s", ["0.64", "0.78 s"]),
         ("(0.2)", ["0.2"]),
+        # the two kinds that slipped through before: a margin written as code, orders of magnitude in words
+        ("the event rate stays within `budget + 0.02`.", ["budget + 0.02"]),
+        ("over-smoothed by up to two orders of\nmagnitude", ["two orders of magnitude"]),
+        ("3 orders of magnitude below", ["3 orders of magnitude"]),
     ],
 )
 def test_the_rule_flags_measured_numbers(text: str, flagged: list[str]) -> None:
@@ -69,6 +73,8 @@ def test_the_rule_flags_measured_numbers(text: str, flagged: list[str]) -> None:
         "[results/adaptive-wait-budget0.002.json](results/adaptive-wait-budget0.002.json)",  # a path and a target
         "arXiv 2606.02218, §6.2, a 95% CI, the 95% confidence interval",  # exempt
         "3 seeds, 4 steps, 2 samples",  # words starting like units
+        "`lam=0.5`, `r = 0.2`, `x + 1`, `0.5 * n` is n",  # settings and integer arithmetic in code
+        "{{ gap | fmt('.0f') }} orders of magnitude",  # a placeholder's count
     ],
 )
 def test_the_rule_leaves_other_numbers_alone(text: str) -> None:

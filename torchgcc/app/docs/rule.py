@@ -4,8 +4,10 @@
 placeholders, tags and comments, link targets, and the exempt names: arXiv identifiers, section signs, "95% CI",
 "95% confidence"); :func:`measured_numbers` then finds every numeric literal that is not part of a word, path or name
 (not preceded by a letter, digit, ``_``, ``.`` or ``/``, nor by ``-`` after a letter) and has a decimal point, an
-exponent, a percent sign, a ratio ``x`` or one of :data:`UNITS` after it. ``tests/test_docs.py`` holds the cases that
-must and must not be flagged.
+exponent, a percent sign, a ratio ``x`` or one of :data:`UNITS` after it. Two kinds of claim that slipped past that
+are flagged too: a count of orders of magnitude, in digits or words ("two orders of magnitude"), and a code span that
+is a name plus or minus a decimal number (`` `budget + 0.02` ``), which the code-span blanking used to hide.
+``tests/test_docs.py`` holds the cases that must and must not be flagged.
 """
 
 from __future__ import annotations
@@ -43,6 +45,15 @@ _NUMBER = re.compile(
     rf"(?P<mark>\s?%|x(?!\w)|\s?(?:{_UNIT})(?![\w%]))?"
 )
 
+_MAGNITUDES = re.compile(
+    r"\b(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|a few|several|many)\s+orders?\s+of\s+magnitude\b",
+    re.I,
+)
+
+# A code span that is nothing but a name plus or minus a decimal number: a tolerance or a measured margin written as
+# code (`budget + 0.02`), not a setting (`lam=0.5`, `r = 0.2` are assignments) nor a formula (`0.5 * n`).
+_CLAIM_IN_CODE = re.compile(r"`\s*[A-Za-z_][\w.]*\s*[-+]\s*\d+\.\d+\s*`")
+
 _EXEMPT = re.compile(r"arXiv:?\s+\d{4}\.\d{4,5}(?:v\d+)?|§\s?\d+(?:\.\d+)*|95\s?% (?:CI|confidence)")
 
 # What is not prose, in the order it is removed (each replaced by as many newlines as it spans).
@@ -76,10 +87,22 @@ def prose(text: str) -> str:
 
 
 def measured_numbers(text: str) -> list[Finding]:
-    """Every measured number in the prose of ``text`` (see the module docstring), in order."""
+    """Every measured number in the prose of ``text`` (see the module docstring), in line order."""
+    found = [
+        Finding(text.count("\n", 0, match.start()) + 1, match.group(0).strip("` "))
+        for match in _CLAIM_IN_CODE.finditer(_without_code_blocks(text))
+    ]
     text = prose(text)
-    found = []
     for match in _NUMBER.finditer(text):
         if match.group("fraction") or match.group("exponent") or match.group("mark"):
             found.append(Finding(text.count("\n", 0, match.start()) + 1, match.group(0).strip()))
-    return found
+    for match in _MAGNITUDES.finditer(text):
+        found.append(Finding(text.count("\n", 0, match.start()) + 1, " ".join(match.group(0).split())))
+    return sorted(found, key=lambda finding: finding.line)
+
+
+def _without_code_blocks(text: str) -> str:
+    """``text`` with fenced code blocks, HTML comments and Jinja2 syntax blanked (code spans kept)."""
+    for pattern in _NOT_PROSE[:3]:
+        text = pattern.sub(_blank, text)
+    return text
