@@ -80,7 +80,7 @@ def test_rates_tables_have_every_record():
     assert len(parse(rates_study.docs_table(data, table="slopes"))) == len(data["slopes"])
 
 
-@pytest.mark.parametrize("workload", ["swissroll", "polynomial", "lenet5", "vit"])
+@pytest.mark.parametrize("workload", ["swissroll", "scurve", "circle", "polynomial", "lenet5", "vit"])
 def test_manifold_table_has_every_record(workload):
     data = load("manifold.json")
     rows = {row["row"]: row for row in parse(manifold_study.docs_table(data, workload=workload))}
@@ -90,8 +90,19 @@ def test_manifold_table_has_every_record(workload):
         row = rows[r["scheme"]]
         assert row["same groups"] == ("yes" if r["same_groups_as_standard"] else "no")
         (cell,) = [value for key, value in row.items() if key.startswith(f"S={r['S']}:")]
-        assert cell.startswith(f"{r['mse']:.3g} ± {r['mse_ci']:.1g} / {r['ratio']:.3f}")
+        assert cell.startswith(f"{r['mse']:.3g} ± {r['mse_ci']:.1g} / {r['ratio']:.3f} ± {r['ratio_ci']:.2g}")
         assert row["distance to data"] == f"{r['distance_to_data']:.2f}"
+        assert row["median / p90 / max"] == " / ".join(f"{q:.2f}" for q in r["distance_to_data_quantiles"])
+
+
+def test_manifold_components_table_has_every_effect():
+    data = load("manifold.json")
+    table = parse(manifold_study.docs_table(data, table="components"))
+    rows = {row["component (with / without)"]: row for row in table}
+    effects = manifold_study.component_effects(data)
+    assert len(rows) == len(manifold_study.CONTRASTS)
+    for e in effects:
+        assert f"S={e['S']}: {e['ratio']:.2f} ± {e['ci']:.2g}" in rows[e["component"]][e["workload"]]
 
 
 @pytest.mark.parametrize("model", ["lenet5", "mlp"])
