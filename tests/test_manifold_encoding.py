@@ -12,7 +12,7 @@ from scipy.sparse.csgraph import shortest_path
 
 import torchgcc
 from torchgcc.coded_module import group_samples
-from torchgcc.manifold import ManifoldEncoder, ManifoldGCC, ReferenceGraph, shortest_hamiltonian_path
+from torchgcc.manifold import ReferenceGraph, RouteEncoder, RouteGCC, shortest_hamiltonian_path
 from torchgcc.manifold.encoding import MIN_STEP, centripetal_points
 
 
@@ -81,7 +81,7 @@ def test_route_is_the_shortest_by_brute_force():
 def test_encoder_curve_passes_through_the_ordered_inputs_and_the_decoder_restores_the_callers_order(points):
     reference, x = _spiral(300, seed=4), _spiral(32, seed=5)
     k, n = 8, 24
-    code = ManifoldGCC(k, n, reference=reference, points=points, lambda_dec=0.0)
+    code = RouteGCC(k, n, reference=reference, order="geodesic", points=points, follow_paths=True, lambda_dec=0.0)
     groups = group_samples(x, k)
     coded = code.encoder(groups)
     assert coded.shape == (4, n, 10) and code.encoder.last_path_points.sum() > 0
@@ -116,7 +116,7 @@ def test_centripetal_points_are_chebyshevs_for_equal_steps_and_follow_the_square
 def test_pc1_order_sorts_by_numpys_first_principal_component():
     generator = torch.Generator().manual_seed(8)
     x = torch.randn(1, 7, 5, generator=generator, dtype=torch.float64) * torch.tensor([3.0, 1, 0.5, 0.2, 0.1])
-    encoder = ManifoldEncoder(torchgcc.GCC(7, 14).alpha, torchgcc.GCC(7, 14).beta, _spiral(40, dim=5), order="pc1")
+    encoder = RouteEncoder(torchgcc.GCC(7, 14).alpha, torchgcc.GCC(7, 14).beta, _spiral(40, dim=5), order="pc1")
     encoder(x)
     centred = x[0].numpy() - x[0].numpy().mean(axis=0)
     _, _, vh = np.linalg.svd(centred)
@@ -130,7 +130,7 @@ def test_decoder_at_per_group_points_equals_scipys_natural_spline_per_group():
     surviving results, evaluated at that group's points, put back in the caller's order."""
     reference, x = _spiral(300, seed=9), _spiral(24, seed=10)
     k, n = 6, 16
-    code = ManifoldGCC(k, n, reference=reference, order="route", follow_paths=False, lambda_dec=0.0)
+    code = RouteGCC(k, n, reference=reference, order="route", follow_paths=False, lambda_dec=0.0)
     groups = group_samples(x, k)
     coded = code.encoder(groups)
     results = torch.tanh(coded) @ torch.randn(10, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
@@ -154,17 +154,33 @@ def test_coded_samples_lie_closer_to_the_data_than_standard_gccs():
     graph = ReferenceGraph(reference, neighbours=8)
     alpha, beta = torchgcc.GCC(k, n).alpha, torchgcc.GCC(k, n).beta
     standard = torchgcc.make_code("gcc", num_inputs=k, num_workers=n).encoder(groups)
-    ordered = ManifoldEncoder(alpha, beta, graph, follow_paths=False)(groups)
-    pulled = ManifoldEncoder(alpha, beta, graph, bandwidth_ratio=0.1)(groups)
+    ordered = RouteEncoder(alpha, beta, graph, follow_paths=False)(groups)
+    pulled = RouteEncoder(alpha, beta, graph, follow_paths=True, bandwidth_ratio=0.1)(groups)
 
     def distance(coded):
         return float(torch.cdist(coded.flatten(0, 1), reference).min(dim=1).values.mean())
 
     assert distance(pulled) < distance(ordered) < 0.5 * distance(standard)
     with pytest.raises(ValueError, match="order must be one of"):
-        ManifoldEncoder(alpha, beta, graph, order="tsp")
+        RouteEncoder(alpha, beta, graph, order="tsp")
     with pytest.raises(ValueError, match="points must be one of"):
-        ManifoldEncoder(alpha, beta, graph, points="chord")
+        RouteEncoder(alpha, beta, graph, points="chord")
+    with pytest.raises(ValueError, match="need a reference set"):
+        RouteEncoder(alpha, beta, order="geodesic")
+
+
+def test_the_default_route_encoder_needs_no_reference_and_equals_one_built_with_a_graph():
+    """Straight-line route and centripetal points use only the group's own distances: a reference set changes
+    nothing."""
+    x = _spiral(32, seed=11)
+    code = torchgcc.GCC(8, 24)
+    groups = group_samples(x, 8)
+    plain = RouteEncoder(code.alpha, code.beta)
+    with_graph = RouteEncoder(code.alpha, code.beta, _spiral(200, seed=12))
+    torch.testing.assert_close(plain(groups), with_graph(groups), rtol=0, atol=0)
+    assert plain.order == "route" and plain.points == "centripetal" and not plain.follow_paths
+    with pytest.raises(ValueError, match="inputs of 10 features"):
+        with_graph(torch.zeros(2, 8, 3, dtype=torch.float64))
 
 
 def test_the_ablation_keeps_the_callers_groups_for_the_encoder_rows():

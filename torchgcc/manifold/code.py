@@ -1,8 +1,8 @@
-"""``ManifoldGCC``: GCC with the manifold-aware encoder; its decoder evaluates at each group's regression points and
-puts the estimates back in the caller's order.
+"""``RouteGCC``: GCC with the route encoder; its decoder evaluates at each group's regression points and puts the
+estimates back in the caller's order.
 
 The encoder reorders each group's inputs and may place them at per-group regression points
-(:class:`~torchgcc.manifold.encoding.ManifoldEncoder`); the decoder is GCC's smoothing spline through the surviving
+(:class:`~torchgcc.manifold.encoding.RouteEncoder`); the decoder is GCC's smoothing spline through the surviving
 results, evaluated at those points, followed by the inverse of that order. Both are the encoder's state from its last
 call, so decode the results of the batch last encoded (as :class:`torchgcc.CodedModule` does); a decoder call whose
 number of groups differs from the last encode raises.
@@ -17,13 +17,13 @@ from torch import nn
 
 from torchgcc.codes.gcc import GCC, GCVSplineDecoder, SplineDecoder
 from torchgcc.functional import smoothing_spline_matrix
-from torchgcc.manifold.encoding import ManifoldEncoder
+from torchgcc.manifold.encoding import RouteEncoder
 from torchgcc.manifold.graph import ReferenceGraph
 
-__all__ = ["ManifoldDecoder", "ManifoldGCC"]
+__all__ = ["RouteDecoder", "RouteGCC"]
 
 
-class ManifoldDecoder(nn.Module):
+class RouteDecoder(nn.Module):
     """``(B, N, *out), mask -> (B, K, *out)``: the ``base`` spline decoder's estimates at the regression points of the
     last encoded batch (``encoder.last_alpha``, or the code's), each group's put back from ``encoder.last_order``.
 
@@ -33,7 +33,7 @@ class ManifoldDecoder(nn.Module):
 
     base: SplineDecoder
 
-    def __init__(self, base: SplineDecoder, encoder: ManifoldEncoder) -> None:
+    def __init__(self, base: SplineDecoder, encoder: RouteEncoder) -> None:
         super().__init__()
         self.base = base
         self._encoder = [encoder]  # not a submodule: the code owns it
@@ -80,15 +80,16 @@ class ManifoldDecoder(nn.Module):
         return torch.stack(out).to(y.dtype).reshape((len(y), base.num_inputs) + y.shape[2:])
 
 
-class ManifoldGCC(GCC):
-    """GCC whose encoder follows the data (:class:`ManifoldEncoder` on ``reference``); the decoder is GCC's
-    (``lambda_dec`` and the options as for :class:`GCC`; a mask-only rule when the points are per group), evaluated
-    at the encoder's points, with the caller's order restored.
+class RouteGCC(GCC):
+    """GCC whose encoder draws each group's coded samples along a short path through its inputs
+    (:class:`RouteEncoder`: the shortest straight-line route, centripetal regression points, by default); the decoder
+    is GCC's (``lambda_dec`` and the options as for :class:`GCC`; a mask-only rule when the points are per group),
+    evaluated at the encoder's points, with the caller's order restored.
 
     Args:
         num_inputs, num_workers: K and N.
-        reference: ``(M, *feat)`` samples of the data, or their :class:`ReferenceGraph` (the encoder's graph).
-        order, points, follow_paths, neighbours, bandwidth_ratio: those of :class:`ManifoldEncoder`.
+        reference: ``(M, *feat)`` samples of the data, or their :class:`ReferenceGraph`: only for the graph options.
+        order, points, follow_paths, neighbours, bandwidth_ratio: those of :class:`RouteEncoder`.
         options: those of :class:`GCC` (``lambda_dec``, points, non-finite policy, ...).
     """
 
@@ -97,18 +98,18 @@ class ManifoldGCC(GCC):
         num_inputs: int,
         num_workers: int,
         *,
-        reference: Union[torch.Tensor, ReferenceGraph],
-        order: str = "geodesic",
+        reference: Union[torch.Tensor, ReferenceGraph, None] = None,
+        order: str = "route",
         points: str = "centripetal",
-        follow_paths: bool = True,
+        follow_paths: bool = False,
         neighbours: int = 10,
         bandwidth_ratio: float = 0.5,
         **options: Any,
     ) -> None:
         super().__init__(num_inputs, num_workers, **options)
         alpha, beta = self._points
-        # the manifold encoder and decoder follow Encoder's and Decoder's interfaces without deriving
-        encoder = ManifoldEncoder(
+        # the route encoder and decoder follow Encoder's and Decoder's interfaces without deriving
+        encoder = RouteEncoder(
             alpha,
             beta,
             reference,
@@ -120,7 +121,7 @@ class ManifoldGCC(GCC):
         )
         self.encoder = encoder  # type: ignore[assignment]
         assert isinstance(self.decoder, SplineDecoder)
-        self.decoder = ManifoldDecoder(self.decoder, encoder)  # type: ignore[assignment]
+        self.decoder = RouteDecoder(self.decoder, encoder)  # type: ignore[assignment]
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, manifold encoder"
+        return f"{super().extra_repr()}, route encoder"

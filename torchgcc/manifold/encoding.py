@@ -1,36 +1,35 @@
-"""Manifold-aware encoding: coded samples along the data, for the caller's own groups.
+"""Route encoding: each group's coded samples along a short path through its own inputs, for the caller's groups.
 
-OUR RECONSTRUCTION of the encoder of "Manifold-Aware General Coded Computing" (Moradi and Maddah-Ali, arXiv
+Our reconstruction of the encoder of "Manifold-Aware General Coded Computing" (Moradi and Maddah-Ali, arXiv
 2609.00552), of which only the abstract is public ("coded samples that follow the natural manifold of the data",
-"inspired by graph-based manifold learning"). Standard GCC's encoder is the natural cubic spline through
-``(alpha_k, x_k)`` in the caller's order: between arbitrary inputs it cuts straight across the data space, so the
-coded samples at ``beta_n`` lie off the data and the decoder interpolates a long, bent curve. :class:`ManifoldEncoder`
-keeps the code's worker points and the group's inputs and changes three things, each an option (so that
-``torchgcc reproduce manifold`` can ablate them on the same groups), using a reference set of data (e.g. training
-inputs) and its kNN graph (:class:`~torchgcc.manifold.graph.ReferenceGraph`, geodesics as in Isomap):
+"inspired by graph-based manifold learning"), and what the ablation (``torchgcc reproduce manifold``, docs/family.md)
+kept of it. Standard GCC's encoder is the natural cubic spline through ``(alpha_k, x_k)`` in the caller's order:
+between arbitrary inputs it cuts straight across the data space, so the decoder interpolates a long, bent curve.
+:class:`RouteEncoder` keeps the code's worker points and the group's inputs and changes three things, each an option:
 
-1. **order** (:data:`INPUT_ORDERS`): which input sits at which regression point: ``"pc1"`` sorts the group by its first
-   principal component; ``"route"`` takes the shortest route through the inputs by straight-line distance;
-   ``"geodesic"`` the shortest route by graph geodesics (both routes exact for K <= 12). The decoder puts its
-   estimates back in the caller's order (``last_order``);
-2. **regression points** (:data:`REGRESSION_POINTS`): ``"code"`` keeps the code's Chebyshev points ``alpha``;
-   ``"centripetal"`` places them by the distances between consecutive inputs of the order (straight-line, or
-   geodesic for ``order="geodesic"``): ``alpha_k = -cos(pi (1/2 + (K - 1) s_k) / K)`` with ``s_k`` the fraction of
-   ``sum_i sqrt(d_i)`` before input k (:func:`centripetal_points`). Equal distances give the code's Chebyshev points;
-   otherwise a long step gets a longer interval of worker points. The square root is the centripetal
-   parametrisation of curve fitting (E. T. Y. Lee, "Choosing nodes in parametric curve interpolation", 1989): the
-   chord length (``d_i`` itself) bunches the points of short steps and makes the spline overshoot between them
-   (measured worse on the ablation's synthetic workloads). ``last_alpha`` ``(B, K)`` holds them; the decoder
-   evaluates there;
-3. **on-manifold curve** (``follow_paths``): between consecutive inputs the curve is pulled toward the reference
-   points on the graph's shortest path, placed at parameters proportional to arc length within
+1. **order** (:data:`INPUT_ORDERS`): which input sits at which regression point: ``"route"`` (default) takes the
+   shortest route through the inputs by straight-line distance; ``"pc1"`` sorts the group by its first principal
+   component; ``"geodesic"`` takes the shortest route by geodesics of a reference set's kNN graph
+   (:class:`~torchgcc.manifold.graph.ReferenceGraph`, as in Isomap). Both routes are exact for K <= 12. The decoder
+   puts its estimates back in the caller's order (``last_order``);
+2. **regression points** (:data:`REGRESSION_POINTS`): ``"centripetal"`` (default) places them by the distances
+   between consecutive inputs of the order (straight-line, or geodesic for ``order="geodesic"``):
+   ``alpha_k = -cos(pi (1/2 + (K - 1) s_k) / K)`` with ``s_k`` the fraction of ``sum_i sqrt(d_i)`` before input k
+   (:func:`centripetal_points`). Equal distances give the code's Chebyshev points; otherwise a long step gets a longer
+   interval of worker points. The square root is the centripetal parametrisation of curve fitting (E. T. Y. Lee,
+   "Choosing nodes in parametric curve interpolation", 1989): the chord length (``d_i`` itself) bunches the points of
+   short steps and makes the spline overshoot between them (measured worse on the ablation's synthetic workloads).
+   ``"code"`` keeps the code's points. ``last_alpha`` ``(B, K)`` holds the points; the decoder evaluates there;
+3. **graph pull** (``follow_paths``, off by default): between consecutive inputs the curve is pulled toward the
+   reference points on the graph's shortest path, placed at parameters proportional to arc length within
    ``[alpha_k, alpha_{k+1}]``: the weighted cubic smoothing spline through the inputs (weight
    :data:`INPUT_WEIGHT`, so it passes through them to ~1e-8) and the path points (weight 1), with
    ``lambda = (bandwidth_ratio * 2 / K)^4``: it bends toward the data within a fraction of a regression interval.
 
-Which of them carries the gain is measured, not assumed (``torchgcc reproduce manifold``, docs/family.md). The
-encoder depends on the inputs through the order and the points, so it is not differentiable in them (it runs
-without gradients) and is not a fixed matrix.
+The defaults are what the ablation found to carry the gain: the straight-line route and centripetal points, which
+need no reference set. The graph (geodesic order, geodesic distances for the points, the pull) needs one and did not
+improve on them there (docs/family.md, section 4). The encoder depends on the inputs through the order and the
+points, so it is not differentiable in them (it runs without gradients) and is not a fixed matrix.
 """
 
 from __future__ import annotations
@@ -45,13 +44,13 @@ from torchgcc.functional import smoothing_spline_matrix
 from torchgcc.functional.weighted_spline import weighted_smoothing_spline
 from torchgcc.manifold.graph import ReferenceGraph, shortest_hamiltonian_path
 
-__all__ = ["INPUT_ORDERS", "INPUT_WEIGHT", "MIN_STEP", "REGRESSION_POINTS", "ManifoldEncoder", "centripetal_points"]
+__all__ = ["INPUT_ORDERS", "INPUT_WEIGHT", "MIN_STEP", "REGRESSION_POINTS", "RouteEncoder", "centripetal_points"]
 
 #: How a group's inputs are ordered along the regression points.
-INPUT_ORDERS = ("pc1", "route", "geodesic")
+INPUT_ORDERS = ("route", "pc1", "geodesic")
 
 #: Where the regression points are: the code's, or by the distance travelled along the order.
-REGRESSION_POINTS = ("code", "centripetal")
+REGRESSION_POINTS = ("centripetal", "code")
 
 #: Weight of the group's inputs against 1 for the graph's path points in the curve's fit.
 INPUT_WEIGHT = 1e8
@@ -74,14 +73,16 @@ def centripetal_points(distances: torch.Tensor) -> torch.Tensor:
     return -torch.cos(math.pi * (0.5 + (k - 1) * s) / k)
 
 
-class ManifoldEncoder(nn.Module):
-    """Encoder ``(B, K, *feat) -> (B, N, *feat)`` whose coded samples follow the data (module docstring).
+class RouteEncoder(nn.Module):
+    """Encoder ``(B, K, *feat) -> (B, N, *feat)``: each group's coded samples along a short path through its inputs
+    (module docstring).
 
     Args:
         alpha: ``(K,)`` regression points of the code (ascending; used with ``points="code"``).
         beta: ``(N,)`` worker points of the code (ascending).
         reference: ``(M, *feat)`` samples of the data distribution (the graph's nodes), or a prebuilt
-            :class:`ReferenceGraph` of flattened samples (its Floyd-Warshall costs ``O(M^3)``: share it).
+            :class:`ReferenceGraph` of flattened samples (its Floyd-Warshall costs ``O(M^3)``: share it); needed
+            only by ``order="geodesic"`` and ``follow_paths``.
         order: one of :data:`INPUT_ORDERS`.
         points: one of :data:`REGRESSION_POINTS`.
         follow_paths: pull the curve toward the graph's shortest paths.
@@ -100,11 +101,11 @@ class ManifoldEncoder(nn.Module):
         self,
         alpha: torch.Tensor,
         beta: torch.Tensor,
-        reference: Union[torch.Tensor, ReferenceGraph],
+        reference: Union[torch.Tensor, ReferenceGraph, None] = None,
         *,
-        order: str = "geodesic",
+        order: str = "route",
         points: str = "centripetal",
-        follow_paths: bool = True,
+        follow_paths: bool = False,
         neighbours: int = 10,
         bandwidth_ratio: float = 0.5,
     ) -> None:
@@ -115,10 +116,13 @@ class ManifoldEncoder(nn.Module):
             raise ValueError(f"points must be one of {REGRESSION_POINTS}, got {points!r}")
         if not bandwidth_ratio > 0:
             raise ValueError(f"bandwidth_ratio must be > 0, got {bandwidth_ratio!r}")
+        if reference is None and (order == "geodesic" or follow_paths):
+            raise ValueError("order='geodesic' and follow_paths=True need a reference set of data (reference=...)")
         self.order, self.points, self.follow_paths, self.bandwidth_ratio = order, points, follow_paths, bandwidth_ratio
         self.register_buffer("alpha", alpha.detach().to(torch.float64))
         self.register_buffer("beta", beta.detach().to(torch.float64))
-        if isinstance(reference, ReferenceGraph):
+        self.graph: Optional[ReferenceGraph]
+        if reference is None or isinstance(reference, ReferenceGraph):
             self.graph = reference
         else:
             self.graph = ReferenceGraph(reference.reshape(len(reference), -1), neighbours=neighbours)
@@ -147,16 +151,16 @@ class ManifoldEncoder(nn.Module):
     def curve(self, x: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
         """The encoding curve of every group of ``x`` ``(B, K, *feat)`` at ``points`` ``(P,)``: ``(B, P, *feat)``
         (``points = beta`` gives the coded samples; at the regression points it returns the ordered inputs)."""
-        size = self.graph.points.shape[1]
-        if x.dim() < 3 or x.shape[1] != self.num_inputs or x[0, 0].numel() != size:
-            raise ValueError(
-                f"encoder expects (B, K={self.num_inputs}, *feat) inputs of {size} features (the reference's), "
-                f"got {tuple(x.shape)}"
-            )
+        size = None if self.graph is None else self.graph.points.shape[1]
+        if x.dim() < 3 or x.shape[1] != self.num_inputs or (size is not None and x[0, 0].numel() != size):
+            features = "" if size is None else f" of {size} features (the reference's)"
+            raise ValueError(f"encoder expects (B, K={self.num_inputs}, *feat) inputs{features}, got {tuple(x.shape)}")
         b, k = x.shape[:2]
         flat = x.reshape(b, k, -1).to(torch.float64)
-        geodesic, ends = self.graph.geodesics(flat)
-        metric = geodesic if self.order == "geodesic" else torch.cdist(flat, flat)
+        metric = torch.cdist(flat, flat)
+        if self.graph is not None and (self.order == "geodesic" or self.follow_paths):
+            geodesic, ends = self.graph.geodesics(flat)
+            metric = geodesic if self.order == "geodesic" else metric
         orders = torch.tensor([self._order(flat[g], metric[g]) for g in range(b)], dtype=torch.int64)
         alpha = self.alpha.expand(b, k)
         if self.points == "centripetal":  # from the distances between consecutive inputs of the order
@@ -165,9 +169,9 @@ class ManifoldEncoder(nn.Module):
         curves, counts = [], []
         for group in range(b):
             ordered = flat[group, orders[group]]
-            if self.follow_paths:
+            if self.graph is not None and self.follow_paths:  # the constructor made sure there is a graph
                 path_ends = ends[group][orders[group]][:, orders[group]]
-                knots, data, weights = self._nodes(alpha[group], ordered, path_ends)
+                knots, data, weights = self._nodes(self.graph, alpha[group], ordered, path_ends)
                 _, values = weighted_smoothing_spline(knots[None], data[None], weights[None], points, self.lam)
                 curves.append(values[0])
                 counts.append(int((weights == 1).sum()))
@@ -188,14 +192,14 @@ class ManifoldEncoder(nn.Module):
         return shortest_hamiltonian_path(metric)
 
     def _nodes(
-        self, alpha: torch.Tensor, ordered: torch.Tensor, ends: torch.Tensor
+        self, graph: ReferenceGraph, alpha: torch.Tensor, ordered: torch.Tensor, ends: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Knots, points and weights of the curve through the ordered inputs (at ``alpha``) and their connecting
-        graph paths."""
+        paths in ``graph``."""
         knots, data, weights = [alpha[:1]], [ordered[:1]], [torch.full((1,), INPUT_WEIGHT, dtype=torch.float64)]
         for k in range(self.num_inputs - 1):
             enter, leave = (int(v) for v in ends[k, k + 1])
-            middle = self.graph.points[self.graph.path(enter, leave)] if enter >= 0 else ordered[:0]
+            middle = graph.points[graph.path(enter, leave)] if enter >= 0 else ordered[:0]
             segment = torch.cat([ordered[k : k + 1], middle, ordered[k + 1 : k + 2]])
             length = torch.cat([segment.new_zeros(1), segment.diff(dim=0).norm(dim=1).cumsum(0)])
             fraction = length[1:] / length[-1] if length[-1] > 0 else torch.zeros_like(length[1:])
@@ -211,8 +215,8 @@ class ManifoldEncoder(nn.Module):
         return torch.cat(knots), torch.cat(data), torch.cat(weights)
 
     def extra_repr(self) -> str:
+        graph = "none" if self.graph is None else f"{len(self.graph.points)} points, {self.graph.neighbours} neighbours"
         return (
-            f"num_inputs={self.num_inputs}, num_workers={self.num_workers}, reference={len(self.graph.points)}, "
-            f"neighbours={self.graph.neighbours}, order={self.order!r}, points={self.points!r}, "
-            f"follow_paths={self.follow_paths}, bandwidth_ratio={self.bandwidth_ratio:g}"
+            f"num_inputs={self.num_inputs}, num_workers={self.num_workers}, reference={graph}, order={self.order!r}, "
+            f"points={self.points!r}, follow_paths={self.follow_paths}, bandwidth_ratio={self.bandwidth_ratio:g}"
         )

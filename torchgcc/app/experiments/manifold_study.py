@@ -2,7 +2,7 @@
 
 Every workload codes its evaluation inputs K = 8 at a time on N = 32 workers with random stragglers. The rows other
 than ``regroup`` code the SAME groups (the caller's: consecutive inputs) and change one component of the encoder at
-a time (:class:`torchgcc.manifold.ManifoldEncoder`):
+a time (:class:`torchgcc.manifold.RouteEncoder`):
 
 - ``standard``: GCC, the inputs in the caller's order at the code's Chebyshev points;
 - ``pc1``: the group sorted by its first principal component, the code's points;
@@ -50,7 +50,7 @@ from torchgcc.app.results import ExperimentResult
 from torchgcc.app.statistics import seed_mean_ci
 from torchgcc.app.tables import markdown_grid, publish
 from torchgcc.coded_module import group_samples
-from torchgcc.manifold import ManifoldGCC, ReferenceGraph, manifold_order
+from torchgcc.manifold import ReferenceGraph, RouteGCC, manifold_order
 from torchgcc.stragglers import FixedStragglers
 
 __all__ = [
@@ -71,7 +71,7 @@ __all__ = [
     "run",
 ]
 
-#: The ablation's rows, in table order, and the :class:`ManifoldGCC` options of each encoder row.
+#: The ablation's rows, in table order, and the :class:`~torchgcc.manifold.RouteGCC` options of each encoder row.
 ENCODERS = {
     "pc1": {"order": "pc1", "points": "code", "follow_paths": False},
     "route": {"order": "route", "points": "code", "follow_paths": False},
@@ -226,7 +226,7 @@ def _evaluate(config: Config, name: str, seed: int, progress: bool) -> list[dict
     standard = torchgcc.make_code("gcc", num_inputs=k, num_workers=n)
     caller = torch.arange(len(x))
     rows = {"standard": (standard, caller)}
-    rows |= {row: (ManifoldGCC(k, n, reference=graph, **options), caller) for row, options in ENCODERS.items()}
+    rows |= {row: (RouteGCC(k, n, reference=graph, **options), caller) for row, options in ENCODERS.items()}
     rows["regroup"] = (torchgcc.make_code("gcc", num_inputs=k, num_workers=n), manifold_order(x.flatten(1)))
     data = torch.cat([work.reference.flatten(1), x.flatten(1)]).to(torch.float64)
     groups_count = math.ceil(len(x) / k)
@@ -381,6 +381,7 @@ CONTRASTS = {
     "centripetal points (straight-line route)": ("route_centripetal", "route"),
     "geodesic distances (route and points)": ("geodesic_centripetal", "route_centripetal"),
     "graph pull (geodesic, centripetal)": ("full", "geodesic_centripetal"),
+    "the whole graph (full vs route_centripetal)": ("full", "route_centripetal"),
 }
 
 
