@@ -59,6 +59,7 @@ __all__ = [
     "ROWS",
     "Config",
     "Workload",
+    "CIRCLE_NOISE",
     "CONTRASTS",
     "add_arguments",
     "component_effects",
@@ -158,10 +159,14 @@ def _s_curve(n: int, generator: torch.Generator, basis: torch.Tensor) -> torch.T
     return torch.stack([t.sin(), height, t.sign() * (t.cos() - 1)], dim=1) @ basis.T
 
 
+#: The noisy circle's Gaussian noise, in units of its radius.
+CIRCLE_NOISE = 0.05
+
+
 def _noisy_circle(n: int, generator: torch.Generator, basis: torch.Tensor) -> torch.Tensor:
     theta = 2 * math.pi * torch.rand(n, generator=generator, dtype=torch.float64)
     plane = torch.stack([theta.cos(), theta.sin()], dim=1)
-    return (plane + 0.05 * torch.randn(n, 2, generator=generator, dtype=torch.float64)) @ basis.T
+    return (plane + CIRCLE_NOISE * torch.randn(n, 2, generator=generator, dtype=torch.float64)) @ basis.T
 
 
 #: The synthetic workloads: ``(ambient dimension, intrinsic dimension of the embedded data, sampler)``.
