@@ -195,3 +195,19 @@ def test_every_rule_reproduces_straight_lines(lambda_dec):
     y = (2 * code.beta - 1).view(1, 20, 1).expand(3, 20, 1)
     mask = FixedStragglers(6, seed=0).sample(3, 20)
     torch.testing.assert_close(code.decoder(y, mask), (2 * code.alpha - 1).view(1, 5, 1).expand(3, 5, 1))
+
+
+@pytest.mark.parametrize("lambda_dec", ["adaptive", "gcv"])
+def test_the_choice_is_not_differentiated_the_decode_is(lambda_dec):
+    """Results that require grad: the chosen ratio carries no autograd history, and the gradient of the decode is
+    that of the linear map with the chosen smoothing held fixed (the transposed decoding matrices)."""
+    code = torchgcc.GCC(5, 20, lambda_dec=lambda_dec)
+    generator = torch.Generator().manual_seed(1)
+    y = torch.sin(3 * code.beta).view(1, 20, 1).expand(4, 20, 2) + 1e-2 * torch.randn(4, 20, 2, generator=generator)
+    y = y.clone().requires_grad_(True)
+    mask = FixedStragglers(5, seed=0).sample(4, 20)
+    weights = torch.randn(4, 5, 2, generator=generator, dtype=y.dtype)
+    (code.decoder(y, mask) * weights).sum().backward()
+    assert not code.decoder.last_ratio.requires_grad
+    matrices = code.decoder.matrices(y.detach(), mask).to(y.dtype)  # (B, K, N), the same choice for these results
+    torch.testing.assert_close(y.grad, matrices.transpose(1, 2) @ weights, rtol=1e-5, atol=1e-6)

@@ -288,7 +288,9 @@ class GCVSplineDecoder(SplineDecoder):
         self, flat: torch.Tensor, mask: torch.Tensor, survivors: Survivors
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The ratio the GCV scores of the results choose (``(B,)`` with ``pool=None``, else 0-d) and each group's
-        lambda ``(B,)``. Reads and writes no state of the decoder (concurrent calls are independent)."""
+        lambda ``(B,)``. Reads and writes no state of the decoder (concurrent calls are independent). The choice is
+        not differentiated: the scores are computed from the results detached from autograd."""
+        flat = flat.detach()
         if flat.shape[-1] == 0:  # no values: nothing to choose from (nor to decode)
             ratio = self.ratios.new_tensor(BANDWIDTH_RATIO)
             ratio = ratio.expand(len(mask)) if self.pool is None else ratio
