@@ -62,19 +62,25 @@ def workers(task, ray_instance):
 
 
 def test_coded_module_on_ray_actors_equals_the_in_process_module_given_the_same_mask(ray_instance):
-    """Acceptance: a dict-output model with noise; the round decodes from the first N - S = 4 and equals the
-    in-process CodedModule given that mask to 1e-6; then the same with a slow actor that is never waited for."""
+    """Acceptance: a dict-output model with noise; the round decodes from the first N - S = 4 (or more, when they
+    came together) and equals the in-process CodedModule given that mask to 1e-6; then the same with a drawn mask
+    of two stragglers per group (different per group), which the round waits for and decodes from."""
     model = TwoHeads().eval()
     code = make_code("gcc", num_inputs=K, num_workers=N)
     x = torch.randn(12, 16, generator=torch.Generator().manual_seed(0))
+    drawn = FixedStragglers(2, seed=1).sample(4, N)
     with RayWorkers(model, N) as actors:
         on_ray = CodedModule(model, code, workers=actors, wait=WaitPolicy(2), noise=GaussianNoise(0.1, seed=3))
         in_process = CodedModule(model, code, noise=GaussianNoise(0.1, seed=3))
-        for _ in range(2):
+        for mask in (None, drawn):
             with torch.no_grad():
-                got = on_ray(x)
+                got = on_ray(x, mask=mask)
                 expected = in_process(x, mask=on_ray.last_mask)
-            assert int(on_ray.last_mask[0].sum()) >= N - 2 and bool((on_ray.last_mask == on_ray.last_mask[:1]).all())
+            if mask is None:  # the arrival mask: the same workers for every group
+                assert int(on_ray.last_mask[0].sum()) >= N - 2
+                assert bool((on_ray.last_mask == on_ray.last_mask[:1]).all())
+            else:
+                assert torch.equal(on_ray.last_mask, drawn) and not bool((drawn == drawn[:1]).all())
             assert list(got) == ["logits", "features"]
             for key in got:
                 torch.testing.assert_close(got[key], expected[key], rtol=0, atol=1e-6)
