@@ -13,7 +13,7 @@ top-level aten op's time (its children included) is put in a group:
 - ``block_products``: the solve's other batched products (``bmm``, ``baddbmm`` on small matrices);
 - ``indexing``: the sort that compacts the survivors, gathers, scatters, ``index_select``, ``index_add_`` and
   ``searchsorted``;
-- ``check``: ``check=True``'s finiteness flag (``aminmax`` and its read);
+- ``check``: ``check=True``'s finiteness flag (the sum of the estimates, ``aminmax`` for float16 ones, and its read);
 - ``elementwise``: everything else (arithmetic, comparisons, fills, copies, views).
 
 The profiler adds its own cost per op (and keeps tensors alive, so the apply's large output lands in fresh pages:
@@ -67,7 +67,7 @@ def group_of(name: str, shapes: list, outputs: int) -> str:
         return "block_products"
     if name in INDEXING:
         return "indexing"
-    if name in CHECK:
+    if name in CHECK or (name == "aten::sum" and shapes and len(shapes[0]) == 3 and shapes[0][-1] == outputs):
         return "check"
     return "elementwise"
 

@@ -288,6 +288,24 @@ def test_overflowing_but_finite_results_are_decoded_not_rejected():
     torch.testing.assert_close(code.decoder(y, mask), torch.full((2, K, 4), 1e38), rtol=1e-5, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_the_check_catches_one_bad_value_in_any_dtype(dtype, bad):
+    """The check's flag (a sum of the estimates, their extremes for float16) sees a single NaN or Inf: from an arrived
+    worker it raises naming it; at a straggler it is kept out of the estimate (equal to the clean decode's)."""
+    code = build("gcc", lambda_dec="spacing")
+    mask = random_masks(3, N, 3, seed=15)
+    y = torch.randn(3, N, 50, generator=torch.Generator().manual_seed(15)).to(dtype)
+    clean = code.decoder(y, mask)
+    arrived, straggler = y.clone(), y.clone()
+    worker = int(mask[2].nonzero()[-1])
+    arrived[2, worker, 49] = bad
+    with pytest.raises(ValueError, match=f"non-finite result from worker {worker} in group 2"):
+        code.decoder(arrived, mask)
+    straggler[2, int((~mask[2]).nonzero()[0]), 49] = bad
+    torch.testing.assert_close(code.decoder(straggler, mask), clean, rtol=0, atol=0)
+
+
 def test_check_false_skips_validation_and_keeps_straggle_policy():
     y = torch.randn(3, 10, 4, dtype=torch.float64)
     mask = random_masks(3, 10, 3, seed=5)

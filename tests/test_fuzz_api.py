@@ -140,16 +140,25 @@ def test_decode_matrix_of_a_meta_mask_infers_the_shape(name, check):
 def test_the_check_reads_results_that_require_grad_detached(monkeypatch):
     """The check's read of a result that requires grad must not warn ("Converting a tensor with requires_grad=True
     to a scalar", a warning torch prints once per process, so the test looks at what the check reads instead)."""
-    reads, aminmax = [], torch.aminmax
+    reads: dict[str, list[bool]] = {"aminmax": [], "sum": []}
+    aminmax, total = torch.aminmax, torch.sum
 
-    def recorded(t, **kw):
+    def recorded_aminmax(t, **kw):
         result = aminmax(t, **kw)
-        reads.append(result.min.requires_grad)  # float() of a result that requires grad is what warns
+        reads["aminmax"].append(result.min.requires_grad)  # float() of a result that requires grad is what warns
         return result
 
-    monkeypatch.setattr(torch, "aminmax", recorded)
+    def recorded_sum(t, *args, **kw):
+        result = total(t, *args, **kw)
+        reads["sum"].append(result.requires_grad)
+        return result
+
+    monkeypatch.setattr(torch, "aminmax", recorded_aminmax)
+    monkeypatch.setattr(torch, "sum", recorded_sum)
     model = torch.nn.Linear(3, 2)
     out = torchgcc.CodedModule(model, torchgcc.GCC(4, 8, lambda_dec="spacing"))(torch.randn(8, 3))
-    assert out.requires_grad and reads and not any(reads)  # the encoder's overflow guard reads its input too
+    assert out.requires_grad
+    assert reads["sum"] and not any(reads["sum"])  # the decoder's check: the sum of the estimates
+    assert reads["aminmax"] and not any(reads["aminmax"])  # the encoder's overflow guard reads its input
     out.sum().backward()
     assert model.weight.grad is not None

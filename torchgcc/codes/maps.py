@@ -437,8 +437,15 @@ class Decoder(_Float64Buffers):
 
     def _product(self, matrices: torch.Tensor, flat: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """``(matrices @ flat, flag)``: the estimates by :func:`apply_linear` and, with ``check``, a tensor that is zero
-        iff all of them are finite (one pass over them). With the Triton backend and a float32 product, one kernel
-        does both (:func:`torchgcc.functional.fused_decode.apply_rows`)."""
+        only if all of them are finite (one pass over them). With the Triton backend and a float32 product, one kernel
+        does both (:func:`torchgcc.functional.fused_decode.apply_rows`).
+
+        Elsewhere the flag is ``s - s`` of their sum ``s``: a NaN or an Inf among them makes ``s`` NaN or infinite, so
+        the flag NaN. A sum of finite estimates that overflows (their total beyond the dtype's range) gives NaN too:
+        that call takes :meth:`_repair`'s path, which finds nothing wrong and returns the same estimates. A sum rather
+        than ``aminmax``, slower on CPU for small outputs (``benchmarks/decode.py`` times the checked and the
+        unchecked decode), except for float16 estimates, whose sum would overflow at 65504: their extremes instead
+        (NaN reaches both, an Inf one)."""
         if compute_dtype(flat.dtype) == torch.float32 and self.kernel_backend(flat.device) == "triton":
             from torchgcc.functional import fused_decode  # imports triton
 
@@ -447,8 +454,11 @@ class Decoder(_Float64Buffers):
         if not self.check or out.numel() == 0:
             return out, None
         with torch.no_grad():  # a check, not part of the graph (and no autograd warning on the read)
-            low, high = torch.aminmax(out)  # NaN propagates to both ends, an Inf shows at one: no overflow
-            return out, (low - low) + (high - high)  # x - x is 0 for finite x, NaN for NaN and +-Inf
+            if out.dtype == torch.float16:
+                low, high = torch.aminmax(out)
+                return out, (low - low) + (high - high)  # x - x is 0 for finite x, NaN for NaN and +-Inf
+            total = torch.sum(out)
+            return out, total - total
 
     def _all_good(self, mask: torch.Tensor, out: torch.Tensor, flag: Optional[torch.Tensor]) -> bool:
         """Whether every estimate is finite (``flag`` zero), read back as one number (a group with too few results
