@@ -71,8 +71,8 @@ def _compiled(function: Callable) -> Callable:
         return numba.njit(nogil=True)(function)
 
 
-def _spline_kernel(mask, beta, alpha, mu, min_arrived, out):  # pragma: no cover - compiled
-    groups, num_workers = mask.shape
+def _spline_kernel(mask, beta, alpha, mu, min_arrived, out, start, stop):  # pragma: no cover - compiled
+    num_workers = mask.shape[1]
     num_points = alpha.shape[0]
     shared_mu = mu.shape[0] == 1
     knots = np.empty(num_workers)
@@ -85,7 +85,7 @@ def _spline_kernel(mask, beta, alpha, mu, min_arrived, out):  # pragma: no cover
     factors = np.empty((3, num_workers))  # 1 / d, e, f of M = L diag(d) L^T
     # interior row i's right-hand sides, then z, then x, in row i + 2: two zero rows on either side of the m rows
     x = np.zeros((num_workers + 4, num_points))
-    for g in range(groups):
+    for g in range(start, stop):
         n = 0
         for j in range(num_workers):  # compact the survivors; the stragglers' rows are zero
             if mask[g, j]:
@@ -165,12 +165,12 @@ def _spline_kernel(mask, beta, alpha, mu, min_arrived, out):  # pragma: no cover
                 out[g, column[r], k] = right * x[r + 2, k] - (left + right) * x[r + 1, k] + left * x[r, k] + weight
 
 
-def _berrut_kernel(mask, beta, alpha, min_arrived, out):  # pragma: no cover - compiled
-    groups, num_workers = mask.shape
+def _berrut_kernel(mask, beta, alpha, min_arrived, out, start, stop):  # pragma: no cover - compiled
+    num_workers = mask.shape[1]
     num_points = alpha.shape[0]
     total = np.empty(num_points)
     hit = np.empty(num_points, np.int64)
-    for g in range(groups):
+    for g in range(start, stop):
         # the sum of the weights (-1)^rank / (alpha - t_j) over the survivors, or the survivor alpha hits
         total[:] = 0.0
         hit[:] = -1
@@ -232,17 +232,17 @@ def _helpers(count: int) -> ThreadPoolExecutor:
         return _pool
 
 
-def _over_groups(run: Callable[[int, int], None], groups: int, work_per_group: int) -> None:
-    """``run(start, stop)`` over contiguous chunks of ``range(groups)``, on up to ``torch.get_num_threads()`` threads
-    (the calling one included; the kernels release the GIL), each given at least :data:`MIN_WORK_PER_THREAD`."""
-    chunks = min(groups, groups * work_per_group // MIN_WORK_PER_THREAD)
-    if chunks < 2 or torch.get_num_threads() < 2:
-        run(0, groups)
+def _over_groups(kernel: Callable, args: tuple, groups: int, work_per_group: int) -> None:
+    """``kernel(*args, start, stop)`` (groups ``start`` to ``stop``) over contiguous chunks of ``range(groups)``, on up
+    to ``torch.get_num_threads()`` threads (the calling one included; the kernels release the GIL), each given at least
+    :data:`MIN_WORK_PER_THREAD`; a small call runs on the calling thread alone."""
+    chunks = min(groups, groups * work_per_group // MIN_WORK_PER_THREAD, torch.get_num_threads())
+    if chunks < 2:
+        kernel(*args, 0, groups)
         return
-    chunks = min(chunks, torch.get_num_threads())
     bounds = [groups * i // chunks for i in range(chunks + 1)]
-    futures = [_helpers(chunks - 1).submit(run, *chunk) for chunk in zip(bounds[1:-1], bounds[2:])]
-    run(bounds[0], bounds[1])
+    futures = [_helpers(chunks - 1).submit(kernel, *args, *chunk) for chunk in zip(bounds[1:-1], bounds[2:])]
+    kernel(*args, bounds[0], bounds[1])
     for future in futures:
         future.result()
 
@@ -266,16 +266,9 @@ def _spline_rows(
     mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mu: torch.Tensor, min_arrived: int, dtype: torch.dtype
 ) -> torch.Tensor:
     out = torch.empty(mask.shape[0], beta.shape[0], alpha.shape[0], dtype=dtype)
-    mask_np, out_np = mask.numpy(), out.numpy()
-    beta_np, alpha_np, mu_np = _constant(beta), _constant(alpha), _constant(mu)
-    if mu_np.ndim == 1:
-        mu_np = mu_np[None]
-
-    def run(start: int, stop: int) -> None:
-        rows = mu_np if mu_np.shape[0] == 1 else mu_np[start:stop]
-        _spline_kernel(mask_np[start:stop], beta_np, alpha_np, rows, min_arrived, out_np[start:stop])
-
-    _over_groups(run, mask_np.shape[0], out_np.shape[1] * out_np.shape[2])
+    mu_np = _constant(mu)
+    args = (mask.numpy(), _constant(beta), _constant(alpha), mu_np[None] if mu_np.ndim == 1 else mu_np, min_arrived)
+    _over_groups(_spline_kernel, (*args, out.numpy()), mask.shape[0], beta.shape[0] * alpha.shape[0])
     return out
 
 
@@ -283,12 +276,8 @@ def _berrut_rows(
     mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, min_arrived: int, dtype: torch.dtype
 ) -> torch.Tensor:
     out = torch.empty(mask.shape[0], beta.shape[0], alpha.shape[0], dtype=dtype)
-    mask_np, out_np, beta_np, alpha_np = mask.numpy(), out.numpy(), _constant(beta), _constant(alpha)
-
-    def run(start: int, stop: int) -> None:
-        _berrut_kernel(mask_np[start:stop], beta_np, alpha_np, min_arrived, out_np[start:stop])
-
-    _over_groups(run, mask_np.shape[0], out_np.shape[1] * out_np.shape[2])
+    args = (mask.numpy(), _constant(beta), _constant(alpha), min_arrived, out.numpy())
+    _over_groups(_berrut_kernel, args, mask.shape[0], beta.shape[0] * alpha.shape[0])
     return out
 
 
