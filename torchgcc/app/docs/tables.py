@@ -48,17 +48,21 @@ DECODE_CALLS = {
 
 def decode(data: Data) -> str:
     """``benchmarks/decode.py``: every row of its JSON: the bare bmm's time and each decode against it (eager with and
-    without the check, compiled, CUDA-graph replays where the run had them), the eager call's aten ops and host reads,
-    and the load average after the row."""
+    without the check, compiled, CUDA-graph replays where the run had them), the compiled decode against the compiled
+    bmm where the run had it, the eager call's aten ops and host reads, and the load average after the row."""
     calls = [name for name in DECODE_CALLS if name in data["rows"][0]["over_bmm"]]
+    against_compiled = "compiled_over_compiled_bmm" in data["rows"][0]
     lines = [
         "| threads | N | B | d | bmm (ms) | "
         + " | ".join(f"{DECODE_CALLS[name]} / bmm" for name in calls)
+        + (" | compiled / compiled bmm" if against_compiled else "")
         + " | ops per call (reads) | load |",
-        "|---:|---:|---:|---:|---:|" + "---:|" * len(calls) + "---:|---:|",
+        "|---:|---:|---:|---:|---:|" + "---:|" * (len(calls) + against_compiled) + "---:|---:|",
     ]
     for row in data["rows"]:
         ratios = " | ".join(f"{row['over_bmm'][name]:.3g}x" for name in calls)
+        if against_compiled:
+            ratios += f" | {row['compiled_over_compiled_bmm']:.3g}x"
         counts = row["per_call"]["eager"]
         lines.append(
             f"| {row['threads']} | {row['N']} | {row['B']} | {row['d']} | {1e3 * row['median_seconds']['bmm']:.3g} "
