@@ -199,8 +199,9 @@ def test_the_job_on_the_ray_engine_writes_the_torchrun_engines_records(workers):
 
 
 def test_a_signal_handlers_exception_comes_out_of_wait_as_itself(workers, task):
-    """``ray.wait`` runs Python's signal handlers from Cython and wraps what one raises in a ``SystemError``; the
-    engine's wait raises the handler's own exception (a job's termination, Ctrl-C's ``KeyboardInterrupt``)."""
+    """``ray.wait`` runs Python's signal handlers from Cython, lets what one raises out only when it returns, and
+    wraps it in a ``SystemError``; the engine's wait raises the handler's own exception (a job's termination,
+    Ctrl-C's ``KeyboardInterrupt``) while the task it waits for is still running."""
 
     class Stop(Exception):
         pass
@@ -215,6 +216,7 @@ def test_a_signal_handlers_exception_comes_out_of_wait_as_itself(workers, task):
         timer.start()
         with pytest.raises(Stop):
             workers.wait(float("inf"))
+        assert workers.wait(time.monotonic()) == []  # not once the task had ended (30 s on)
     finally:
         timer.cancel()
         signal.signal(signal.SIGUSR1, previous)

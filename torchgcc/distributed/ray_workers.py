@@ -30,6 +30,10 @@ __all__ = ["RayWorkers", "local_ray"]
 
 logger = logging.getLogger("torchgcc.distributed")
 
+#: the longest single ``ray.wait`` of :meth:`RayWorkers.wait`: a signal handler runs inside it, but its exception
+#: (Ctrl-C, a job's termination) comes out only when the call returns.
+_WAIT_SLICE_S = 0.1
+
 
 @contextlib.contextmanager
 def local_ray(num_cpus: int | None = None) -> Iterator[object]:
@@ -171,7 +175,7 @@ class RayWorkers:
                 del self._tasks[ref]
                 self.ray.cancel(ref)
 
-    @_handler_errors_pass_through()  # the call that a signal interrupts
+    @_handler_errors_pass_through()  # the calls that a signal interrupts
     def wait(self, until_s: float) -> list[Completion]:
         remaining = max(until_s - time.monotonic(), 0.0)
         if not self._tasks:
@@ -179,7 +183,11 @@ class RayWorkers:
                 time.sleep(remaining)
             return []
         refs = list(self._tasks)
-        ready, rest = self.ray.wait(refs, num_returns=1, timeout=None if remaining == float("inf") else remaining)
+        while True:  # in slices: Ray lets a signal handler's exception out only when ray.wait returns
+            ready, rest = self.ray.wait(refs, num_returns=1, timeout=min(remaining, _WAIT_SLICE_S))
+            remaining = until_s - time.monotonic()
+            if ready or remaining <= 0:
+                break
         if ready and rest:  # whatever else is already done comes along
             more, _ = self.ray.wait(rest, num_returns=len(rest), timeout=0)
             ready += more
