@@ -18,12 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import torch
 
 from torchgcc.control import DeadlineThreshold, StragglerAwareController
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the stream the controller's tests run
+from test_control import pareto_stream  # noqa: E402
 
 #: The controller's candidate group sizes.
 GRID = tuple(range(2, 33, 2))
@@ -40,13 +44,7 @@ def event_probability(size: int, shape: float, deadline: float) -> float:
 def run_stream(shapes: tuple[float, float], *, steps: int, budget: float, deadline: float, seed: int) -> dict:
     """One stream: the controller's event rate and chosen sizes, and the best static size in closed form."""
     controller = StragglerAwareController(GRID, budget=budget, threshold=DeadlineThreshold(deadline), seed=0)
-    generator = torch.Generator().manual_seed(seed)
-    chosen = []
-    for step in range(steps):
-        size = controller.choose()
-        chosen.append(size)
-        u = torch.rand(size, generator=generator, dtype=torch.float64)
-        controller.observe((1 - u) ** (-1 / shapes[step >= steps // 2]))
+    chosen = pareto_stream(controller, steps, lambda step: shapes[step >= steps // 2], seed=seed)
     feasible = [g for g in GRID if sum(event_probability(g, shape, deadline) for shape in shapes) / 2 <= budget]
     return {
         "shapes": list(shapes),
