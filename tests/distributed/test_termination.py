@@ -41,7 +41,7 @@ def _strict_json(line: str) -> dict:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_signalling_the_local_launcher_ends_every_rank_and_removes_its_temp_folder(tmp_path, signum):
+def test_signalling_the_local_launcher_ends_every_rank_and_leaves_nothing_in_tmpdir(tmp_path, signum):
     command = [sys.executable, "-m", "torchgcc.distributed.launch", "--nproc", "3", "--", *LONG]
     env = dict(os.environ, TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
     launcher = subprocess.Popen(
@@ -66,7 +66,7 @@ def test_signalling_the_local_launcher_ends_every_rank_and_removes_its_temp_fold
     assert launcher.returncode == (143 if signum == signal.SIGTERM else 130), err
     assert "interrupted" in err
     assert not any(_alive(pid) for pid in pids)
-    assert [p.name for p in tmp_path.iterdir()] == []  # no torchgcc-launch-* folder
+    assert [p.name for p in tmp_path.iterdir()] == []  # no folder, socket or file of the launch
 
 
 def test_killing_the_local_launcher_ends_every_rank_within_5_s_and_leaves_no_file(tmp_path):
