@@ -529,7 +529,8 @@ def _coordinate(
     try:
         engine.close()
     except dist.DistError as error:  # a launcher tearing the job down took the store with it: still summarise
-        emit({"event": "error", "error": f"while closing the workers: {type(error).__name__}: {error}"})
+        if not status:  # else the steps already ended on an error, said once: a job ends with one error line
+            emit({"event": "error", "error": f"while closing the workers: {type(error).__name__}: {error}"})
         status = status or EXIT_TRANSPORT
     status = termination.status or status
     lost = sorted(engine.lost_workers())  # after close(), which also catches ranks that died near the end
