@@ -1,10 +1,12 @@
 """Stopping a job from outside: SIGTERM or SIGINT of the local launcher or of torchrun ends every rank and leaves
 no temp folder, and so does a SIGKILL of the local launcher (within 5 s); the summary still comes (valid JSON,
-completed steps); worker ranks whose coordinator is killed exit non-zero."""
+completed steps); worker ranks whose coordinator is killed exit non-zero; a SIGKILL of torchrun's agent leaves one
+line per rank (no C++ stack trace) and non-zero statuses."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -19,6 +21,9 @@ import pytest
 from torchgcc.distributed.heartbeat import EXIT_COORDINATOR_LOST
 
 pytestmark = pytest.mark.distributed
+
+#: prctl option: this process adopts its orphaned descendants (linux/prctl.h).
+_PR_SET_CHILD_SUBREAPER = 36
 
 #: a long job (about 30 s of steps), so that a signal always finds it running
 LONG = ["-N", "4", "-K", "2", "-S", "1", "--steps", "300", "--mode", "injected", "--latency-param", "shift=0.1"]
@@ -131,6 +136,53 @@ def test_stopping_torchrun_ends_every_rank_and_still_writes_the_summary(tmp_path
     assert len([line for line in err.splitlines() if line.startswith("[torchgcc]")]) <= 3, err[-3000:]
     assert subprocess.run(["pgrep", "-s", str(agent.pid)], capture_output=True).stdout == b""
     assert not [p.name for p in tmp_path.iterdir() if p.name != "logs"]
+
+
+def test_killing_the_torchrun_agent_leaves_one_line_per_rank_no_cpp_frames_and_non_zero_exits():
+    """SIGKILL of torchrun's agent takes the rendezvous store with it. Each rank stops within 5 s, non-zero (this test
+    process adopts the orphaned ranks as a child subreaper to read their statuses), and says one line: the entry
+    point sets TORCH_CPP_LOG_LEVEL=ERROR before torch is imported, so none of c10's warnings of the failed store
+    calls, with their C++ stack traces, reaches stderr."""
+    command = [
+        *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"),
+        *("-m", "torchgcc.distributed", *LONG),
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("TORCH_CPP_LOG_LEVEL", None)
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0, os.strerror(ctypes.get_errno())
+    ranks: dict[int, int] = {}  # rank -> pid
+    try:
+        agent = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        lines = [agent.stdout.readline()]
+        while lines[-1] and not lines[-1].startswith('{"step": 2'):
+            lines.append(agent.stdout.readline())
+        for pid in subprocess.run(["pgrep", "-P", str(agent.pid)], capture_output=True, text=True).stdout.split():
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            ranks[int(next(v for v in environ if v.startswith(b"RANK="))[5:])] = int(pid)
+        agent.kill()
+        killed = time.monotonic()
+        out, err = agent.communicate(timeout=60)  # EOF once every rank has closed the pipes: has exited
+        seconds = time.monotonic() - killed
+        statuses = {rank: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for rank, pid in ranks.items()}
+    finally:
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        for pid in ranks.values():
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+    assert sorted(ranks) == [0, 1, 2], lines
+    assert not re.search(r"frame #|c10::|c10d|Exception raised from|\.cpp:", err), err[-3000:]
+    said = err.splitlines()
+    assert len(said) == 3, err  # one line per rank, nothing else
+    assert sorted(said)[0].startswith("[torchgcc] error: "), err
+    assert [line.split(":")[0] for line in sorted(said)[1:]] == ["[torchgcc] rank 1", "[torchgcc] rank 2"], err
+    summary = _strict_json(out.splitlines()[-1])
+    assert summary["event"] == "summary" and summary["status"] == statuses[0] != 0, out[-3000:]
+    assert statuses[1] == statuses[2] == EXIT_COORDINATOR_LOST
+    assert seconds < 5, seconds
 
 
 def test_worker_ranks_exit_non_zero_with_one_line_each_when_their_coordinator_is_killed(tmp_path):

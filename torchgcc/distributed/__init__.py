@@ -9,30 +9,44 @@
 
 The rule that ends a wait, the round loop and the engine interface are :mod:`torchgcc.workers`'. See
 docs/distributed.md.
+
+The public names are imported on first use (PEP 562): ``python -m torchgcc.distributed`` imports this package before
+its entry point runs, and the entry point sets ``TORCH_CPP_LOG_LEVEL`` before anything imports torch (c10 reads it
+once, when torch is imported).
 """
 
-from torchgcc.distributed.dataplane import DataPlane, Message, PairBrokenError, PairChannel, open_peer_pair
-from torchgcc.distributed.faults import FaultPlan
-from torchgcc.distributed.layout import LAYOUTS, layout_workers
-from torchgcc.distributed.process_group import ProcessGroupWorkers
-from torchgcc.distributed.ray_workers import RayWorkers, local_ray
-from torchgcc.distributed.transport import Channel, connect
-from torchgcc.distributed.worker import CoordinatorLost, serve
+import importlib
+from typing import Any
 
-__all__ = [
-    "LAYOUTS",
-    "Channel",
-    "CoordinatorLost",
-    "DataPlane",
-    "FaultPlan",
-    "Message",
-    "PairBrokenError",
-    "PairChannel",
-    "ProcessGroupWorkers",
-    "RayWorkers",
-    "connect",
-    "layout_workers",
-    "local_ray",
-    "open_peer_pair",
-    "serve",
-]
+#: Public name -> the module that defines it.
+_EXPORTS: dict[str, str] = {
+    "LAYOUTS": "torchgcc.distributed.layout",
+    "Channel": "torchgcc.distributed.transport",
+    "CoordinatorLost": "torchgcc.distributed.worker",
+    "DataPlane": "torchgcc.distributed.dataplane",
+    "FaultPlan": "torchgcc.distributed.faults",
+    "Message": "torchgcc.distributed.dataplane",
+    "PairBrokenError": "torchgcc.distributed.dataplane",
+    "PairChannel": "torchgcc.distributed.dataplane",
+    "ProcessGroupWorkers": "torchgcc.distributed.process_group",
+    "RayWorkers": "torchgcc.distributed.ray_workers",
+    "connect": "torchgcc.distributed.transport",
+    "layout_workers": "torchgcc.distributed.layout",
+    "local_ray": "torchgcc.distributed.ray_workers",
+    "open_peer_pair": "torchgcc.distributed.dataplane",
+    "serve": "torchgcc.distributed.worker",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'torchgcc.distributed' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
