@@ -482,6 +482,8 @@ def draw_odd(rng: random.Random, seed: int) -> Case:
 def _number_is_valid(name: str, value: str, template: str) -> bool:
     """Whether ``value`` (source) is a valid ``name`` in ``template`` (an independent predicate)."""
     number = eval(value)  # noqa: S307 - our own literals
+    if number is None:
+        return name == "deadline"  # LatencyStragglers(deadline=None): no deadline, as documented
     if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
         return False
     integral = isinstance(number, int)

@@ -32,6 +32,15 @@ def test_the_slice_reaches_every_probe(slice_result):
         assert counts["ok"] > 0, (entry, counts)
 
 
+def test_a_documented_none_is_a_valid_number():
+    """``LatencyStragglers(deadline=None)`` means no deadline: the probe drawn at seed 1202, index 406 took the
+    library's acceptance of it for a silent wrong answer; a None elsewhere stays invalid."""
+    case = api_probes.draw(1202, 406)
+    assert case.snippet.endswith("LatencyStragglers(deadline=None)") and not case.invalid
+    assert api_fuzzer.run_case(case)["category"] == "ok"
+    assert not api_probes._number_is_valid("num_stragglers", "None", "torchgcc.stragglers.FixedStragglers({value})")
+
+
 def probe_cases(entry: str, count: int = 12) -> list:
     cases = (api_probes.draw(7, index) for index in range(40 * count))
     return [case for case in cases if case.entry == entry and not case.invalid][:count]
