@@ -11,18 +11,28 @@
 #   decode       benchmarks/decode.py --device cuda: eager, compiled and graph-replayed decode against a bare
 #                bmm, B = 1, 8, 512, d = 10, 1000, N = 64, 1024                                           (170 s)
 #   profile      torchgcc profile resnet18 on the GPU                                                     (50 s)
-# Usage, from the repository root:  bash benchmarks/gpu_check.sh [--dry-run] [OUT_DIR]
+# Usage, from the repository root:  bash benchmarks/gpu_check.sh [--dry-run] [OUT_DIR]  (--help prints this line)
 # (default OUT_DIR torchgcc-results/gpu-check). --dry-run runs every part on the CPU with small shapes and the
 # Triton kernels in Triton's interpreter, and pytest only collects the CUDA tests: it checks the script and
 # everything it calls, not the hardware (tests/test_gpu_check.py runs it in CI). pytest's addopts are overridden,
 # so no plugin beyond pytest is needed (the GPU image has no nbmake, nor csaps, which the CUDA tests do not import).
 set -u
+USAGE="usage: bash benchmarks/gpu_check.sh [--dry-run] [OUT_DIR]   (default OUT_DIR torchgcc-results/gpu-check)"
 DRY_RUN=0
-if [ "${1:-}" = "--dry-run" ]; then
-  DRY_RUN=1
-  shift
-fi
-OUT=${1:-torchgcc-results/gpu-check}
+OUT=""
+for arg in "$@"; do
+  case "$arg" in
+    -h | --help) echo "$USAGE"; exit 0 ;;
+    --dry-run) DRY_RUN=1 ;;
+    -*) echo "gpu_check.sh: unknown option $arg" >&2; echo "$USAGE" >&2; exit 2 ;;
+    *)
+      if [ -n "$OUT" ]; then
+        echo "gpu_check.sh: one OUT_DIR only, got $OUT and $arg" >&2; echo "$USAGE" >&2; exit 2
+      fi
+      OUT=$arg ;;
+  esac
+done
+OUT=${OUT:-torchgcc-results/gpu-check}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1

@@ -31,3 +31,15 @@ def test_the_gpu_check_dry_run_passes_and_writes_its_report(tmp_path):
     assert report["acceptance"]["kernels_all_within_tolerance"] is True
     assert {row["B"] for row in report["parts"]["decode"]["figures"]["rows"]} == {1, 8}
     assert report["parts"]["profile"]["figures"] is not None
+
+
+@pytest.mark.parametrize("args, code", [(["--help"], 0), (["-h"], 0), (["--dry-run", "--bogus"], 2), (["a", "b"], 2)])
+def test_the_gpu_check_answers_help_and_bad_arguments_with_its_usage_line(tmp_path, args, code):
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        ["bash", str(root / "benchmarks/gpu_check.sh"), *args], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == code
+    assert (result.stdout if code == 0 else result.stderr).startswith(("usage: ", "gpu_check.sh: "))
+    assert "usage: bash benchmarks/gpu_check.sh [--dry-run] [OUT_DIR]" in result.stdout + result.stderr
+    assert list(tmp_path.iterdir()) == []  # no directory made, nothing run
