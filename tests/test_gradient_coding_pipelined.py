@@ -114,6 +114,104 @@ def test_pgc_cr_least_squares_decodes_exactly_for_every_straggler_set_at_n8(s):
             assert (weights - 1).abs().min() > 0.1  # weights n c / ((n - s)(s + 1)), c holders arrived
 
 
+def _flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+
+
+def _decoded_by_the_runtime(simulation: Simulation, step: int, arrived: list[int], lr: float) -> torch.Tensor:
+    """The gradient sum ``simulation`` applies at ``step`` for ``arrived`` (from its SGD update); the model is then
+    put back, so that the same step can be replayed for another arrived set (replayed, every worker computes its
+    slot at the same weights, so the caches are the same whatever the set)."""
+    before = _flat(simulation.model)
+    simulation.step(step, arrived)
+    decoded = (before - _flat(simulation.model)) * simulation.code.num_partitions / lr
+    torch.nn.utils.vector_to_parameters(before, simulation.model.parameters())
+    return decoded
+
+
+def _gain(code: PipelinedGradientCode, arrived: list[int]) -> float:
+    """``max_j sum_i |a_i B_ij|``: how much the decoded sum can amplify differences between a partition's copies."""
+    return float((code.decode(arrived).unsqueeze(-1) * code.B).abs().sum(0).max())
+
+
+@pytest.mark.parametrize("s", [1, 2, 3])
+def test_pgc_cr_least_squares_in_the_runtime_recovers_the_full_gradient_when_the_copies_agree(s):
+    """Inside the pipelined runtime (``Simulation``, caches, slots, every step's update), n = 8: with a loss linear
+    in the weights and mini-batches of whole shards, every cached copy of a partition's gradient equals the fresh
+    one, and for every straggler set of size <= s, at the warm-up step and after two slot cycles, the decoded sum
+    equals the full-batch gradient sum computed by brute force (sum over partitions of the mean over the shard of
+    ``y x^T``), to rounding amplified by the decoder's gain."""
+    n, lr = 8, 0.5
+    generator = torch.Generator().manual_seed(s)
+    x = torch.randn(n * 5, 6, dtype=torch.float64, generator=generator)
+    y = torch.randn(n * 5, 3, dtype=torch.float64, generator=generator)
+    data = PartitionedData(x, y, num_partitions=n, batch_size=5, seed=1)
+    full = sum(y[shard].T @ x[shard] / len(shard) for shard in data.shards).flatten()  # d/dW of mean(y . W x)
+    model = torch.nn.Linear(6, 3, bias=False).double()
+    code = make_gradient_code("pgc-cr-ls", num_workers=n, num_stragglers=s)
+    simulation = Simulation(code, model, data, lr=lr, delays=None, loss_fn=lambda out, target: (out * target).sum(-1))
+    sets = [
+        [i for i in range(n) if i not in dropped]
+        for size in range(s + 1)
+        for dropped in itertools.combinations(range(n), size)
+    ]
+    eps = torch.finfo(torch.float64).eps
+    last = 2 * (s + 1)  # the warm-up step and the step after two slot cycles, every set; the others replay one
+    for step in range(last + 1):
+        for arrived in sets if step in (0, last) else []:
+            decoded = _decoded_by_the_runtime(simulation, step, arrived, lr)
+            tolerance = (
+                100 * n * eps * _gain(code, arrived) * (float(full.abs().max()) + float(_flat(model).abs().max()))
+            )
+            torch.testing.assert_close(decoded, full, rtol=0, atol=tolerance)
+        simulation.step(step, sets[step % len(sets)])  # on to the next step
+
+
+@pytest.mark.parametrize("s", [1, 2, 3])
+def test_pgc_cr_least_squares_in_the_runtime_amplifies_the_differences_between_cached_copies(s):
+    """Why ``pgc-cr-ls`` diverges in training (n = 8, tanh MLP, lr 0.3, the step after two slot cycles): for every
+    straggler set of size <= s the runtime's decoded sum is exactly ``sum_i a_i sum_k B[i, pi_i(k)] g_k``, each
+    ``g_k`` the cached gradient of worker i's slot k, computed by brute force from the recorded weights at step
+    ``t - tau_k`` on that step's mini-batch (so the bookkeeping is right). A partition's copies differ (other steps,
+    weights and mini-batches), and the least-squares coefficients (signs mixed, ``sum_i |a_i B_ij|`` up to hundreds)
+    multiply those differences: its largest distance from the full-batch gradient at the step's weights exceeds
+    twice the authors' uniform decoder's (coefficients ``n / (|F| (s + 1)) > 0``) on the same caches."""
+    n, lr = 8, 0.3
+    worst = {}
+    for decoder in ("lstsq", "uniform"):
+        model, data = _tiny_problem(n)
+        history = [copy.deepcopy(model)]
+        code = PipelinedGradientCode(CyclicRepetitionCode(n, s, seed=0), decoder=decoder)
+        simulation = Simulation(code, model, data, lr=lr, delays=None)
+        generator = torch.Generator().manual_seed(s)
+        steps = 2 * (s + 1)
+        for step in range(steps):
+            simulation.step(step, torch.randperm(n, generator=generator)[: n - s].tolist())
+            history.append(copy.deepcopy(model))
+        tau = code.staleness(steps).tolist()
+        cached = {
+            (i, k): weighted_gradient(history[steps - tau[k]], [data.batch(p, steps - tau[k])], [1.0])
+            for i in range(n)
+            for k, p in enumerate(code.partitions(i))
+        }
+        everything = PartitionedData(data.x, data.y, num_partitions=n, batch_size=len(data.shards[0]), seed=1)
+        full = sum(weighted_gradient(model, [everything.batch(p, 0)], [1.0]) for p in range(n))
+        errors = []
+        for size in range(s + 1):
+            for dropped in itertools.combinations(range(n), size):
+                arrived = [i for i in range(n) if i not in dropped]
+                decoded = _decoded_by_the_runtime(simulation, steps, arrived, lr)
+                a = code.decode(arrived)
+                reference = sum(
+                    float(a[i] * code.B[i, p]) * cached[i, k] for i in arrived for k, p in enumerate(code.partitions(i))
+                )
+                scale = _gain(code, arrived) * max(float(g.abs().max()) for g in cached.values())
+                torch.testing.assert_close(decoded, reference, rtol=0, atol=1e3 * n * 2.2e-16 * scale)
+                errors.append(float((decoded - full).norm() / full.norm()))
+        worst[decoder] = max(errors)
+    assert worst["lstsq"] > 2 * worst["uniform"]
+
+
 def test_pipelined_code_rejects_other_codes_and_decoders():
     with pytest.raises(TypeError, match="FractionalRepetitionCode or CyclicRepetitionCode"):
         PipelinedGradientCode(UncodedCode(4))

@@ -40,7 +40,15 @@ One record per (model, s, scheme, m, clock), averaged over seeds (value and 95% 
                     step, and ``weight_error_max`` the largest ``|w_j - 1|``. PGC-CR's ``"uniform"`` decoder (the
                     authors', ``pgc-cr``) is approximate for every arrived set; ``pgc-cr-ls`` (least squares) is
                     exact; IS-SGD and IS-GC drop partitions (weight 0) and rescale the rest
+``weight_gain``     the decoder's largest gain on a partition: ``max_j sum_i |a_i B_ij|`` (1 for an exact decoder
+                    with nonnegative coefficients), the mean over steps, and ``weight_gain_max`` the largest. With
+                    pipelining a partition's cached gradients differ between workers (other step, other weights,
+                    other mini-batch); the decoded sum carries their differences times up to this gain
 ==================  =====================================================================================
+
+``decoder_weights`` in results.json: for every CR-based scheme, s and seed, every straggler set of size s (the
+``n - s`` others arrived) with the decoder's largest ``|a_i|`` and its ``weight_gain``: properties of the code alone,
+not of the run.
 
 DGD does not depend on s: its single run is repeated in every s's rows.
 """
@@ -71,6 +79,7 @@ from torchgcc.app.tables import markdown_grid
 from torchgcc.control.wait_count import WaitCountController
 from torchgcc.gradient_coding import (
     DelaySchedule,
+    GradientCode,
     PartitionedData,
     Simulation,
     list_gradient_codes,
@@ -273,6 +282,7 @@ def run(config: Config, *, progress: bool = True) -> ExperimentResult:
     written["load_average"] = list(os.getloadavg())
     written["torch_threads"] = torch.get_num_threads()
     extra = {"verdicts": verdicts(records), "curves": curves(runs), "runs": [_run_summary(r) for r in runs]}
+    extra["decoder_weights"] = decoder_weights(written)
     return ExperimentResult(records, written, extra)
 
 
@@ -525,10 +535,41 @@ def _staleness_counts(run: TrainingRun) -> list[int]:
 def weight_errors(run: TrainingRun, num_workers: int) -> torch.Tensor:
     """``(steps, k)`` float64: ``(a^T B)_j - 1`` of every partition at every step of ``run`` (its code rebuilt from
     the scheme, ``s`` and seed; ``a`` decoded from the arrived workers the run recorded)."""
-    code = make_gradient_code(
-        run.scheme.partition(":")[0], num_workers=num_workers, num_stragglers=run.s, seed=run.seed
-    )
+    code = _code_of(run.scheme, run.s, run.seed, num_workers)
     return torch.stack([code.decode(arrived) @ code.B - 1 for arrived in run.arrived])
+
+
+def _code_of(scheme: str, s: int, seed: int, num_workers: int) -> GradientCode:
+    return make_gradient_code(scheme.partition(":")[0], num_workers=num_workers, num_stragglers=s, seed=seed)
+
+
+def weight_gain(code: GradientCode, arrived: Sequence[int]) -> tuple[float, float]:
+    """``(max_i |a_i|, max_j sum_i |a_i B_ij|)`` of ``code``'s decoding vector for the ``arrived`` workers."""
+    a = code.decode(list(arrived))
+    return float(a.abs().max()), float((a.unsqueeze(-1) * code.B).abs().sum(0).max())
+
+
+def weight_gains(run: TrainingRun, num_workers: int) -> torch.Tensor:
+    """``(steps,)`` float64: the decoder's ``max_j sum_i |a_i B_ij|`` at every step of ``run``."""
+    code = _code_of(run.scheme, run.s, run.seed, num_workers)
+    return torch.tensor([weight_gain(code, arrived)[1] for arrived in run.arrived], dtype=torch.float64)
+
+
+def decoder_weights(config: dict) -> list[dict[str, Any]]:
+    """``decoder_weights`` (module docstring): every straggler set of size s of every CR-based scheme, s and seed."""
+    n, out = config["num_workers"], []
+    for scheme in dict.fromkeys(name.partition(":")[0] for name in config["schemes"]):
+        if "cr" not in scheme.split("-"):
+            continue
+        for s, seed in itertools.product(config["stragglers"], config["seeds"]):
+            code = _code_of(scheme, s, seed, n)
+            for stragglers in itertools.combinations(range(n), s):
+                largest, gain = weight_gain(code, [i for i in range(n) if i not in stragglers])
+                out.append(
+                    {"scheme": scheme, "s": s, "seed": seed, "stragglers": list(stragglers)}
+                    | {"max_abs_a": largest, "weight_gain": gain}
+                )
+    return out
 
 
 def summarise(runs: Sequence[TrainingRun], config: dict) -> list[dict[str, Any]]:
@@ -577,6 +618,8 @@ def summarise(runs: Sequence[TrainingRun], config: dict) -> list[dict[str, Any]]
         errors = torch.cat([weight_errors(r, config["num_workers"]) for r in group])
         record["weight_error"] = float(errors.pow(2).mean().sqrt())
         record["weight_error_max"] = float(errors.abs().max())
+        gains = torch.cat([weight_gains(r, config["num_workers"]) for r in group])
+        record["weight_gain"], record["weight_gain_max"] = float(gains.mean()), float(gains.max())
         records.append(record)
     return records
 
