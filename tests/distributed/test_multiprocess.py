@@ -324,18 +324,22 @@ def test_coded_module_on_the_ranks_of_a_launch_equals_the_in_process_module(tmp_
 def test_the_documented_injected_launch_ends_with_every_rank_at_status_zero():
     """`python -m torchgcc.distributed.launch --nproc 5 -- --mode injected --code gcc -N 8 -K 4 -S 2 --steps 20`
     used to end with exit codes [0, 1, 1, 1, 1]: the worker ranks read the store after the coordinator was gone.
+    It also decoded every step from the first arrivals: its default deadline, 1 s, was inside the default injected
+    delays (1 s + Exp(0.5 s)); the default deadline now lies beyond them, so every step waits for N - S = 6.
 
-    Over 20 s by construction (every step waits out an injected delay of at least 1 s; 40 s at load 10 on 2 cores):
-    the documented command as a user runs it, which the issue's acceptance re-runs."""
+    The command as a user runs it with its defaults, at 4 steps instead of 20 (each step waits out an injected
+    delay of at least 1 s; the shutdown and the wait do not depend on the number of steps)."""
     command = [sys.executable, "-m", "torchgcc.distributed.launch", "--nproc", "5", "--timeout", "300", "--"]
-    command += ["--mode", "injected", "--code", "gcc", "-N", "8", "-K", "4", "-S", "2", "--steps", "20"]
+    command += ["--mode", "injected", "--code", "gcc", "-N", "8", "-K", "4", "-S", "2", "--steps", "4"]
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=360, env=dict(os.environ, OMP_NUM_THREADS="1")
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "exit codes by rank: [0, 0, 0, 0, 0]" in done.stderr
     records = [json.loads(line) for line in done.stdout.splitlines()]
-    assert [r["step"] for r in records if "step" in r] == list(range(20)) and records[-1]["status"] == 0
+    steps = [r for r in records if "step" in r]
+    assert [r["step"] for r in steps] == list(range(4)) and records[-1]["status"] == 0
+    assert all(len(r["arrived"]) >= 6 for r in steps), [r["arrived"] for r in steps]
     ours = [line for line in done.stderr.splitlines() if not line.startswith(("rank ", "exit codes by rank"))]
     assert_clean_stderr("\n".join(ours))
 

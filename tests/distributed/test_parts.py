@@ -3,6 +3,8 @@ store's chunking, the launcher."""
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import signal
 import subprocess
@@ -14,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from torchgcc.app.code_names import named_code
-from torchgcc.app.coded_job import JobSettings
+from torchgcc.app.coded_job import JobSettings, build_codes
 from torchgcc.app.commands.distributed_job import add_job_arguments, parse_value, settings_from
 from torchgcc.distributed import FaultPlan, layout_workers
 from torchgcc.distributed.launch import launch
@@ -98,6 +100,24 @@ def test_store_payloads_are_chunked_and_the_limit_is_checked_up_front():
         check_chunk_bytes(STORE_VALUE_LIMIT + 1)
     with pytest.raises(ValueError, match="--store-chunk-mb 9"):  # the command line's check names its option
         JobSettings(store_chunk_mb=9)
+
+
+def test_the_default_deadline_lies_beyond_the_injected_delays():
+    """The injected mode's default deadline is 1 s after the latency model's 99.9th percentile: for the default
+    1 s + Exp(mean 0.5 s), 2 + 0.5 ln 1000 s (closed form; the estimate from 10^4 draws has a standard deviation of
+    sqrt(0.999e-7) / 0.002 = 0.16 s, so within 0.5 s); the other modes keep 1 s, and a given deadline is kept."""
+    parser = add_job_arguments(argparse.ArgumentParser())
+
+    def deadline(*argv: str) -> float:
+        (named,) = build_codes(settings_from(parser.parse_args(argv)))
+        return named.wait.deadline_s
+
+    assert deadline("--mode", "injected") == pytest.approx(2 + 0.5 * math.log(1000), abs=0.5)
+    assert deadline("--mode", "injected", "--latency-param", "shift=0.01") == pytest.approx(
+        1.01 + 0.5 * math.log(1000), abs=0.5
+    )
+    assert deadline() == deadline("--mode", "measured") == 1.0
+    assert deadline("--mode", "injected", "--deadline", "0.3") == 0.3
 
 
 def test_fault_plan_extra_delays_and_validation():

@@ -84,7 +84,8 @@ class JobSettings:
     Mask mode: ``mode`` (``"simulated"``: the straggler model's mask; ``"injected"``: workers sleep latency-model
     delays; ``"measured"``: real completion order), ``straggler_model`` of the simulated mode (``"fixed"``,
     ``"bernoulli"``, ``"latency"``) with ``straggler_placement`` and ``straggle_prob``; ``latency`` model name and
-    ``latency_params``; ``deadline`` seconds (<= 0: none); ``step_timeout`` and ``heartbeat_timeout`` seconds.
+    ``latency_params``; ``deadline`` seconds (<= 0: none; ``None``: :func:`default_deadline`); ``step_timeout`` and
+    ``heartbeat_timeout`` seconds.
 
     Adaptive wait count (schemes ``CODE:adaptive``): ``wait_deadline``, ``wait_budget``, ``wait_max_stragglers``
     (default N - K), ``wait_warmup``, ``wait_max_step``, ``wait_discount`` (see
@@ -121,7 +122,7 @@ class JobSettings:
     straggle_prob: float = 0.1
     latency: str = "shifted_exponential"
     latency_params: dict[str, Any] = field(default_factory=dict)
-    deadline: float = 1.0
+    deadline: Optional[float] = None
     step_timeout: float = 30.0
     heartbeat_timeout: float = 2.0
     wait_deadline: Optional[float] = None
@@ -270,6 +271,26 @@ def latency_model(settings: JobSettings) -> LatencyStragglers:
     )
 
 
+#: seconds of the default deadline in the simulated and measured modes.
+DEADLINE_S = 1.0
+#: the injected mode's default deadline is :data:`DEADLINE_S` after this quantile of the injected delays.
+DEADLINE_QUANTILE = 0.999
+
+
+def default_deadline(settings: JobSettings) -> float:
+    """The deadline (seconds) of settings given none: :data:`DEADLINE_S`, or in the injected mode that much after
+    the latency model's :data:`DEADLINE_QUANTILE` (99.9th percentile) delay of one worker (from 10^4 seeded draws).
+
+    The deadline is a soft limit for absent workers; inside the range of the injected delays it would decode every
+    step from the first arrivals instead of the fastest ``N - S`` (the default shifted exponential delays are at
+    least 1 s, so with a 1 s deadline every step did)."""
+    if settings.mode != "injected":
+        return DEADLINE_S
+    steps = math.ceil(10_000 / settings.num_workers)
+    draws = latency_model(settings).sample_delays(steps, settings.num_workers)
+    return float(draws.quantile(DEADLINE_QUANTILE)) + DEADLINE_S
+
+
 def wait_controller(settings: JobSettings):
     """A fresh :class:`~torchgcc.control.wait_count.WaitCountController` for a ``CODE:adaptive`` name."""
     if settings.wait_deadline is None or settings.wait_deadline <= 0:
@@ -295,13 +316,14 @@ def wait_controller(settings: JobSettings):
 
 def build_codes(settings: JobSettings) -> list[NamedCode]:
     """The codes of ``settings.schemes`` with their waits (raises ``ValueError`` for a bad name or combination)."""
+    deadline = default_deadline(settings) if settings.deadline is None else settings.deadline
     named = [
         named_code(
             name,
             num_inputs=settings.num_inputs,
             num_workers=settings.num_workers,
             num_stragglers=settings.num_stragglers,
-            deadline_s=settings.deadline if settings.deadline > 0 else None,
+            deadline_s=deadline if deadline > 0 else None,
             timeout_s=settings.step_timeout,
             controller=lambda: wait_controller(settings),
             watch_s=settings.wait_deadline,

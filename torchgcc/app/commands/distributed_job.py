@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 
 from torchgcc.app.code_names import code_name_choices
-from torchgcc.app.coded_job import EXIT_USAGE, JobSettings, Terminated, run_job
+from torchgcc.app.coded_job import DEADLINE_S, EXIT_USAGE, JobSettings, Terminated, run_job
 from torchgcc.app.logs import configure_logging
 from torchgcc.app.results import plain
 from torchgcc.app.workloads import WORKLOADS
@@ -200,8 +200,9 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     mode.add_argument(
         "--deadline",
         type=float,
-        default=DEFAULTS.deadline,
-        help="seconds after which a step decodes from what arrived (if enough); <= 0: no deadline",
+        default=None,
+        help=f"seconds after which a step decodes from what arrived (if enough); <= 0: no deadline (default: "
+        f"{DEADLINE_S:g}, or in the injected mode {DEADLINE_S:g} after the delays' 99.9th percentile)",
     )
     mode.add_argument(
         "--step-timeout",
