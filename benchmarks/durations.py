@@ -6,7 +6,9 @@ working folder (so nothing lands in the checkout), writing into a temporary ``--
 once first) or an empty temporary one (``cold``: training included). Recorded per command: the command line as
 documented, wall seconds, exit status, ``os.getloadavg()`` before and after, the CPU count, the torch threads it
 used, the model cache, the date and versions; for commands whose rank 0 prints JSON lines (the torchrun jobs), those
-lines too. Results are merged into the output file by name, so commands can be timed one at a time.
+lines too; for the test suite, pytest's last line and its FAILED and ERROR lines. Every command imports this
+checkout's torchgcc (``PYTHONPATH``), whatever the environment's install points at. Results are merged into the
+output file by name, so commands can be timed one at a time.
 
     python benchmarks/durations.py --list
     python benchmarks/durations.py --only demo,polynomial      # default output: ./torchgcc-results/durations.json
@@ -112,7 +114,9 @@ def time_command(name: str, command: Command) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"torchgcc-durations-{name}-") as temp:
         out = Path(temp) / "out"
         argv = command.argv.format(out=out, root=ROOT)
-        env = {**os.environ, **command.env}
+        # this checkout's torchgcc in every process, even where the environment's install is another checkout's
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path, **command.env}
         if command.cache == "cold":
             env["TORCHGCC_CACHE"] = str(Path(temp) / "cache")
         cwd = ROOT if command.cwd == "checkout" else Path(temp)
@@ -140,8 +144,16 @@ def time_command(name: str, command: Command) -> dict:
     if finished.returncode != 0:
         record["stderr_tail"] = finished.stderr[-2000:]
     if name.startswith("tests"):
-        record["summary"] = finished.stdout.strip().splitlines()[-1] if finished.stdout.strip() else ""
+        record.update(pytest_summary(finished.stdout))
     return record
+
+
+def pytest_summary(stdout: str) -> dict:
+    """pytest's final line (``summary``) and its short summary's FAILED and ERROR lines (``failures``: node id and
+    message), so that a failing run says which tests failed."""
+    lines = stdout.strip().splitlines()
+    failures = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    return {"summary": lines[-1] if lines else "", "failures": failures}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         record["torch"] = torch.__version__
         payload["records"] = [r for r in payload["records"] if r["name"] != name] + [record]
         print(f"  {record['wall_s']:.1f} s, status {record['returncode']}, load {record['load_average_before']}")
+        for line in [record["summary"], *record["failures"]] if "summary" in record else []:
+            print(f"  {line}")
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"wrote {args.out}")
