@@ -349,12 +349,12 @@ def test_bench_latency_quick_runs_end_to_end(tmp_path):
     and writes its results: the command is documented as the first thing to try, and it once failed every time
     while no test ran it.
 
-    Its delays a tenth of the defaults (fast 2 ms, slow 30 ms instead of 20 ms and 300 ms): the same jobs and code
-    path, without the ~60 s of sleeping (20 steps of 8 codes, most waiting out a slow worker at p = 0.2); the 20
-    process start-ups remain (4 jobs x 5 processes each importing torch)."""
+    With a tenth of the default delays (fast 2 ms, slow 30 ms instead of 20 ms and 300 ms) and 3 processes a job
+    instead of 5: the same jobs and code path without ~60 s of sleeping (20 steps of 8 codes, most waiting out a
+    slow worker at p = 0.2) and 8 of the 20 process start-ups (each imports torch: 2.5 s of CPU)."""
     out = tmp_path / "out"
     command = [sys.executable, "-m", "torchgcc", "bench-latency", "--quick", "--fast", "0.002", "--slow", "0.03"]
-    command += ["--out", str(out)]
+    command += ["--nproc", "3", "--out", str(out)]
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=900, env=dict(os.environ, OMP_NUM_THREADS="1")
     )
