@@ -252,6 +252,44 @@ def test_sigterm_of_the_ray_driver_ends_with_the_error_line_the_summary_and_143(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_sigterm_while_ray_starts_is_the_error_line_and_143():
+    """A SIGTERM once ``ray.init`` has started its first process (the GCS server) meets Ray's own Python handlers
+    (``sys.exit(15)``, or ``sys.exit(1)`` once its node is up: status 15 or 1 and not a word): the job's one error
+    line instead, status 143, and Ray's processes and its temp folder gone within 5 s."""
+    pytest.importorskip("ray")
+    psutil = pytest.importorskip("psutil")
+    command = [sys.executable, "-m", "torchgcc.distributed", "--engine", "ray", *LONG]
+    driver = subprocess.Popen(
+        command,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        ray_pids: list[int] = []
+        while not any("gcs_server" in " ".join(_cmdline(pid)) for pid in ray_pids) and driver.poll() is None:
+            time.sleep(0.01)  # (an import's `ldconfig -p`, before the job's handler, is a child too)
+            ray_pids = [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]
+        folders = {f for pid in ray_pids for f in re.findall(r"/tmp/torchgcc-ray-\w+", " ".join(_cmdline(pid)))}
+        driver.send_signal(signal.SIGTERM)
+        out, err = driver.communicate(timeout=60)
+        deadline = time.monotonic() + 5
+        while any(_alive(pid) for pid in ray_pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    assert driver.returncode == 143, err[-3000:]
+    error = "Terminated: terminated (SIGTERM) (before the first step)"
+    assert [_strict_json(line) for line in out.splitlines()] == [{"event": "error", "error": error}]
+    assert [line for line in err.splitlines() if "torchgcc" in line] == [f"[torchgcc] error: {error}"], err[-3000:]
+    assert not re.search(r"Traceback|SIGTERM received|frame #|Exception raised from|C\+\+", err), err[-3000:]
+    assert [pid for pid in ray_pids if _alive(pid)] == []
+    assert len(folders) == 1 and not any(Path(folder).exists() for folder in folders)
+
+
 def _cmdline(pid: int) -> list[str]:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")

@@ -487,11 +487,13 @@ def _run_on_ray(settings, workload, codes, extra, emit, on_step) -> JobOutcome:
 
     termination = Termination(sigterm="terminated (SIGTERM)")
     previous = termination.install()
+    ray_up = False
     try:
         with local_ray():
             # ray.init installs its own C-level SIGTERM handler, which aborts (status 134, no error record, no
             # summary): put ours back in front of it
             termination.install()
+            ray_up = True
             with RayWorkers(workload.model, settings.num_workers, max_restarts=settings.max_restarts) as ray:
                 start = {"event": "start", "engine": "ray", "num_workers": settings.num_workers, "pids": ray.pids}
                 engine = InjectedDelays(ray, extra)
@@ -499,6 +501,12 @@ def _run_on_ray(settings, workload, codes, extra, emit, on_step) -> JobOutcome:
                 return _coordinate(
                     settings, engine, start, workload, codes, emit, on_step, rss, lambda step: None, termination
                 )
+    except SystemExit:
+        if ray_up:
+            raise
+        # a SIGTERM while ray.init runs meets Ray's Python handlers, which exit silently (sys.exit(15), or 1 once its
+        # node started; local_ray has shut Ray down): the job's error line and status instead
+        raise Terminated(termination.sigterm, EXIT_TERMINATED) from None
     finally:  # this process goes on (a test, a notebook): give it its signal handlers back
         for signum, handler in previous.items():
             signal.signal(signum, handler)
