@@ -30,7 +30,7 @@ import torch
 from torchgcc.functional.banded import solve_pentadiagonal
 from torchgcc.functional.spline import apply_q, apply_qt, reinsch_bands, spline_plan
 
-__all__ = ["gcv_scores"]
+__all__ = ["gcv_scores", "gram_factor", "normalised"]
 
 #: Relative jitter ``delta tr(Z Z^T) / (n - 2)`` on the diagonal of the Gram ``Z Z^T`` before its Cholesky factor is
 #: taken (the Gram is only positive semi-definite, and its rounding errors are about ``sqrt(d) eps tr``): it moves
@@ -54,10 +54,7 @@ def gcv_scores(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: t
     """
     batch, width = knots.shape
     valid = torch.arange(width, device=knots.device) < counts.unsqueeze(-1)
-    y = torch.where(valid.unsqueeze(-1), y.to(torch.float64), 0.0)
-    scale = y.abs().amax(dim=(1, 2), keepdim=True)  # two steps: the norm of 1e300 data would overflow
-    y = y / torch.where(scale > 0, scale, 1.0)
-    y = y / torch.linalg.vector_norm(y, dim=(1, 2), keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+    y = normalised(torch.where(valid.unsqueeze(-1), y.to(torch.float64), 0.0))
     mu = mu.to(torch.float64)
     candidates = mu.shape[1]
     plan = spline_plan(width, knots.device)
@@ -67,7 +64,7 @@ def gcv_scores(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: t
     system = (r.bands.unsqueeze(1) + mu.view(batch, candidates, 1, 1) * qq.unsqueeze(1)).flatten(0, 1)
     z = torch.where(r.rows, apply_qt(r, y), 0.0)  # (B, size, d), zero past each set's system
     if z.shape[-1] > plan.size:
-        z = _gram_factor(z, r.rows[..., 0])
+        z = gram_factor(z, r.rows[..., 0])
     gamma, trace = solve_pentadiagonal(
         system, z.repeat_interleave(candidates, 0), plan.solve, trace_with=qq.repeat_interleave(candidates, 0)
     )
@@ -78,7 +75,15 @@ def gcv_scores(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: t
     return torch.where(denominator > 0, scores, 0.0)
 
 
-def _gram_factor(z: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+def normalised(y: torch.Tensor) -> torch.Tensor:
+    """``y`` ``(B, W, d)`` float64 divided by its Frobenius norm per set (0 stays 0), in two steps: the norm of 1e300
+    data would overflow."""
+    scale = y.abs().amax(dim=(1, 2), keepdim=True)
+    y = y / torch.where(scale > 0, scale, 1.0)
+    return y / torch.linalg.vector_norm(y, dim=(1, 2), keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+
+
+def gram_factor(z: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """``F`` ``(B, size, size)`` with ``F F^T = Z Z^T`` (up to :data:`GRAM_JITTER`), zero in the rows past each set's
     system as ``z`` ``(B, size, d)`` is."""
     gram = z @ z.mT
