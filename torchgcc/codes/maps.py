@@ -90,35 +90,41 @@ def apply_linear(matrix: torch.Tensor, flat: torch.Tensor, *, exact: bool = Fals
     return out if out.dtype == flat.dtype else out.to(flat.dtype)
 
 
-def check_tensor(value: object, name: str, shape: str) -> torch.Tensor:
-    """``value`` if it is a floating-point tensor with a non-empty leading (batch) dimension, else a one-line error
-    naming ``name`` and the fix (``shape`` describes the expected shape)."""
+def check_tensor(value: object, name: str, axis: str, size: int, trailing: str) -> torch.Tensor:
+    """``value`` if it is a floating-point tensor of shape ``(B, size, *trailing)`` with ``B >= 1``, else a one-line
+    error naming ``name``, the expected shape (``(B, axis=size, *trailing)``) and the fix. No text is formatted
+    unless it raises (the decoder checks every call)."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(
-            f"{name} must be a torch.Tensor of shape {shape}, got {type(value).__name__}; "
+            f"{name} must be a torch.Tensor of shape (B, {axis}={size}, *{trailing}), got {type(value).__name__}; "
             "convert it with torch.as_tensor(...)"
         )
     if not value.is_floating_point():
         raise TypeError(f"{name} must be floating point, got {value.dtype}; cast it with .float()")
     if value.ndim >= 1 and value.shape[0] == 0:
         raise ValueError(f"{name} is an empty batch (B = 0, shape {tuple(value.shape)}); pass at least one group")
+    if value.ndim < 2 or value.shape[1] != size:
+        raise ValueError(f"{name} must have shape (B, {axis}={size}, *{trailing}), got {tuple(value.shape)}")
     return value
 
 
 def check_mask(mask: object, num_workers: int, batch: Optional[int] = None) -> torch.Tensor:
     """``mask`` if it is a bool tensor of shape ``(B, N)`` (``N = num_workers``, ``B = batch`` when given), else a
-    one-line error saying how to make one."""
-    shape = f"(B, N) = ({'B' if batch is None else batch}, {num_workers})"
+    one-line error saying how to make one (no text is formatted unless it raises)."""
+
+    def shape() -> str:
+        return f"(B, N) = ({'B' if batch is None else batch}, {num_workers})"
+
     if not isinstance(mask, torch.Tensor):
         raise TypeError(
-            f"mask must be a bool torch.Tensor of shape {shape} (True = result arrived), got "
+            f"mask must be a bool torch.Tensor of shape {shape()} (True = result arrived), got "
             f"{type(mask).__name__}; convert it with torch.as_tensor(mask, dtype=torch.bool)"
         )
     if mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor (True = result arrived), got {mask.dtype}; use mask.bool()")
     if mask.ndim != 2 or mask.shape[1] != num_workers or (batch is not None and mask.shape[0] != batch):
         hint = "; a single group's (N,) mask is mask.unsqueeze(0)" if mask.ndim == 1 else ""
-        raise ValueError(f"mask must have shape {shape}, got {tuple(mask.shape)}{hint}")
+        raise ValueError(f"mask must have shape {shape()}, got {tuple(mask.shape)}{hint}")
     return mask
 
 
@@ -193,9 +199,7 @@ class Encoder(_Float64Buffers):
         return self.matrix.shape[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = check_tensor(x, "encoder input x", f"(B, K={self.num_inputs}, *feat)")
-        if x.ndim < 2 or x.shape[1] != self.num_inputs:
-            raise ValueError(f"encoder expects inputs of shape (B, K={self.num_inputs}, *feat), got {tuple(x.shape)}")
+        x = check_tensor(x, "encoder input x", "K", self.num_inputs, "feat")
         if x.numel() == 0:  # zero-size features: nothing to encode (and no largest value to scale by)
             return x.new_zeros((x.shape[0], self.num_workers) + x.shape[2:])
         flat = x.reshape(x.shape[0], self.num_inputs, -1)
@@ -396,10 +400,9 @@ class Decoder(_Float64Buffers):
     def check_inputs(self, y: object, mask: object) -> tuple[torch.Tensor, torch.Tensor]:
         """``(y, mask)`` if ``y`` is a floating-point ``(B, N, *out)`` tensor and ``mask`` a ``(B, N)`` bool one (moved
         to ``y``'s device), else a one-line error naming the argument. Reads nothing from the device."""
-        y = check_tensor(y, "decoder results y", f"(B, N={self.num_workers}, *out)")
-        if y.ndim < 2 or y.shape[1] != self.num_workers:
-            raise ValueError(f"decoder expects results of shape (B, N={self.num_workers}, *out), got {tuple(y.shape)}")
-        mask = check_mask(mask, self.num_workers, y.shape[0])
+        num_workers = self.num_workers
+        y = check_tensor(y, "decoder results y", "N", num_workers, "out")
+        mask = check_mask(mask, num_workers, y.shape[0])
         if mask.is_meta and not y.is_meta:
             raise ValueError(
                 f"mask is a meta tensor (no values) but the results y are on {y.device}; pass the mask on y's device"
@@ -453,12 +456,12 @@ class Decoder(_Float64Buffers):
         out = apply_linear(matrices, flat)
         if not self.check or out.numel() == 0:
             return out, None
-        with torch.no_grad():  # a check, not part of the graph (and no autograd warning on the read)
-            if out.dtype == torch.float16:
-                low, high = torch.aminmax(out)
-                return out, (low - low) + (high - high)  # x - x is 0 for finite x, NaN for NaN and +-Inf
-            total = torch.sum(out)
-            return out, total - total
+        values = out.detach() if out.requires_grad else out  # a check, not part of the graph (no_grad costs more)
+        if out.dtype == torch.float16:
+            low, high = torch.aminmax(values)
+            return out, (low - low) + (high - high)  # x - x is 0 for finite x, NaN for NaN and +-Inf
+        total = torch.sum(values)
+        return out, total - total
 
     def _all_good(self, mask: torch.Tensor, out: torch.Tensor, flag: Optional[torch.Tensor]) -> bool:
         """Whether every estimate is finite (``flag`` zero), read back as one number (a group with too few results
