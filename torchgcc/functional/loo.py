@@ -7,9 +7,10 @@ whose value at knot ``i`` replaces ``y_i``; Craven and Wahba, 1979). The leave-o
     V_LOO = (1/n) sum_i ||e_i||^2.
 
 Generalized cross-validation (:mod:`torchgcc.functional.gcv`) replaces every ``1 - H_ii`` by their mean
-``1 - tr(H)/n``; that is exact for knots of equal leverage (evenly spaced), and not for GCC's: Chebyshev-Lobatto
-worker points and random stragglers give knots whose leverages differ by orders of magnitude, and GCV then weighs
-the residuals at the dense knots as if they were as hard to predict as those across a gap.
+``1 - tr(H)/n``; the two agree where the leverages are about equal (evenly spaced knots, away from the ends), not
+on GCC's: on Chebyshev-Lobatto worker points with random stragglers ``1 - H_ii`` spans orders of magnitude (4e-4 to
+0.56 at N = 32, S = 16 and bandwidth ratio 0.1). ``benchmarks/lambda_curves.py`` compares the two choices where the
+default smoothing misses.
 
 With the Reinsch form of :mod:`torchgcc.functional.spline` (``M = R + mu Q^T Q``, ``mu = n lam``),
 ``y - H y = mu Q M^-1 Q^T y`` and ``I - H = mu Q M^-1 Q^T``, so ``mu`` cancels:
