@@ -26,9 +26,11 @@ compiled against compiled, each decode against the floor it can reach. Each row 
 (settings, seeds, environment, the load average before and after each row, every row) is rewritten after every row
 to ``--out``. The acceptance rows of issue 29 are N = 64, d = 1000, B = 8 and 512 (:data:`TARGETS`), for every
 thread count: the eager decode against the bmm and the compiled decode against the compiled bmm (its ratio to the
-eager bmm is reported beside it). One command, to rerun on a quiet machine::
+eager bmm is reported beside it). ``--acceptance`` times those rows alone (about a minute; the whole table takes
+several). The commands, to rerun on a quiet machine::
 
     python benchmarks/decode.py --out benchmarks/results/decode.json
+    python benchmarks/decode.py --acceptance --out benchmarks/results/decode_acceptance.json
     python benchmarks/decode.py --device cuda --threads 1 --out decode-cuda.json
 """
 
@@ -207,8 +209,13 @@ def main() -> None:
     )
     parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--acceptance", action="store_true", help="issue 29's rows only: N = 64, B = 8 and 512, d = 1000, K = 16"
+    )
     parser.add_argument("--out", type=Path, default=Path("torchgcc-results/decode/decode.json"))
     args = parser.parse_args()
+    if args.acceptance:
+        args.workers, args.groups, args.outputs, args.inputs = [64], sorted(TARGETS), [1000], 16
     if min([args.repeats, args.large_repeats, *args.groups, *args.threads]) < 1 or min(args.workers) < 4:
         parser.error("need --repeats and --large-repeats >= 1, --workers >= 4, --groups >= 1 and --threads >= 1")
     if args.inputs > min(args.workers):

@@ -1,5 +1,7 @@
 """Low-precision and near-overflow decodes match a float64 decode of the same data to the output dtype's precision."""
 
+import re
+
 import pytest
 import torch
 
@@ -95,6 +97,18 @@ def test_non_tensor_inputs_raise_type_errors_naming_the_argument(bad):
         code.decoder(convert(y), mask)
     with pytest.raises(TypeError, match=r"mask must be a bool torch.Tensor.*torch.as_tensor"):
         code.decoder(y, convert(mask))
+
+
+@pytest.mark.parametrize("shape", [(2,), (2, 5), (2, 9, 3)])
+def test_wrong_shapes_raise_value_errors_naming_the_argument_and_its_expected_shape(shape):
+    code = torchgcc.GCC(4, 8)
+    got = re.escape(str(shape))
+    with pytest.raises(ValueError, match=rf"encoder input x must have shape \(B, K=4, \*feat\), got {got}"):
+        code.encoder(torch.randn(shape))
+    with pytest.raises(ValueError, match=rf"decoder results y must have shape \(B, N=8, \*out\), got {got}"):
+        code.decoder(torch.randn(shape), torch.ones(2, 8, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"mask must have shape \(B, N\) = \(2, 8\), got \(2, 7\)"):
+        code.decoder(torch.randn(2, 8, 3), torch.ones(2, 7, dtype=torch.bool))
 
 
 def test_empty_batch_raises_value_error():
