@@ -1,15 +1,19 @@
-"""Why the default smoothing misses where it misses: every bandwidth ratio's MSE in the cells of a suite JSON.
+"""Why the default smoothing misses where it misses, and what exact leave-one-out would do, in the cells of suite JSONs.
 
-For each cell (by default the cells of ``benchmarks/lambda_suite.py`` JSONs where the default is above the tolerance),
-rebuilt exactly as the suite builds it (same workload, seed, masks, noise and calibration batch): the decoder's MSE for
-every candidate ratio of :data:`torchgcc.codes.gcc.GCV_RATIOS` (``spacing_lambda(n, r)``, one ratio for every group),
-with the workload's noise and without it; the best ratio (the oracle); the default's choice and the pooled GCV curve
-it was chosen from (minimiser ``r*``, share ``rho`` that smoothing removes); and the pooled exact leave-one-out
-curve (:func:`torchgcc.functional.loo.loo_scores`) of the same calibration groups, with its minimiser. Writes JSON
-(settings, load average, threads, one row per cell):
+Every cell of the given ``benchmarks/lambda_suite.py`` JSONs is rebuilt exactly as the suite builds it (same
+workload, seed, masks, noise and calibration batch) and decoded with the leave-one-out rule: the default's rule
+(:func:`~torchgcc.functional.decoder_smoothing.pooled_gcv_ratio`, the minimiser divided by ``2^(1 - rho)``) applied to
+the exact leave-one-out scores (:func:`torchgcc.functional.loo.loo_scores`) of the same calibration groups in place of
+the GCV scores; its MSE over the best of natural / spacing / GCV of the suite's record (``loo_rule``, one row per
+cell, and ``summary`` per suite against the default's). In the cells where the default is above the tolerance
+(``records``) also: the decoder's MSE for every candidate ratio of :data:`torchgcc.codes.gcc.GCV_RATIOS` (one ratio
+for every group), with the workload's noise and without it; the best ratio; the default's choice and the pooled GCV
+and leave-one-out curves it and the leave-one-out rule were chosen from (minimisers, the share ``gcv_removed`` that
+smoothing removes from GCV's). Writes JSON (settings, load average, threads):
 
     python benchmarks/lambda_curves.py benchmarks/results/lambda_suite_heldout.json \\
-        benchmarks/results/lambda_suite_tuning.json --out benchmarks/results/lambda_curves.json
+        benchmarks/results/lambda_suite_tuning.json benchmarks/results/lambda_suite_unseen.json \\
+        --out benchmarks/results/lambda_curves.json
 """
 
 from __future__ import annotations
@@ -24,11 +28,11 @@ from pathlib import Path
 import torch
 
 import torchgcc
-from benchmarks.lambda_suite import TOLERANCE, Workload, mse, worker_results, workloads
+from benchmarks.lambda_suite import BASELINES, TOLERANCE, Workload, mse, worker_results, workloads
 from torchgcc.app.evaluate import model_outputs
 from torchgcc.coded_module import group_samples
 from torchgcc.codes.gcc import GCV_POOL, GCV_RATIOS, SplineDecoder, spacing_lambda
-from torchgcc.functional.decoder_smoothing import informative_groups
+from torchgcc.functional.decoder_smoothing import informative_groups, pooled_gcv_ratio
 from torchgcc.functional.gcv import gcv_scores
 from torchgcc.functional.loo import loo_scores
 from torchgcc.stragglers import FixedStragglers
@@ -36,7 +40,8 @@ from torchgcc.stragglers import FixedStragglers
 
 def pooled_curves(decoder: SplineDecoder, results: torch.Tensor, masks: torch.Tensor) -> dict[str, list[float]]:
     """The GCV and leave-one-out scores of the candidates, averaged over the informative groups the default pools,
-    each relative to its value at interpolation."""
+    each relative to its value at interpolation; and ``loo_rule``: the default's rule
+    (:func:`~torchgcc.functional.decoder_smoothing.pooled_gcv_ratio`) applied to the leave-one-out scores."""
     pooled = min(len(masks), GCV_POOL, max(1, 1024 // decoder.num_workers))
     index = torch.linspace(0, len(masks) - 1, pooled).round().long()
     survivors = decoder.survivors(masks[index])
@@ -51,18 +56,19 @@ def pooled_curves(decoder: SplineDecoder, results: torch.Tensor, masks: torch.Te
         scores = score(survivors.knots[:, :width], survivors.counts, compacted, mu)
         mean = scores[informative_groups(scores)].mean(0)
         curves[name] = (mean / mean[0]).tolist()
+    curves["loo_rule"] = [pooled_gcv_ratio(scores, ratios).item()]  # scores: the leave-one-out ones
     return curves
 
 
-def cell_curves(workload: Workload, name: str, seed: int, k: int, n: int, s: int, args) -> dict:
-    """One cell of the suite, rebuilt as :func:`benchmarks.lambda_suite.measure_cell` builds it."""
+def cell_curves(workload: Workload, name: str, seed: int, k: int, n: int, s: int, args, *, curves: bool) -> dict:
+    """One cell of the suite, rebuilt as :func:`benchmarks.lambda_suite.measure_cell` builds it: the MSE of the
+    leave-one-out rule, and with ``curves`` every candidate ratio's MSE with and without the noise."""
     groups = group_samples(workload.inputs, k)
     noise_seed = seed * 1_000_000 + n * 1000 + k
     exact = Workload(workload.workers, workload.reference, workload.inputs, workload.family, 0.0)
     plain = torchgcc.GCC(k, n, lambda_dec=0.0).decoder
     with torch.no_grad():
         noisy = worker_results(torchgcc.GCC(k, n, lambda_dec=0.0), workload, groups, noise_seed)
-        clean = worker_results(torchgcc.GCC(k, n, lambda_dec=0.0), exact, groups, noise_seed)
         truth = group_samples(model_outputs(workload.reference, workload.inputs), k)
         held = args.calibration_groups
         mask_seed = seed * 1_000_000 + n * 1000 + s
@@ -75,12 +81,20 @@ def cell_curves(workload: Workload, name: str, seed: int, k: int, n: int, s: int
             return t[held:].repeat(args.repeats, *([1] * (t.ndim - 1)))
 
         target = repeat(truth)
+        scores = pooled_curves(plain, noisy[:held], calibration)
+        loo_rule = scores.pop("loo_rule")[0]
+        decoder = SplineDecoder(plain.alpha, plain.beta, lam=spacing_lambda(n - s, loo_rule), min_arrived=2)
+        loo_rule_mse = mse(decoder(repeat(noisy), masks), target)
+        default_ratio = default.ratio.item()
+        if not curves:
+            cell = {"workload": name, "seed": seed, "K": k, "N": n, "S": s, "default_ratio": default_ratio}
+            return cell | {"loo_rule_ratio": loo_rule, "loo_rule_mse": loo_rule_mse}
+        clean = worker_results(torchgcc.GCC(k, n, lambda_dec=0.0), exact, groups, noise_seed)
         curve, curve_exact = [], []
         for ratio in GCV_RATIOS:
             decoder = SplineDecoder(plain.alpha, plain.beta, lam=spacing_lambda(n - s, ratio), min_arrived=2)
             curve.append(mse(decoder(repeat(noisy), masks), target))
             curve_exact.append(mse(decoder(repeat(clean), masks), target))
-        scores = pooled_curves(plain, noisy[:held], calibration)
     best = min(range(len(curve)), key=curve.__getitem__)
     minimiser = {key: GCV_RATIOS[min(range(len(v)), key=v.__getitem__)] for key, v in scores.items()}
     return {
@@ -94,46 +108,78 @@ def cell_curves(workload: Workload, name: str, seed: int, k: int, n: int, s: int
         "mse": curve,
         "mse_without_noise": curve_exact,
         "best_ratio": GCV_RATIOS[best],
-        "default_ratio": default.ratio.item(),
+        "default_ratio": default_ratio,
         "gcv_minimiser": minimiser["gcv"],
         "gcv_removed": 1 - min(scores["gcv"]),
         "loo_minimiser": minimiser["loo"],
         "pooled_gcv": scores["gcv"],
         "pooled_loo": scores["loo"],
+        "loo_rule_ratio": loo_rule,
+        "loo_rule_mse": loo_rule_mse,
     }
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("suites", type=Path, nargs="+", help="lambda_suite JSONs whose failing cells to rebuild")
+    parser.add_argument("suites", type=Path, nargs="+", help="lambda_suite JSONs whose cells to rebuild")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("torchgcc-results/lambda_curves.json"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     load_before, start = os.getloadavg(), time.perf_counter()
-    rows = []
+    rows, everywhere, summary = [], [], {}
     for path in args.suites:
         suite = json.loads(path.read_text())
         config = suite["config"]
         args.repeats, args.calibration_groups = config["repeats"], config["calibration_groups"]
-        cells = [r for r in suite["records"] if r["ratio_to_best"]["default"] > TOLERANCE]
+        cells = suite["records"]
         for seed in sorted({r["seed"] for r in cells}):
             names = tuple(dict.fromkeys(r["workload"] for r in cells if r["seed"] == seed))
             built = workloads(names, seed, config["samples"], config["digits_samples"])
             for r in (r for r in cells if r["seed"] == seed):
-                row = cell_curves(built[r["workload"]], r["workload"], seed, r["K"], r["N"], r["S"], args)
-                rows.append({"suite": str(path), "default_ratio_to_best": r["ratio_to_best"]["default"], **row})
-                print(
-                    f"{r['workload']} {seed} K={r['K']} N={r['N']} S={r['S']}: best r {row['best_ratio']}, default "
-                    f"{row['default_ratio']:.3f}, GCV r* {row['gcv_minimiser']}, LOO r* {row['loo_minimiser']}",
-                    file=sys.stderr,
-                    flush=True,
+                failing = r["ratio_to_best"]["default"] > TOLERANCE
+                row = cell_curves(
+                    built[r["workload"]], r["workload"], seed, r["K"], r["N"], r["S"], args, curves=failing
                 )
+                best = min(r["mse"][rule] for rule in BASELINES)
+                fails_bacc = row["loo_rule_mse"] > r["mse"]["bacc"] and r["mse"]["natural"] <= r["mse"]["bacc"]
+                row |= {"suite": str(path), "default_ratio_to_best": r["ratio_to_best"]["default"]}
+                row |= {"loo_rule_ratio_to_best": row["loo_rule_mse"] / best, "loo_rule_worse_than_bacc": fails_bacc}
+                everywhere.append(
+                    {
+                        key: value
+                        for key, value in row.items()
+                        if key not in ("ratios", "mse", "mse_without_noise", "pooled_gcv", "pooled_loo")
+                    }
+                )
+                if failing:
+                    rows.append(row)
+                    print(
+                        f"{r['workload']} {seed} K={r['K']} N={r['N']} S={r['S']}: best r {row['best_ratio']}, "
+                        f"default {row['default_ratio']:.3f}, GCV r* {row['gcv_minimiser']}, LOO r* "
+                        f"{row['loo_minimiser']}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        mine = [r for r in everywhere if r["suite"] == str(path)]
+        worst = max(mine, key=lambda r: r["loo_rule_ratio_to_best"])
+        summary[str(path)] = {
+            "cells": len(mine),
+            "loo_rule_worst": worst["loo_rule_ratio_to_best"],
+            "loo_rule_worst_cell": [worst[key] for key in ("workload", "seed", "K", "N", "S")],
+            "loo_rule_cells_failing": sum(
+                r["loo_rule_ratio_to_best"] > TOLERANCE or r["loo_rule_worse_than_bacc"] for r in mine
+            ),
+            "default_worst": suite["summary"]["worst"]["default"]["ratio"],
+            "default_cells_failing": suite["summary"]["cells_failing"]["default"],
+        }
+        print(f"{path}: {summary[str(path)]}", file=sys.stderr, flush=True)
     run = {"wall_s": time.perf_counter() - start, "load_average_before": list(load_before)}
     run |= {"load_average_after": list(os.getloadavg()), "threads": torch.get_num_threads(), "torch": torch.__version__}
     config = {"suites": [str(p) for p in args.suites], "tolerance": TOLERANCE, "candidates": list(GCV_RATIOS)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"config": config, "run": run, "records": rows}, indent=2) + "\n")
+    payload = {"config": config, "run": run, "summary": summary, "records": rows, "loo_rule": everywhere}
+    args.out.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"wrote {args.out}", file=sys.stderr)
 
 
