@@ -12,6 +12,7 @@ torch operator that ``torch.compile`` keeps in its graph (see :data:`BACKENDS`).
 from __future__ import annotations
 
 import importlib.util
+import math
 from types import ModuleType
 from typing import Optional
 
@@ -439,16 +440,17 @@ class Decoder(_Float64Buffers):
             )
 
     def _product(self, matrices: torch.Tensor, flat: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """``(matrices @ flat, flag)``: the estimates by :func:`apply_linear` and, with ``check``, a tensor that is zero
-        only if all of them are finite (one pass over them). With the Triton backend and a float32 product, one kernel
-        does both (:func:`torchgcc.functional.fused_decode.apply_rows`).
+        """``(matrices @ flat, flag)``: the estimates by :func:`apply_linear` and, with ``check``, a one-element tensor
+        that says whether all of them are finite (one pass over them; :meth:`_all_good` reads it). With the Triton
+        backend and a float32 product, one kernel does both (:func:`torchgcc.functional.fused_decode.apply_rows`): an
+        integer flag, the count of non-finite estimates.
 
-        Elsewhere the flag is ``s - s`` of their sum ``s``: a NaN or an Inf among them makes ``s`` NaN or infinite, so
-        the flag NaN. A sum of finite estimates that overflows (their total beyond the dtype's range) gives NaN too:
-        that call takes :meth:`_repair`'s path, which finds nothing wrong and returns the same estimates. A sum rather
-        than ``aminmax``, slower on CPU for small outputs (``benchmarks/decode.py`` times the checked and the
-        unchecked decode), except for float16 estimates, whose sum would overflow at 65504: their extremes instead
-        (NaN reaches both, an Inf one)."""
+        Elsewhere the flag is their sum, floating point: a NaN or an Inf among them makes it NaN or infinite. A sum of
+        finite estimates that overflows (their total beyond the dtype's range) is infinite too: that call takes
+        :meth:`_repair`'s path, which finds nothing wrong and returns the same estimates. A sum rather than
+        ``aminmax``, slower on CPU for small outputs (``benchmarks/decode.py`` times the checked and the unchecked
+        decode), except for float16 estimates, whose sum would overflow at 65504: ``(lo - lo) + (hi - hi)`` of their
+        extremes instead (zero, or NaN where NaN reaches both or an Inf one)."""
         if compute_dtype(flat.dtype) == torch.float32 and self.kernel_backend(flat.device) == "triton":
             from torchgcc.functional import fused_decode  # imports triton
 
@@ -460,15 +462,17 @@ class Decoder(_Float64Buffers):
         if out.dtype == torch.float16:
             low, high = torch.aminmax(values)
             return out, (low - low) + (high - high)  # x - x is 0 for finite x, NaN for NaN and +-Inf
-        total = torch.sum(values)
-        return out, total - total
+        return out, torch.sum(values)
 
     def _all_good(self, mask: torch.Tensor, out: torch.Tensor, flag: Optional[torch.Tensor]) -> bool:
-        """Whether every estimate is finite (``flag`` zero), read back as one number (a group with too few results
-        has NaN ones); where there are no estimates, whether every group has enough results."""
+        """Whether every estimate is finite, from :meth:`_product`'s ``flag`` read back as one number (a finite float,
+        a zero count; a group with too few results has NaN estimates); where there are no estimates, whether every
+        group has enough results."""
         if out.numel() == 0:
             return bool((mask.sum(dim=-1) >= self.min_arrived).all())
-        return not bool(flag)  # NaN and non-zero counts are true
+        assert flag is not None  # _product makes one whenever there are estimates to check
+        value = flag.item()
+        return math.isfinite(value) if flag.is_floating_point() else value == 0
 
     def _repair(self, flat: torch.Tensor, mask: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
         """The slow path after a failed check: raise for too few or non-finite arrived results, else keep NaN/Inf
