@@ -142,7 +142,7 @@ def test_killing_the_torchrun_agent_leaves_one_line_per_rank_no_cpp_frames_and_n
     """SIGKILL of torchrun's agent takes the rendezvous store with it. Each rank stops within 5 s, non-zero (this test
     process adopts the orphaned ranks as a child subreaper to read their statuses), and says one line: the entry
     point sets TORCH_CPP_LOG_LEVEL=ERROR before torch is imported, so none of c10's warnings of the failed store
-    calls, with their C++ stack traces, reaches stderr."""
+    calls, with their C++ stack traces, reaches stderr (rank 0 may name the lost ranks before its error line)."""
     command = [
         *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"),
         *("-m", "torchgcc.distributed", *LONG),
@@ -176,9 +176,15 @@ def test_killing_the_torchrun_agent_leaves_one_line_per_rank_no_cpp_frames_and_n
     assert sorted(ranks) == [0, 1, 2], lines
     assert not re.search(r"frame #|c10::|c10d|Exception raised from|\.cpp:", err), err[-3000:]
     said = err.splitlines()
-    assert len(said) == 3, err  # one line per rank, nothing else
-    assert sorted(said)[0].startswith("[torchgcc] error: "), err
-    assert [line.split(":")[0] for line in sorted(said)[1:]] == ["[torchgcc] rank 1", "[torchgcc] rank 2"], err
+    # Each worker rank says its one line. Rank 0 says one error line, after a line per lost rank when it saw its
+    # workers go before its own store read failed (a race between the two; either order is a correct report).
+    workers_said = sorted(line for line in said if line.startswith("[torchgcc] rank "))
+    assert [line.split(":")[0] for line in workers_said] == ["[torchgcc] rank 1", "[torchgcc] rank 2"], err
+    coordinator_said = [line for line in said if not line.startswith("[torchgcc] rank ")]
+    assert coordinator_said[-1].startswith("[torchgcc] error: "), err
+    lost = re.compile(r"\[torchgcc\] step \d+: lost rank\(s\) \[(1|2|1, 2)\] .*")
+    assert all(lost.fullmatch(line) for line in coordinator_said[:-1]), err
+    assert len(coordinator_said) <= 3, err
     summary = _strict_json(out.splitlines()[-1])
     assert summary["event"] == "summary" and summary["status"] == statuses[0] != 0, out[-3000:]
     assert statuses[1] == statuses[2] == EXIT_COORDINATOR_LOST
