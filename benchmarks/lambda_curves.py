@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 
 import torchgcc
-from benchmarks.lambda_suite import BASELINES, TOLERANCE, Workload, mse, worker_results, workloads
+from benchmarks.lambda_suite import BASELINES, TOLERANCE, Workload, mse, pooled_system, worker_results, workloads
 from torchgcc.app.evaluate import model_outputs
 from torchgcc.coded_module import group_samples
-from torchgcc.codes.gcc import GCV_POOL, GCV_RATIOS, SplineDecoder, spacing_lambda
+from torchgcc.codes.gcc import GCV_RATIOS, SplineDecoder, spacing_lambda
 from torchgcc.functional.decoder_smoothing import informative_groups, pooled_gcv_ratio
 from torchgcc.functional.gcv import gcv_scores
 from torchgcc.functional.loo import loo_scores
@@ -42,18 +42,11 @@ def pooled_curves(decoder: SplineDecoder, results: torch.Tensor, masks: torch.Te
     """The GCV and leave-one-out scores of the candidates, averaged over the informative groups the default pools,
     each relative to its value at interpolation; and ``loo_rule``: the default's rule
     (:func:`~torchgcc.functional.decoder_smoothing.pooled_gcv_ratio`) applied to the leave-one-out scores."""
-    pooled = min(len(masks), GCV_POOL, max(1, 1024 // decoder.num_workers))
-    index = torch.linspace(0, len(masks) - 1, pooled).round().long()
-    survivors = decoder.survivors(masks[index])
-    flat = results[index].reshape(pooled, decoder.num_workers, -1).double()
-    width = min(decoder.num_workers, survivors.order.shape[-1])
-    order = survivors.order[:, :width].clamp(max=decoder.num_workers - 1)
-    compacted = flat.gather(1, order.unsqueeze(-1).expand(-1, -1, flat.shape[-1]))
+    knots, counts, compacted, mu = pooled_system(decoder, results, masks)
     ratios = torch.tensor(GCV_RATIOS, dtype=torch.float64)
-    mu = survivors.counts.unsqueeze(-1) * spacing_lambda(survivors.counts.unsqueeze(-1), ratios)
     curves = {}
     for name, score in (("gcv", gcv_scores), ("loo", loo_scores)):
-        scores = score(survivors.knots[:, :width], survivors.counts, compacted, mu)
+        scores = score(knots, counts, compacted, mu)
         mean = scores[informative_groups(scores)].mean(0)
         curves[name] = (mean / mean[0]).tolist()
     curves["loo_rule"] = [pooled_gcv_ratio(scores, ratios).item()]  # scores: the leave-one-out ones

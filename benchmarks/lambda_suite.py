@@ -237,11 +237,12 @@ def mse(estimate: torch.Tensor, truth: torch.Tensor) -> float:
     return torch.mean((estimate.double() - truth.double()) ** 2).item()
 
 
-def pooled_scores(
+def pooled_system(
     decoder: SplineDecoder, results: torch.Tensor, mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """GCV scores ``(G, L)`` of the candidates :data:`GCV_RATIOS` for the groups the default pools (evenly spaced,
-    at most ``GCV_POOL`` and about 1024 results), and their result counts ``(G,)``."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What a score of the candidates :data:`GCV_RATIOS` reads, for the groups the default pools (evenly spaced, at
+    most ``GCV_POOL`` and about 1024 results): the survivors' knots ``(G, W)``, their counts ``(G,)``, their results
+    compacted in knot order ``(G, W, d)`` float64 and the candidates ``mu = n lam`` ``(G, L)``."""
     pooled = min(len(mask), GCV_POOL, max(1, 1024 // decoder.num_workers))
     index = torch.linspace(0, len(mask) - 1, pooled).round().long()
     survivors = decoder.survivors(mask[index])
@@ -251,7 +252,16 @@ def pooled_scores(
     compacted = flat.gather(1, order.unsqueeze(-1).expand(-1, -1, flat.shape[-1]))
     ratios = torch.tensor(GCV_RATIOS, dtype=torch.float64)
     mu = survivors.counts.unsqueeze(-1) * spacing_lambda(survivors.counts.unsqueeze(-1), ratios)
-    return gcv_scores(survivors.knots[:, :width], survivors.counts, compacted, mu), survivors.counts
+    return survivors.knots[:, :width], survivors.counts, compacted, mu
+
+
+def pooled_scores(
+    decoder: SplineDecoder, results: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GCV scores ``(G, L)`` of the candidates :data:`GCV_RATIOS` for the groups the default pools
+    (:func:`pooled_system`), and their result counts ``(G,)``."""
+    knots, counts, compacted, mu = pooled_system(decoder, results, mask)
+    return gcv_scores(knots, counts, compacted, mu), counts
 
 
 def candidate_ratios(scores: torch.Tensor, counts: torch.Tensor) -> dict[str, float]:

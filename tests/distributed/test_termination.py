@@ -218,6 +218,17 @@ def test_worker_ranks_exit_non_zero_with_one_line_each_when_their_coordinator_is
     assert list(tmp_path.iterdir()) == []
 
 
+def _sigterm_and_wait(driver: subprocess.Popen, pids: list[int]) -> tuple[str, str]:
+    """SIGTERM ``driver``; its stdout and stderr once it has ended, after up to 5 s more for ``pids`` (Ray's
+    processes) to go."""
+    driver.send_signal(signal.SIGTERM)
+    out, err = driver.communicate(timeout=60)
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return out, err
+
+
 def test_sigterm_of_the_ray_driver_ends_with_the_error_line_the_summary_and_143(tmp_path):
     """Ray installs its own SIGTERM handlers (one aborts the process: status 134, no record); the job's handler
     comes back after ``ray.init``: the error record and the summary, status 143, and Ray's processes and its temp
@@ -235,11 +246,7 @@ def test_sigterm_of_the_ray_driver_ends_with_the_error_line_the_summary_and_143(
             lines.append(driver.stdout.readline())
         ray_pids = [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]  # GCS, raylet, actors
         folders = {f for pid in ray_pids for f in re.findall(r"/tmp/torchgcc-ray-\w+", " ".join(_cmdline(pid)))}
-        driver.send_signal(signal.SIGTERM)
-        out, err = driver.communicate(timeout=60)
-        deadline = time.monotonic() + 5
-        while any(_alive(pid) for pid in ray_pids) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        out, err = _sigterm_and_wait(driver, ray_pids)
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
@@ -279,11 +286,7 @@ def test_sigterm_while_ray_starts_is_the_error_line_and_143():
             time.sleep(0.01)  # (an import's `ldconfig -p`, before the job's handler, is a child too)
             ray_pids = [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]
         folders = {f for pid in ray_pids for f in re.findall(r"/tmp/torchgcc-ray-\w+", " ".join(_cmdline(pid)))}
-        driver.send_signal(signal.SIGTERM)
-        out, err = driver.communicate(timeout=60)
-        deadline = time.monotonic() + 5
-        while any(_alive(pid) for pid in ray_pids) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        out, err = _sigterm_and_wait(driver, ray_pids)
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)

@@ -28,9 +28,9 @@ from __future__ import annotations
 import torch
 
 from torchgcc.functional.banded import solve_pentadiagonal
-from torchgcc.functional.spline import apply_q, apply_qt, reinsch_bands, spline_plan
+from torchgcc.functional.spline import ReinschBands, SplinePlan, apply_q, apply_qt, reinsch_bands, spline_plan
 
-__all__ = ["gcv_scores", "gram_factor", "normalised"]
+__all__ = ["candidate_systems", "gcv_scores", "gram_factor", "normalised"]
 
 #: Relative jitter ``delta tr(Z Z^T) / (n - 2)`` on the diagonal of the Gram ``Z Z^T`` before its Cholesky factor is
 #: taken (the Gram is only positive semi-definite, and its rounding errors are about ``sqrt(d) eps tr``): it moves
@@ -52,19 +52,9 @@ def gcv_scores(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: t
         ``(B, L)`` float64; a set whose scores do not depend on ``mu`` (fewer than four knots, or data on a line)
         gets a constant row. No host reads; the same launches for any batch.
     """
-    batch, width = knots.shape
-    valid = torch.arange(width, device=knots.device) < counts.unsqueeze(-1)
-    y = normalised(torch.where(valid.unsqueeze(-1), y.to(torch.float64), 0.0))
-    mu = mu.to(torch.float64)
-    candidates = mu.shape[1]
-    plan = spline_plan(width, knots.device)
-    y = torch.nn.functional.pad(y, (0, 0, 0, plan.width - width))
-    r = reinsch_bands(knots, counts, mu.new_zeros(batch), plan)
-    qq = reinsch_bands(knots, counts, mu.new_ones(batch), plan).bands - r.bands  # Q^T Q (zero in the padding)
-    system = (r.bands.unsqueeze(1) + mu.view(batch, candidates, 1, 1) * qq.unsqueeze(1)).flatten(0, 1)
-    z = torch.where(r.rows, apply_qt(r, y), 0.0)  # (B, size, d), zero past each set's system
-    if z.shape[-1] > plan.size:
-        z = gram_factor(z, r.rows[..., 0])
+    batch, candidates = mu.shape
+    plan, r, qq, bands, z = candidate_systems(knots, counts, y, mu)
+    system = bands.flatten(0, 1)
     gamma, trace = solve_pentadiagonal(
         system, z.repeat_interleave(candidates, 0), plan.solve, trace_with=qq.repeat_interleave(candidates, 0)
     )
@@ -73,6 +63,29 @@ def gcv_scores(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: t
     numerator, denominator = fitted.pow(2).sum((1, 2)).view(batch, candidates), trace.view(batch, candidates)
     scores = counts.unsqueeze(-1) * numerator / denominator.square()
     return torch.where(denominator > 0, scores, 0.0)
+
+
+def candidate_systems(
+    knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: torch.Tensor
+) -> tuple[SplinePlan, ReinschBands, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What a cross-validation score of the candidates ``mu`` ``(B, L)`` solves, for knots and data as
+    :func:`gcv_scores` takes them: the plan; the Reinsch bands ``r`` of ``R`` (``mu = 0``); ``Q^T Q``'s bands
+    ``(B, size, 3)`` (zero in the padding); every candidate's ``M = R + mu Q^T Q`` bands ``(B, L, size, 3)``; and
+    ``Z = Q^T y`` ``(B, size, d)`` of the :func:`normalised` data, zero past each set's system (its
+    :func:`gram_factor` where ``d`` exceeds the system's size: only ``Z Z^T`` enters the scores). float64."""
+    batch, width = knots.shape
+    valid = torch.arange(width, device=knots.device) < counts.unsqueeze(-1)
+    y = normalised(torch.where(valid.unsqueeze(-1), y.to(torch.float64), 0.0))
+    mu = mu.to(torch.float64)
+    plan = spline_plan(width, knots.device)
+    y = torch.nn.functional.pad(y, (0, 0, 0, plan.width - width))
+    r = reinsch_bands(knots, counts, mu.new_zeros(batch), plan)
+    qq = reinsch_bands(knots, counts, mu.new_ones(batch), plan).bands - r.bands
+    bands = r.bands.unsqueeze(1) + mu.view(batch, mu.shape[1], 1, 1) * qq.unsqueeze(1)
+    z = torch.where(r.rows, apply_qt(r, y), 0.0)
+    if z.shape[-1] > plan.size:
+        z = gram_factor(z, r.rows[..., 0])
+    return plan, r, qq, bands, z
 
 
 def normalised(y: torch.Tensor) -> torch.Tensor:

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import torch
 
-from torchgcc.functional.gcv import gram_factor, normalised
-from torchgcc.functional.spline import apply_qt, reinsch_bands, spline_plan
+from torchgcc.functional.gcv import candidate_systems
+from torchgcc.functional.spline import apply_qt
 
 __all__ = ["loo_scores"]
 
@@ -48,27 +48,16 @@ def loo_scores(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: t
         ``(B, L)`` float64; a set whose scores do not depend on ``mu`` (fewer than four knots, or data on a line)
         gets a constant row. No host reads.
     """
-    batch, width = knots.shape
-    valid = torch.arange(width, device=knots.device) < counts.unsqueeze(-1)
-    y = normalised(torch.where(valid.unsqueeze(-1), y.to(torch.float64), 0.0))
-    mu = mu.to(torch.float64)
-    candidates = mu.shape[1]
-    plan = spline_plan(width, knots.device)
-    pad = plan.width - width
-    y = torch.nn.functional.pad(y, (0, 0, 0, pad))
-    r = reinsch_bands(knots, counts, mu.new_zeros(batch), plan)
-    qq = reinsch_bands(knots, counts, mu.new_ones(batch), plan).bands - r.bands  # Q^T Q (zero in the padding)
-    bands = r.bands.unsqueeze(1) + mu.view(batch, candidates, 1, 1) * qq.unsqueeze(1)  # (B, L, size, 3)
+    width, candidates = knots.shape[1], mu.shape[1]
+    plan, r, _, bands, z = candidate_systems(knots, counts, y, mu)
     system = torch.diag_embed(bands[..., 0])
     for offset in (1, 2):  # the symmetric pentadiagonal M, dense
         upper = torch.diag_embed(bands[..., : plan.size - offset, offset], offset=offset)
         system = system + upper + upper.mT
-    own = torch.nn.functional.pad(valid, (0, pad))
+    valid = torch.arange(width, device=knots.device) < counts.unsqueeze(-1)
+    own = torch.nn.functional.pad(valid, (0, plan.width - width))
     identity = torch.diag_embed(own.to(torch.float64))  # the set's knots only
     qt = torch.where(r.rows, apply_qt(r, identity), 0.0)  # (B, size, plan.width): Q^T
-    z = torch.where(r.rows, apply_qt(r, y), 0.0)  # (B, size, d)
-    if z.shape[-1] > plan.size:  # only Z Z^T enters the scores
-        z = gram_factor(z, r.rows[..., 0])
     factor = torch.linalg.cholesky_ex(system).L  # (B, L, size, size)
     w = torch.linalg.solve_triangular(factor, qt.unsqueeze(1).expand(-1, candidates, -1, -1), upper=False)
     wz = torch.linalg.solve_triangular(factor, z.unsqueeze(1).expand(-1, candidates, -1, -1), upper=False)
