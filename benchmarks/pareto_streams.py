@@ -18,16 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import torch
 
 from torchgcc.control import DeadlineThreshold, StragglerAwareController
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the stream the controller's tests run
-from test_control import pareto_stream  # noqa: E402
+from torchgcc.testing.pareto_stream import pareto_stream  # the stream the controller's tests run
 
 #: The controller's candidate group sizes.
 GRID = tuple(range(2, 33, 2))

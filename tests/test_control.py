@@ -21,6 +21,7 @@ from torchgcc.control import (
     group_size_controller,
     normalised_utility,
 )
+from torchgcc.testing.pareto_stream import pareto_stream
 
 GRID = tuple(range(2, 33, 2))
 
@@ -89,18 +90,6 @@ def test_utilities_are_scaled_to_unit_range():
         normalised_utility([1.0], sizes)
     with pytest.raises(ValueError, match="unknown utility"):
         normalised_utility("cubic", sizes)
-
-
-def pareto_stream(controller: StragglerAwareController, steps: int, shape_of_step, seed: int) -> list[int]:
-    """Run ``controller`` on i.i.d. Pareto(1, shape) unit durations; returns the chosen sizes."""
-    generator = torch.Generator().manual_seed(seed)
-    chosen = []
-    for step in range(steps):
-        size = controller.choose()
-        chosen.append(size)
-        u = torch.rand(size, generator=generator, dtype=torch.float64)
-        controller.observe((1 - u) ** (-1 / shape_of_step(step)))
-    return chosen
 
 
 def static_event_probability(size: int, shape: float, deadline: float) -> float:
