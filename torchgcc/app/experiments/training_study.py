@@ -532,27 +532,26 @@ def _staleness_counts(run: TrainingRun) -> list[int]:
     return counts
 
 
-def weight_errors(run: TrainingRun, num_workers: int) -> torch.Tensor:
-    """``(steps, k)`` float64: ``(a^T B)_j - 1`` of every partition at every step of ``run`` (its code rebuilt from
-    the scheme, ``s`` and seed; ``a`` decoded from the arrived workers the run recorded)."""
+def decoding_vectors(run: TrainingRun, num_workers: int) -> tuple[GradientCode, torch.Tensor]:
+    """``run``'s code (rebuilt from the scheme, ``s`` and seed) and its decoding vectors ``a`` ``(steps, n)`` for the
+    arrived workers the run recorded at every step."""
     code = _code_of(run.scheme, run.s, run.seed, num_workers)
-    return torch.stack([code.decode(arrived) @ code.B - 1 for arrived in run.arrived])
+    return code, torch.stack([code.decode(list(arrived)) for arrived in run.arrived])
+
+
+def weight_errors(code: GradientCode, a: torch.Tensor) -> torch.Tensor:
+    """``(steps, k)`` float64: ``(a^T B)_j - 1`` of every partition for decoding vectors ``a`` ``(steps, n)``."""
+    return a @ code.B - 1
+
+
+def weight_gains(code: GradientCode, a: torch.Tensor) -> torch.Tensor:
+    """``(steps,)`` float64: the decoder's largest gain on a partition, ``max_j sum_i |a_i B_ij|``, for decoding
+    vectors ``a`` ``(steps, n)``."""
+    return (a.unsqueeze(-1) * code.B).abs().sum(-2).amax(-1)
 
 
 def _code_of(scheme: str, s: int, seed: int, num_workers: int) -> GradientCode:
     return make_gradient_code(scheme.partition(":")[0], num_workers=num_workers, num_stragglers=s, seed=seed)
-
-
-def weight_gain(code: GradientCode, arrived: Sequence[int]) -> tuple[float, float]:
-    """``(max_i |a_i|, max_j sum_i |a_i B_ij|)`` of ``code``'s decoding vector for the ``arrived`` workers."""
-    a = code.decode(list(arrived))
-    return float(a.abs().max()), float((a.unsqueeze(-1) * code.B).abs().sum(0).max())
-
-
-def weight_gains(run: TrainingRun, num_workers: int) -> torch.Tensor:
-    """``(steps,)`` float64: the decoder's ``max_j sum_i |a_i B_ij|`` at every step of ``run``."""
-    code = _code_of(run.scheme, run.s, run.seed, num_workers)
-    return torch.tensor([weight_gain(code, arrived)[1] for arrived in run.arrived], dtype=torch.float64)
 
 
 def decoder_weights(config: dict) -> list[dict[str, Any]]:
@@ -564,10 +563,10 @@ def decoder_weights(config: dict) -> list[dict[str, Any]]:
         for s, seed in itertools.product(config["stragglers"], config["seeds"]):
             code = _code_of(scheme, s, seed, n)
             for stragglers in itertools.combinations(range(n), s):
-                largest, gain = weight_gain(code, [i for i in range(n) if i not in stragglers])
+                a = code.decode([i for i in range(n) if i not in stragglers])
                 out.append(
                     {"scheme": scheme, "s": s, "seed": seed, "stragglers": list(stragglers)}
-                    | {"max_abs_a": largest, "weight_gain": gain}
+                    | {"max_abs_a": float(a.abs().max()), "weight_gain": float(weight_gains(code, a[None])[0])}
                 )
     return out
 
@@ -615,10 +614,11 @@ def summarise(runs: Sequence[TrainingRun], config: dict) -> list[dict[str, Any]]
         record["staleness"] = fractions
         record["mean_staleness"] = sum(tau * f for tau, f in enumerate(fractions))
         record["max_staleness"] = max(tau for tau, f in enumerate(fractions) if f > 0)
-        errors = torch.cat([weight_errors(r, config["num_workers"]) for r in group])
+        decoded = [decoding_vectors(r, config["num_workers"]) for r in group]
+        errors = torch.cat([weight_errors(code, a) for code, a in decoded])
         record["weight_error"] = float(errors.pow(2).mean().sqrt())
         record["weight_error_max"] = float(errors.abs().max())
-        gains = torch.cat([weight_gains(r, config["num_workers"]) for r in group])
+        gains = torch.cat([weight_gains(code, a) for code, a in decoded])
         record["weight_gain"], record["weight_gain_max"] = float(gains.mean()), float(gains.max())
         records.append(record)
     return records
