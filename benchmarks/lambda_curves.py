@@ -28,14 +28,23 @@ from pathlib import Path
 import torch
 
 import torchgcc
-from benchmarks.lambda_suite import BASELINES, TOLERANCE, Workload, mse, pooled_system, worker_results, workloads
+from benchmarks.lambda_suite import (
+    BASELINES,
+    TOLERANCE,
+    Workload,
+    cell_masks,
+    measured,
+    mse,
+    pooled_system,
+    worker_results,
+    workloads,
+)
 from torchgcc.app.evaluate import model_outputs
 from torchgcc.coded_module import group_samples
 from torchgcc.codes.gcc import GCV_RATIOS, SplineDecoder, spacing_lambda
 from torchgcc.functional.decoder_smoothing import informative_groups, pooled_gcv_ratio
 from torchgcc.functional.gcv import gcv_scores
 from torchgcc.functional.loo import loo_scores
-from torchgcc.stragglers import FixedStragglers
 
 
 def pooled_curves(decoder: SplineDecoder, results: torch.Tensor, masks: torch.Tensor) -> dict[str, list[float]]:
@@ -64,20 +73,14 @@ def cell_curves(workload: Workload, name: str, seed: int, k: int, n: int, s: int
         noisy = worker_results(torchgcc.GCC(k, n, lambda_dec=0.0), workload, groups, noise_seed)
         truth = group_samples(model_outputs(workload.reference, workload.inputs), k)
         held = args.calibration_groups
-        mask_seed = seed * 1_000_000 + n * 1000 + s
-        calibration = FixedStragglers(s, seed=mask_seed + 500).sample(held, n)
-        masks = FixedStragglers(s, seed=mask_seed).sample((len(noisy) - held) * args.repeats, n)
+        calibration, masks = cell_masks(seed, n, s, len(noisy), args)
         default = torchgcc.GCC(k, n).decoder
         default(noisy[:held], calibration)
-
-        def repeat(t: torch.Tensor) -> torch.Tensor:
-            return t[held:].repeat(args.repeats, *([1] * (t.ndim - 1)))
-
-        target = repeat(truth)
+        target = measured(truth, args)
         scores = pooled_curves(plain, noisy[:held], calibration)
         loo_rule = scores.pop("loo_rule")[0]
         decoder = SplineDecoder(plain.alpha, plain.beta, lam=spacing_lambda(n - s, loo_rule), min_arrived=2)
-        loo_rule_mse = mse(decoder(repeat(noisy), masks), target)
+        loo_rule_mse = mse(decoder(measured(noisy, args), masks), target)
         default_ratio = default.ratio.item()
         if not curves:
             cell = {"workload": name, "seed": seed, "K": k, "N": n, "S": s, "default_ratio": default_ratio}
@@ -86,8 +89,8 @@ def cell_curves(workload: Workload, name: str, seed: int, k: int, n: int, s: int
         curve, curve_exact = [], []
         for ratio in GCV_RATIOS:
             decoder = SplineDecoder(plain.alpha, plain.beta, lam=spacing_lambda(n - s, ratio), min_arrived=2)
-            curve.append(mse(decoder(repeat(noisy), masks), target))
-            curve_exact.append(mse(decoder(repeat(clean), masks), target))
+            curve.append(mse(decoder(measured(noisy, args), masks), target))
+            curve_exact.append(mse(decoder(measured(clean, args), masks), target))
     best = min(range(len(curve)), key=curve.__getitem__)
     minimiser = {key: GCV_RATIOS[min(range(len(v)), key=v.__getitem__)] for key, v in scores.items()}
     return {

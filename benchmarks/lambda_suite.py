@@ -285,20 +285,28 @@ def candidate_ratios(scores: torch.Tensor, counts: torch.Tensor) -> dict[str, fl
     }
 
 
+def cell_masks(seed: int, n: int, s: int, groups: int, args) -> tuple[torch.Tensor, torch.Tensor]:
+    """A cell's seeded ``(N,)``-wide masks of ``s`` stragglers: ``(calibration_groups, N)`` for the groups the rules
+    calibrate on, and ``((groups - calibration_groups) * repeats, N)`` for the measured ones (:func:`measured`)."""
+    mask_seed = seed * 1_000_000 + n * 1000 + s
+    held = args.calibration_groups
+    calibration = FixedStragglers(s, seed=mask_seed + 500).sample(held, n)
+    return calibration, FixedStragglers(s, seed=mask_seed).sample((groups - held) * args.repeats, n)
+
+
+def measured(t: torch.Tensor, args) -> torch.Tensor:
+    """The measured groups of ``t`` ``(groups, ...)``: all but the first ``calibration_groups``, ``repeats`` times."""
+    return t[args.calibration_groups :].repeat(args.repeats, *([1] * (t.ndim - 1)))
+
+
 def measure_cell(
     k: int, n: int, s: int, gcc: torch.Tensor, bacc: torch.Tensor, truth: torch.Tensor, seed: int, args
 ) -> dict:
     """One cell: every rule's MSE on the measured groups (all but the first ``calibration_groups``) under the same
     seeded masks, the default and the candidates calibrated first on the held-out groups under their own masks."""
     held = args.calibration_groups
-    mask_seed = seed * 1_000_000 + n * 1000 + s
-    calibration_masks = FixedStragglers(s, seed=mask_seed + 500).sample(held, n)
-    masks = FixedStragglers(s, seed=mask_seed).sample((len(gcc) - held) * args.repeats, n)
-
-    def repeat(t: torch.Tensor) -> torch.Tensor:
-        return t[held:].repeat(args.repeats, *([1] * (t.ndim - 1)))
-
-    ys, ys_bacc, target = repeat(gcc), repeat(bacc), repeat(truth)
+    calibration_masks, masks = cell_masks(seed, n, s, len(gcc), args)
+    ys, ys_bacc, target = (measured(t, args) for t in (gcc, bacc, truth))
     errors, chosen = {}, None
     for rule, lam in RULES.items():
         decoder = torchgcc.GCC(k, n, lambda_dec=lam).decoder  # fresh: the default calibrates on this cell's data
