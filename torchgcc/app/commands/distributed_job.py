@@ -340,7 +340,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_record({"event": "error", "error": f"{type(error).__name__}: {error} (before the first step)"})
         return error.status
     except CoordinatorLost as error:  # a worker rank whose coordinator died: one line, non-zero
-        print(f"[torchgcc] {error}; exiting", file=sys.stderr)
+        # one write of the whole line: stderr is unbuffered, and print writes the text and its newline apart, so the
+        # lines of ranks that lose their coordinator together (sharing torchrun's stderr) ran into one another
+        sys.stderr.write(f"[torchgcc] {error}; exiting\n")
         return EXIT_COORDINATOR_LOST
     finally:
         if progress is not None:
