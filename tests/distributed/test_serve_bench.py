@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -96,8 +98,10 @@ def test_ctrl_c_of_serve_bench_leaves_no_process_and_no_temp_folder(tmp_path, en
     out = tmp_path / "out"
     command = [sys.executable, "-m", "torchgcc", "serve-bench", "--engine", engine, "-N", "4", "-K", "2"]
     command += ["--queries", "4000", "--rates", "50", "--trials", "1", "--no-progress", "--out", str(out)]
-    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), OMP_NUM_THREADS="1")
-    (tmp_path / "tmp").mkdir()
+    # a short TMPDIR: the forkserver's socket lives there, and an AF_UNIX path may not exceed 107 bytes (pytest's
+    # tmp_path under pytest-xdist, .../popen-gw0/test_ctrl_c_of_serve_bench_lea0/tmp/pymp-*/listener-*, does)
+    temp = Path(tempfile.mkdtemp(prefix="tg-"))
+    env = dict(os.environ, TMPDIR=str(temp), OMP_NUM_THREADS="1")
     bench = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
@@ -129,7 +133,9 @@ def test_ctrl_c_of_serve_bench_leaves_no_process_and_no_temp_folder(tmp_path, en
     assert _session(bench.pid) == [] and _alive(workers) == []
     assert not out.exists()
     # no pymp-* (forkserver) folder; torchinductor_* is torch's own cache, made when the classifier is trained
-    assert [p.name for p in (tmp_path / "tmp").iterdir() if not p.name.startswith("torchinductor_")] == []
+    left = [p.name for p in temp.iterdir() if not p.name.startswith("torchinductor_")]
+    shutil.rmtree(temp)
+    assert left == []
     assert len(started) == {"processes": 0, "ray": 1}[engine]  # the run's own Ray folder existed (Ray only) ...
     assert [name for name in started if (Path("/tmp") / name).exists()] == []  # ... and is gone
     assert [pid for name in started for pid in _ray_processes(name)] == []
