@@ -1,6 +1,19 @@
 """Collection hooks for the whole suite (shared fixtures and helpers live in tests/helpers.py)."""
 
 import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_restored():
+    """torch's intra-op thread count as it was before each test: the commands that tests run in-process set
+    ``--threads`` for the whole process (tests/distributed/test_serve_bench.py runs serve-bench with ``--threads 1``),
+    and a later test in the same worker would otherwise run at that count (test_decode_plan's op counts, say, depend
+    on it)."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

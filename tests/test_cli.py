@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from torchgcc.app import cli, model_cache
 from torchgcc.app.experiments import polynomial_study, straggler_study
@@ -20,11 +19,8 @@ SCHEMA = ("scheme", "N", "K", "mse", "mse_ci")
 
 @pytest.fixture(autouse=True)
 def private_cache(monkeypatch, tmp_path):
-    """A private model cache, and torch's threads restored after the commands set them."""
+    """A private model cache (tests/conftest.py restores torch's threads, which the commands set)."""
     monkeypatch.setenv("TORCHGCC_CACHE", str(tmp_path / "cache"))
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)  # the commands set --threads for the whole process
 
 
 def run(*argv: str, out: str | None = None) -> dict:
