@@ -33,14 +33,12 @@ from benchmarks.lambda_suite import (
     TOLERANCE,
     Workload,
     cell_masks,
+    gcc_results,
     measured,
     mse,
     pooled_system,
-    worker_results,
-    workloads,
+    rebuilt_cells,
 )
-from torchgcc.app.evaluate import model_outputs
-from torchgcc.coded_module import group_samples
 from torchgcc.codes.gcc import GCV_RATIOS, SplineDecoder, spacing_lambda
 from torchgcc.functional.decoder_smoothing import informative_groups, pooled_gcv_ratio
 from torchgcc.functional.gcv import gcv_scores
@@ -65,13 +63,10 @@ def pooled_curves(decoder: SplineDecoder, results: torch.Tensor, masks: torch.Te
 def cell_curves(workload: Workload, name: str, seed: int, k: int, n: int, s: int, args, *, curves: bool) -> dict:
     """One cell of the suite, rebuilt as :func:`benchmarks.lambda_suite.measure_cell` builds it: the MSE of the
     leave-one-out rule, and with ``curves`` every candidate ratio's MSE with and without the noise."""
-    groups = group_samples(workload.inputs, k)
-    noise_seed = seed * 1_000_000 + n * 1000 + k
     exact = Workload(workload.workers, workload.reference, workload.inputs, workload.family, 0.0)
     plain = torchgcc.GCC(k, n, lambda_dec=0.0).decoder
     with torch.no_grad():
-        noisy = worker_results(torchgcc.GCC(k, n, lambda_dec=0.0), workload, groups, noise_seed)
-        truth = group_samples(model_outputs(workload.reference, workload.inputs), k)
+        noisy, truth = gcc_results(workload, seed, k, n)
         held = args.calibration_groups
         calibration, masks = cell_masks(seed, n, s, len(noisy), args)
         default = torchgcc.GCC(k, n).decoder
@@ -85,7 +80,7 @@ def cell_curves(workload: Workload, name: str, seed: int, k: int, n: int, s: int
         if not curves:
             cell = {"workload": name, "seed": seed, "K": k, "N": n, "S": s, "default_ratio": default_ratio}
             return cell | {"loo_rule_ratio": loo_rule, "loo_rule_mse": loo_rule_mse}
-        clean = worker_results(torchgcc.GCC(k, n, lambda_dec=0.0), exact, groups, noise_seed)
+        clean, _ = gcc_results(exact, seed, k, n)
         curve, curve_exact = [], []
         for ratio in GCV_RATIOS:
             decoder = SplineDecoder(plain.alpha, plain.beta, lam=spacing_lambda(n - s, ratio), min_arrived=2)
@@ -124,39 +119,30 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     load_before, start = os.getloadavg(), time.perf_counter()
     rows, everywhere, summary = [], [], {}
+    for path, r, workload in rebuilt_cells(args.suites, args, keep=lambda record: True):
+        failing = r["ratio_to_best"]["default"] > TOLERANCE
+        row = cell_curves(workload, r["workload"], r["seed"], r["K"], r["N"], r["S"], args, curves=failing)
+        best = min(r["mse"][rule] for rule in BASELINES)
+        fails_bacc = row["loo_rule_mse"] > r["mse"]["bacc"] and r["mse"]["natural"] <= r["mse"]["bacc"]
+        row |= {"suite": str(path), "default_ratio_to_best": r["ratio_to_best"]["default"]}
+        row |= {"loo_rule_ratio_to_best": row["loo_rule_mse"] / best, "loo_rule_worse_than_bacc": fails_bacc}
+        everywhere.append(
+            {
+                key: value
+                for key, value in row.items()
+                if key not in ("ratios", "mse", "mse_without_noise", "pooled_gcv", "pooled_loo")
+            }
+        )
+        if failing:
+            rows.append(row)
+            print(
+                f"{r['workload']} {r['seed']} K={r['K']} N={r['N']} S={r['S']}: best r {row['best_ratio']}, "
+                f"default {row['default_ratio']:.3f}, GCV r* {row['gcv_minimiser']}, LOO r* {row['loo_minimiser']}",
+                file=sys.stderr,
+                flush=True,
+            )
     for path in args.suites:
         suite = json.loads(path.read_text())
-        config = suite["config"]
-        args.repeats, args.calibration_groups = config["repeats"], config["calibration_groups"]
-        cells = suite["records"]
-        for seed in sorted({r["seed"] for r in cells}):
-            names = tuple(dict.fromkeys(r["workload"] for r in cells if r["seed"] == seed))
-            built = workloads(names, seed, config["samples"], config["digits_samples"])
-            for r in (r for r in cells if r["seed"] == seed):
-                failing = r["ratio_to_best"]["default"] > TOLERANCE
-                row = cell_curves(
-                    built[r["workload"]], r["workload"], seed, r["K"], r["N"], r["S"], args, curves=failing
-                )
-                best = min(r["mse"][rule] for rule in BASELINES)
-                fails_bacc = row["loo_rule_mse"] > r["mse"]["bacc"] and r["mse"]["natural"] <= r["mse"]["bacc"]
-                row |= {"suite": str(path), "default_ratio_to_best": r["ratio_to_best"]["default"]}
-                row |= {"loo_rule_ratio_to_best": row["loo_rule_mse"] / best, "loo_rule_worse_than_bacc": fails_bacc}
-                everywhere.append(
-                    {
-                        key: value
-                        for key, value in row.items()
-                        if key not in ("ratios", "mse", "mse_without_noise", "pooled_gcv", "pooled_loo")
-                    }
-                )
-                if failing:
-                    rows.append(row)
-                    print(
-                        f"{r['workload']} {seed} K={r['K']} N={r['N']} S={r['S']}: best r {row['best_ratio']}, "
-                        f"default {row['default_ratio']:.3f}, GCV r* {row['gcv_minimiser']}, LOO r* "
-                        f"{row['loo_minimiser']}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
         mine = [r for r in everywhere if r["suite"] == str(path)]
         worst = max(mine, key=lambda r: r["loo_rule_ratio_to_best"])
         summary[str(path)] = {

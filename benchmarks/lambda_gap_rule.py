@@ -32,14 +32,12 @@ from benchmarks.lambda_suite import (
     BASELINES,
     TOLERANCE,
     cell_masks,
+    gcc_results,
     measured,
     mse,
     pooled_system,
-    worker_results,
-    workloads,
+    rebuilt_cells,
 )
-from torchgcc.app.evaluate import model_outputs
-from torchgcc.coded_module import group_samples
 from torchgcc.codes.gcc import GCV_RATIOS, SplineDecoder, spacing_lambda
 from torchgcc.functional import numba_decode
 from torchgcc.functional.decoder_smoothing import pooled_gcv_ratio
@@ -64,20 +62,18 @@ def decode(decoder: SplineDecoder, results: torch.Tensor, masks: torch.Tensor, l
 
 def cell_mse(workload, seed: int, k: int, n: int, s: int, args) -> tuple[float, float]:
     """The gap-scaled rule's MSE in one cell, rebuilt as the suite builds it, and the ratio ``r`` it chose."""
-    groups = group_samples(workload.inputs, k)
-    plain = torchgcc.GCC(k, n, lambda_dec=0.0)
+    plain = torchgcc.GCC(k, n, lambda_dec=0.0).decoder
     with torch.no_grad():
-        results = worker_results(plain, workload, groups, seed * 1_000_000 + n * 1000 + k)
-        truth = group_samples(model_outputs(workload.reference, workload.inputs), k)
+        results, truth = gcc_results(workload, seed, k, n)
         calibration, masks = cell_masks(seed, n, s, len(results), args)
-        knots, counts, compacted, mu = pooled_system(plain.decoder, results[: args.calibration_groups], calibration)
+        knots, counts, compacted, mu = pooled_system(plain, results[: args.calibration_groups], calibration)
         mu = mu * gap_factor(knots, counts, args.power).unsqueeze(-1)
         ratio = pooled_gcv_ratio(
             gcv_scores(knots, counts, compacted, mu), torch.tensor(GCV_RATIOS, dtype=torch.float64)
         )
-        survivors = plain.decoder.survivors(masks)
+        survivors = plain.survivors(masks)
         lam = spacing_lambda(survivors.counts, ratio) * gap_factor(survivors.knots, survivors.counts, args.power)
-        estimate = decode(plain.decoder, measured(results, args), masks, lam)
+        estimate = decode(plain, measured(results, args), masks, lam)
     target = measured(truth, args)
     return mse(estimate.reshape(target.shape), target), float(ratio)
 
@@ -93,25 +89,16 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     load_before, start = os.getloadavg(), time.perf_counter()
     rows = []
-    for path in args.suites:
-        suite = json.loads(path.read_text())
-        config = suite["config"]
-        args.repeats, args.calibration_groups = config["repeats"], config["calibration_groups"]
-        cells = [r for r in suite["records"] if args.all or r["ratio_to_best"]["default"] > TOLERANCE]
-        for seed in sorted({r["seed"] for r in cells}):
-            names = tuple(dict.fromkeys(r["workload"] for r in cells if r["seed"] == seed))
-            built = workloads(names, seed, config["samples"], config["digits_samples"])
-            for r in (r for r in cells if r["seed"] == seed):
-                value, ratio = cell_mse(built[r["workload"]], seed, r["K"], r["N"], r["S"], args)
-                best = min(r["mse"][rule] for rule in BASELINES)
-                row = {"suite": str(path), "workload": r["workload"], "seed": seed, "K": r["K"], "N": r["N"]}
-                row |= {"S": r["S"], "gap_rule_ratio": ratio, "gap_rule_ratio_to_best": value / best}
-                row |= {"default_ratio_to_best": r["ratio_to_best"]["default"]}
-                row |= {
-                    "gap_rule_worse_than_bacc": value > r["mse"]["bacc"] and r["mse"]["natural"] <= r["mse"]["bacc"]
-                }
-                rows.append(row)
-                print(row, flush=True)
+    keep = (lambda record: True) if args.all else (lambda record: record["ratio_to_best"]["default"] > TOLERANCE)
+    for path, r, workload in rebuilt_cells(args.suites, args, keep):
+        value, ratio = cell_mse(workload, r["seed"], r["K"], r["N"], r["S"], args)
+        best = min(r["mse"][rule] for rule in BASELINES)
+        row = {"suite": str(path), "workload": r["workload"], "seed": r["seed"], "K": r["K"], "N": r["N"]}
+        row |= {"S": r["S"], "gap_rule_ratio": ratio, "gap_rule_ratio_to_best": value / best}
+        row |= {"default_ratio_to_best": r["ratio_to_best"]["default"]}
+        row |= {"gap_rule_worse_than_bacc": value > r["mse"]["bacc"] and r["mse"]["natural"] <= r["mse"]["bacc"]}
+        rows.append(row)
+        print(row, flush=True)
     run = {"wall_s": time.perf_counter() - start, "load_average_before": list(load_before)}
     run |= {"load_average_after": list(os.getloadavg()), "threads": torch.get_num_threads(), "torch": torch.__version__}
     config = {"suites": [str(p) for p in args.suites], "power": args.power, "all": args.all, "tolerance": TOLERANCE}

@@ -233,6 +233,36 @@ def worker_results(code: torch.nn.Module, workload: Workload, groups: torch.Tens
     return results + workload.sigma * noise
 
 
+def noise_seed(seed: int, n: int, k: int) -> int:
+    """The seed of a setting's noise on GCC's worker results (BACC's: this plus 1)."""
+    return seed * 1_000_000 + n * 1000 + k
+
+
+def gcc_results(workload: Workload, seed: int, k: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A setting's GCC worker results ``(groups, N, *out)`` (natural-spline encoder, the workload's seeded noise) and
+    the reference model's outputs ``(groups, K, *out)``: what every GCC rule of its cells decodes and is measured
+    against."""
+    groups = group_samples(workload.inputs, k)
+    results = worker_results(torchgcc.GCC(k, n, lambda_dec=0.0), workload, groups, noise_seed(seed, n, k))
+    return results, group_samples(model_outputs(workload.reference, workload.inputs), k)
+
+
+def rebuilt_cells(paths: list[Path], args, keep: Callable[[dict], bool]):
+    """``(path, record, workload)`` for every cell of the suite JSONs ``paths`` that ``keep(record)`` keeps, the
+    workloads built as the suite built them; sets ``args.repeats`` and ``args.calibration_groups`` from each suite's
+    config before its cells (what :func:`cell_masks` and :func:`measured` read)."""
+    for path in paths:
+        suite = json.loads(path.read_text())
+        config = suite["config"]
+        args.repeats, args.calibration_groups = config["repeats"], config["calibration_groups"]
+        cells = [record for record in suite["records"] if keep(record)]
+        for seed in sorted({record["seed"] for record in cells}):
+            names = tuple(dict.fromkeys(record["workload"] for record in cells if record["seed"] == seed))
+            built = workloads(names, seed, config["samples"], config["digits_samples"])
+            for record in (record for record in cells if record["seed"] == seed):
+                yield path, record, built[record["workload"]]
+
+
 def mse(estimate: torch.Tensor, truth: torch.Tensor) -> float:
     return torch.mean((estimate.double() - truth.double()) ** 2).item()
 
@@ -413,11 +443,9 @@ def main(argv: list[str] | None = None) -> None:
                 groups = group_samples(workload.inputs, k)
                 if len(groups) <= args.calibration_groups:
                     raise SystemExit(f"{name}: {len(groups)} groups at K = {k}; need more than --calibration-groups")
-                noise_seed = seed * 1_000_000 + n * 1000 + k
                 with torch.no_grad():
-                    gcc = worker_results(torchgcc.GCC(k, n, lambda_dec=0.0), workload, groups, noise_seed)
-                    bacc = worker_results(torchgcc.BACC(k, n), workload, groups, noise_seed + 1)
-                    truth = group_samples(model_outputs(workload.reference, workload.inputs), k)
+                    gcc, truth = gcc_results(workload, seed, k, n)
+                    bacc = worker_results(torchgcc.BACC(k, n), workload, groups, noise_seed(seed, n, k) + 1)
                     for s in stragglers:
                         cell = measure_cell(k, n, s, gcc, bacc, truth, seed, args)
                         row = {"workload": name, "seed": seed, "sigma": workload.sigma, **cell}
