@@ -12,6 +12,10 @@ alike:
 - ``eager``: ``GCC(K, N)``'s decoder (the default, ``lambda_dec="adaptive"``, calibrated beforehand on one batch: the
   steady state), ``check=True`` (the default: one read back), its matrices built from each fresh mask in the call;
 - ``eager_unchecked``: the same with ``check=False`` (no read back);
+- ``kernel_direct`` (CPU, numba backend): what the checked eager call computes, without the decoder's Python layers:
+  the kernel's rows from the mask (:func:`torchgcc.functional.numba_decode.spline_rows`, the same operator), their
+  bmm with the results and the check's sum read back. ``eager`` minus this is the per-call cost of the decoder's
+  checks and dispatch;
 - ``compiled``: ``torch.compile(decoder, fullgraph=True)`` of the ``check=False`` decoder (``--compile-backend``,
   default inductor): the compiled graph calls the same kernel operator as the eager call;
 - ``graph`` (CUDA only): the ``check=False`` decode captured in a CUDA graph, replayed after copying the mask in.
@@ -76,6 +80,17 @@ def bare_bmm(matrices: torch.Tensor, results: torch.Tensor) -> torch.Tensor:
     return torch.bmm(matrices, results)
 
 
+def kernel_direct(decoder, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The checked eager decode's work alone: the numba kernel's rows, their bmm with ``y``, the sum read back."""
+    from torchgcc.functional import numba_decode
+
+    rows = numba_decode.spline_rows(mask, decoder.beta, decoder.alpha, decoder.mu_table, decoder.min_arrived, y.dtype)
+    out = torch.bmm(rows.transpose(1, 2), y)
+    if not math.isfinite(torch.sum(out).item()):
+        raise ValueError("kernel_direct: a non-finite estimate")
+    return out
+
+
 def captured(decoder, y: torch.Tensor, mask: torch.Tensor):
     """A function that copies a mask into a static one and replays the decode captured in a CUDA graph."""
     static_mask = mask.clone()
@@ -122,6 +137,8 @@ def measure_shape(args, num_workers: int, groups: int, outputs: int, device: tor
         "eager_unchecked": lambda i: unchecked(y, masks[i % len(masks)]),
         "compiled": lambda i: compiled(y, masks[i % len(masks)]),
     }
+    if eager.kernel_backend(device) == "numba":
+        calls["kernel_direct"] = lambda i: kernel_direct(eager, y, masks[i % len(masks)])
     if device.type == "cuda":
         replay = captured(unchecked, y, masks[0])
         calls["graph"] = lambda i: replay(masks[i % len(masks)])
