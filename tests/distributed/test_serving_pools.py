@@ -121,3 +121,18 @@ def test_cpu_hog_runs_pinned_on_the_given_core_and_stops():
     assert process.poll() is not None and not hog.running
     with pytest.raises(ValueError, match="cores"):
         CpuHog([10_000])
+
+
+def test_a_temporary_folder_too_long_for_the_forkserver_socket_is_named_with_the_fix(tmp_path):
+    """The forkserver binds a Unix socket under TMPDIR; past 107 bytes the error names TMPDIR and the fix instead of
+    multiprocessing's bare 'AF_UNIX path too long' (a fresh interpreter: no forkserver runs yet)."""
+    long = tmp_path / ("t" * 60) / ("m" * 60)
+    long.mkdir(parents=True)
+    script = (
+        "import torch\nfrom torchgcc.workers.processes import ProcessWorkers\nProcessWorkers(torch.nn.Identity(), 1)\n"
+    )
+    env = dict(os.environ, TMPDIR=str(long))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("OSError: ProcessWorkers:") and str(long) in last and "set TMPDIR" in last, done.stderr

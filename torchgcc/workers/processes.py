@@ -15,6 +15,7 @@ import functools
 import multiprocessing
 import multiprocessing.connection
 import os
+import tempfile
 import threading
 import time
 from typing import Hashable, Sequence
@@ -29,6 +30,21 @@ __all__ = ["ProcessWorkers"]
 _TASK, _CANCEL, _STOP = "task", "cancel", "stop"
 #: exit status of a worker whose coordinator vanished.
 EXIT_ORPHANED = 1
+
+
+def _start(process: multiprocessing.process.BaseProcess) -> None:
+    """``process.start()``, with the fix named where the forkserver cannot bind its socket: its path lies under the
+    temporary folder, and a Unix socket's path holds at most 107 bytes."""
+    try:
+        process.start()
+    except OSError as error:
+        if "AF_UNIX path too long" not in str(error):
+            raise
+        raise OSError(
+            f"ProcessWorkers: the worker processes' forkserver cannot create its socket under the temporary folder "
+            f"{tempfile.gettempdir()!r} (a Unix socket's path holds at most 107 bytes); set TMPDIR to a shorter "
+            "folder, such as /tmp"
+        ) from error
 
 
 class ProcessWorkers:
@@ -71,7 +87,7 @@ class ProcessWorkers:
                     name=f"torchgcc-worker-{worker}",
                     daemon=True,
                 )
-                process.start()
+                _start(process)
                 task_reader.close()
                 result_writer.close()
                 self._processes.append(process)
