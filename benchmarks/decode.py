@@ -80,11 +80,10 @@ def bare_bmm(matrices: torch.Tensor, results: torch.Tensor) -> torch.Tensor:
     return torch.bmm(matrices, results)
 
 
-def kernel_direct(decoder, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The checked eager decode's work alone: the numba kernel's rows, their bmm with ``y``, the sum read back."""
-    from torchgcc.functional import numba_decode
-
-    rows = numba_decode.spline_rows(mask, decoder.beta, decoder.alpha, decoder.mu_table, decoder.min_arrived, y.dtype)
+def kernel_direct(kernels, decoder, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The checked eager decode's work alone: the rows of the kernel module ``kernels`` (``decoder.kernels(device)``,
+    looked up once), their bmm with ``y``, the sum read back."""
+    rows = kernels.spline_rows(mask, decoder.beta, decoder.alpha, decoder.mu_table, decoder.min_arrived, y.dtype)
     out = torch.bmm(rows.transpose(1, 2), y)
     if not math.isfinite(torch.sum(out).item()):
         raise ValueError("kernel_direct: a non-finite estimate")
@@ -138,7 +137,8 @@ def measure_shape(args, num_workers: int, groups: int, outputs: int, device: tor
         "compiled": lambda i: compiled(y, masks[i % len(masks)]),
     }
     if eager.kernel_backend(device) == "numba":
-        calls["kernel_direct"] = lambda i: kernel_direct(eager, y, masks[i % len(masks)])
+        kernels = eager.kernels(device)
+        calls["kernel_direct"] = lambda i: kernel_direct(kernels, eager, y, masks[i % len(masks)])
     if device.type == "cuda":
         replay = captured(unchecked, y, masks[0])
         calls["graph"] = lambda i: replay(masks[i % len(masks)])

@@ -56,7 +56,9 @@ def gap_factor(knots: torch.Tensor, counts: torch.Tensor, power: float) -> torch
 def decode(decoder: SplineDecoder, results: torch.Tensor, masks: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
     """``(B, K, d)`` float64 estimates of the smoothing spline with each group's own ``lam`` ``(B,)``."""
     mu = torch.arange(decoder.num_workers + 1, dtype=torch.float64) * lam.unsqueeze(-1)  # mu[g, n] = n lam_g
-    rows = numba_decode.spline_rows(masks.contiguous(), decoder.beta, decoder.alpha, mu, 2, torch.float64)
+    rows = numba_decode.spline_rows(
+        masks.contiguous(), decoder.beta, decoder.alpha, mu, decoder.min_arrived, torch.float64
+    )
     return torch.bmm(rows.transpose(1, 2), results.reshape(len(results), decoder.num_workers, -1).double())
 
 

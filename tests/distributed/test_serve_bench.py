@@ -90,18 +90,24 @@ def _alive(pids: list[int]) -> list[int]:
     return alive
 
 
+@pytest.fixture
+def short_tmpdir():
+    """A folder for TMPDIR short enough for the forkserver's socket, which lives under it: an AF_UNIX path holds at
+    most 107 bytes, and pytest's tmp_path under pytest-xdist (.../popen-gw0/<test name>/...) leaves too few."""
+    folder = Path(tempfile.mkdtemp(prefix="tg-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.mark.parametrize("engine", ["processes", "ray"])
-def test_ctrl_c_of_serve_bench_leaves_no_process_and_no_temp_folder(tmp_path, engine):
+def test_ctrl_c_of_serve_bench_leaves_no_process_and_no_temp_folder(tmp_path, short_tmpdir, engine):
     if engine == "ray":
         pytest.importorskip("ray")
     before = {p.name for p in Path("/tmp").glob("torchgcc-ray-*")}
     out = tmp_path / "out"
     command = [sys.executable, "-m", "torchgcc", "serve-bench", "--engine", engine, "-N", "4", "-K", "2"]
     command += ["--queries", "4000", "--rates", "50", "--trials", "1", "--no-progress", "--out", str(out)]
-    # a short TMPDIR: the forkserver's socket lives there, and an AF_UNIX path may not exceed 107 bytes (pytest's
-    # tmp_path under pytest-xdist, .../popen-gw0/test_ctrl_c_of_serve_bench_lea0/tmp/pymp-*/listener-*, does)
-    temp = Path(tempfile.mkdtemp(prefix="tg-"))
-    env = dict(os.environ, TMPDIR=str(temp), OMP_NUM_THREADS="1")
+    env = dict(os.environ, TMPDIR=str(short_tmpdir), OMP_NUM_THREADS="1")
     bench = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
@@ -133,9 +139,7 @@ def test_ctrl_c_of_serve_bench_leaves_no_process_and_no_temp_folder(tmp_path, en
     assert _session(bench.pid) == [] and _alive(workers) == []
     assert not out.exists()
     # no pymp-* (forkserver) folder; torchinductor_* is torch's own cache, made when the classifier is trained
-    left = [p.name for p in temp.iterdir() if not p.name.startswith("torchinductor_")]
-    shutil.rmtree(temp)
-    assert left == []
+    assert [p.name for p in short_tmpdir.iterdir() if not p.name.startswith("torchinductor_")] == []
     assert len(started) == {"processes": 0, "ray": 1}[engine]  # the run's own Ray folder existed (Ray only) ...
     assert [name for name in started if (Path("/tmp") / name).exists()] == []  # ... and is gone
     assert [pid for name in started for pid in _ray_processes(name)] == []

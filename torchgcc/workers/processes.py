@@ -34,7 +34,7 @@ EXIT_ORPHANED = 1
 
 def _start(process: multiprocessing.process.BaseProcess) -> None:
     """``process.start()``, with the fix named where the forkserver cannot bind its socket: its path lies under the
-    temporary folder, and a Unix socket's path holds at most 107 bytes."""
+    temporary folder, and a Unix socket's path is short (107 bytes on Linux)."""
     try:
         process.start()
     except OSError as error:
@@ -42,8 +42,8 @@ def _start(process: multiprocessing.process.BaseProcess) -> None:
             raise
         raise OSError(
             f"ProcessWorkers: the worker processes' forkserver cannot create its socket under the temporary folder "
-            f"{tempfile.gettempdir()!r} (a Unix socket's path holds at most 107 bytes); set TMPDIR to a shorter "
-            "folder, such as /tmp"
+            f"{tempfile.gettempdir()!r} (a Unix socket's path holds at most 107 bytes on Linux, 103 on macOS); set "
+            "TMPDIR to a shorter folder, such as /tmp"
         ) from error
 
 
