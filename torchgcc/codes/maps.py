@@ -290,15 +290,18 @@ class Decoder(_Float64Buffers):
         self.register_buffer("beta", check_points(beta.detach().to(torch.float64), "beta"))
         self.min_arrived = min_arrived
         self.nonfinite = nonfinite
+        # the sizes as plain attributes: read on every call, and a buffer's read goes through nn.Module.__getattr__
+        # (loading a state dict cannot change them: a buffer of another shape is refused)
+        self._sizes = (self.alpha.shape[0], self.beta.shape[0])
         self.refresh_layout()
 
     @property
     def num_inputs(self) -> int:
-        return self.alpha.shape[0]
+        return self._sizes[0]
 
     @property
     def num_workers(self) -> int:
-        return self.beta.shape[0]
+        return self._sizes[1]
 
     #: Slots per row of :attr:`layout` (``None``: ``N``; the splines need padding slots).
     layout_width: Optional[int] = None
@@ -451,7 +454,11 @@ class Decoder(_Float64Buffers):
         ``aminmax``, slower on CPU for small outputs (``benchmarks/decode.py`` times the checked and the unchecked
         decode), except for float16 estimates, whose sum would overflow at 65504: ``(lo - lo) + (hi - hi)`` of their
         extremes instead (zero, or NaN where NaN reaches both or an Inf one)."""
-        if compute_dtype(flat.dtype) == torch.float32 and self.kernel_backend(flat.device) == "triton":
+        if (
+            (flat.is_cuda or self.backend == "triton")  # cheap tests first: this runs on every call
+            and compute_dtype(flat.dtype) == torch.float32
+            and self.kernel_backend(flat.device) == "triton"
+        ):
             from torchgcc.functional import fused_decode  # imports triton
 
             return fused_decode.apply_rows(matrices.to(flat.device), flat, self.check)

@@ -248,36 +248,42 @@ def _over_groups(kernel: Callable, args: tuple, groups: int, work_per_group: int
 
 
 #: numpy views of the decoders' constant inputs (points, smoothing tables), by ``id``: a weak reference to the
-#: tensor, its data pointer when viewed, the view. A hit needs the same live tensor on the same memory.
-_views: dict[int, tuple[weakref.ref, int, np.ndarray]] = {}
+#: tensor, its data pointer when viewed, the views. A hit needs the same live tensor on the same memory.
+_views: dict[int, tuple[weakref.ref, int, tuple[np.ndarray, np.ndarray]]] = {}
 
 
-def _constant(tensor: torch.Tensor) -> np.ndarray:
-    """``tensor.numpy()``, remembered for the tensors a decoder passes on every call."""
+def _constant(tensor: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """``tensor.numpy()`` and the same as a table (a vector as its one row), remembered for the tensors a decoder
+    passes on every call."""
     entry = _views.get(id(tensor))
     if entry is not None and entry[0]() is tensor and entry[1] == tensor.data_ptr():
         return entry[2]
     key = id(tensor)
-    _views[key] = (weakref.ref(tensor, lambda _: _views.pop(key, None)), tensor.data_ptr(), tensor.numpy())
-    return _views[key][2]
+    view = tensor.numpy()
+    views = (view, view.reshape(1, -1) if view.ndim == 1 else view)
+    _views[key] = (weakref.ref(tensor, lambda _: _views.pop(key, None)), tensor.data_ptr(), views)
+    return views
 
 
 def _spline_rows(
     mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, mu: torch.Tensor, min_arrived: int, dtype: torch.dtype
 ) -> torch.Tensor:
-    out = torch.empty(mask.shape[0], beta.shape[0], alpha.shape[0], dtype=dtype)
-    mu_np = _constant(mu)
-    args = (mask.numpy(), _constant(beta), _constant(alpha), mu_np[None] if mu_np.ndim == 1 else mu_np, min_arrived)
-    _over_groups(_spline_kernel, (*args, out.numpy()), mask.shape[0], beta.shape[0] * alpha.shape[0])
+    groups, num_workers = mask.shape
+    num_points = alpha.shape[0]
+    out = torch.empty(groups, num_workers, num_points, dtype=dtype)
+    args = (mask.numpy(), _constant(beta)[0], _constant(alpha)[0], _constant(mu)[1], min_arrived, out.numpy())
+    _over_groups(_spline_kernel, args, groups, num_workers * num_points)
     return out
 
 
 def _berrut_rows(
     mask: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, min_arrived: int, dtype: torch.dtype
 ) -> torch.Tensor:
-    out = torch.empty(mask.shape[0], beta.shape[0], alpha.shape[0], dtype=dtype)
-    args = (mask.numpy(), _constant(beta), _constant(alpha), min_arrived, out.numpy())
-    _over_groups(_berrut_kernel, args, mask.shape[0], beta.shape[0] * alpha.shape[0])
+    groups, num_workers = mask.shape
+    num_points = alpha.shape[0]
+    out = torch.empty(groups, num_workers, num_points, dtype=dtype)
+    args = (mask.numpy(), _constant(beta)[0], _constant(alpha)[0], min_arrived, out.numpy())
+    _over_groups(_berrut_kernel, args, groups, num_workers * num_points)
     return out
 
 
