@@ -379,6 +379,31 @@ def test_loading_a_state_dict_with_other_points_decodes_as_its_source(backend, l
     torch.testing.assert_close(target.decoder.decode_matrix(mask), source.decoder.decode_matrix(mask), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("assign", [False, True])
+def test_a_decoder_that_has_decoded_follows_every_later_change(assign, monkeypatch):
+    """The kernel call is bound on the first decode (the points and tables it reads); loading other points, a higher
+    min_arrived, another backend and a device or dtype move must each take effect on the next call."""
+    from torchgcc.functional import numba_decode
+
+    source = torchgcc.GCC(3, 8, lambda_dec="spacing", beta="equispaced", alpha="equispaced")
+    target = torchgcc.GCC(3, 8, lambda_dec="spacing")
+    y, mask = torch.randn(4, 8, 5, dtype=torch.float64), random_masks(4, 8, 3, seed=2)
+    before = target.decoder(y, mask)
+    target.load_state_dict(source.state_dict(), assign=assign)
+    after = target.decoder(y, mask)
+    torch.testing.assert_close(after, source.decoder(y, mask), rtol=0, atol=0)
+    assert not torch.allclose(after, before)
+    target.decoder.min_arrived = 6
+    with pytest.raises(ValueError, match="needs at least 6"):
+        target.decoder(y, mask)
+    target.decoder.min_arrived = 2
+    target.double()  # a move: the buffers are new tensors
+    torch.testing.assert_close(target.decoder(y, mask), after, rtol=0, atol=0)
+    target.decoder.backend = "torch"
+    monkeypatch.setattr(numba_decode, "_spline_kernel", None)  # any call of the numba kernel now fails
+    torch.testing.assert_close(target.decoder(y, mask), after, rtol=1e-12, atol=1e-12)
+
+
 def test_a_state_dict_of_another_code_is_refused_before_anything_is_loaded():
     code = torchgcc.GCC(3, 8, lambda_dec="spacing")
     beta = code.beta.clone()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -23,8 +24,8 @@ class BerrutDecoder(Decoder):
     def fit_matrix(self, survivors: Survivors) -> torch.Tensor:
         return padded_berrut_matrices(survivors.knots, survivors.valid, self.alpha)
 
-    def kernel_rows(self, mask: torch.Tensor, kernels: ModuleType, dtype: torch.dtype) -> torch.Tensor:
-        return kernels.berrut_rows(mask, self.beta, self.alpha, self.min_arrived, dtype)
+    def kernel_call(self, kernels: ModuleType) -> Callable[..., torch.Tensor]:
+        return functools.partial(kernels.berrut_rows, beta=self.beta, alpha=self.alpha, min_arrived=self.min_arrived)
 
 
 class BACC(Code):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from types import ModuleType
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
@@ -130,8 +131,10 @@ class SplineDecoder(Decoder):
         survivors."""
         return padded_spline_matrices(survivors.knots, survivors.counts, self.alpha, mu, self.plan)
 
-    def kernel_rows(self, mask: torch.Tensor, kernels: ModuleType, dtype: torch.dtype) -> torch.Tensor:
-        return kernels.spline_rows(mask, self.beta, self.alpha, self.mu_table, self.min_arrived, dtype)
+    def kernel_call(self, kernels: ModuleType) -> Callable[..., torch.Tensor]:
+        return functools.partial(
+            kernels.spline_rows, beta=self.beta, alpha=self.alpha, mu=self.mu_table, min_arrived=self.min_arrived
+        )
 
 
 class GCVSplineDecoder(SplineDecoder):

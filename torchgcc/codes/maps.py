@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 import math
 from types import ModuleType
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -307,8 +307,18 @@ class Decoder(_Float64Buffers):
     layout_width: Optional[int] = None
 
     def refresh_layout(self) -> None:
-        """Derive :attr:`layout` from the worker points ``beta`` (at construction and after loading a state dict)."""
+        """Derive :attr:`layout` from the worker points ``beta`` (at construction and after loading a state dict),
+        and forget the bound kernel call (:meth:`_bound_kernel`)."""
         self.layout = survivor_layout(self.beta, self.layout_width)
+        self._bound: Optional[tuple[tuple, Optional[Callable[..., torch.Tensor]]]] = None
+
+    def _apply(self, fn, recurse=True):
+        self._bound = None  # the bound call holds the buffers, which a move replaces
+        return super()._apply(fn, recurse)
+
+    def __getstate__(self):
+        """Pickles and deep copies leave the bound kernel call out (bound again on first use)."""
+        return {**super().__getstate__(), "_bound": None}
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors):
         """Loads the points only if they are valid (finite, increasing, on [-1, 1]), then derives from them what
@@ -325,12 +335,32 @@ class Decoder(_Float64Buffers):
         survivor, zero in the padding columns ``j >= counts``; ``W = layout.width``): the subclass's map."""
         raise NotImplementedError
 
+    def kernel_call(self, kernels: ModuleType) -> Callable[..., torch.Tensor]:
+        """The kernel of ``kernels`` (:mod:`torchgcc.functional.fused_decode` or
+        :mod:`torchgcc.functional.numba_decode`: the same functions) with this decoder's points, tables and
+        ``min_arrived`` bound: ``call(mask, dtype=dtype)`` is :meth:`kernel_rows`."""
+        raise NotImplementedError(f"{type(self).__name__} has no kernel")
+
     def kernel_rows(self, mask: torch.Tensor, kernels: ModuleType, dtype: torch.dtype) -> torch.Tensor:
         """``(B, N, K)`` decode matrices, transposed, in ``dtype`` (solved in float64), of every row of a ``(B, N)``
-        contiguous ``mask`` on the kernel's device from one call of a kernel of ``kernels``
-        (:mod:`torchgcc.functional.fused_decode` or :mod:`torchgcc.functional.numba_decode`: the same functions);
+        contiguous ``mask`` on the kernel's device from one call of a kernel of ``kernels`` (:meth:`kernel_call`);
         NaN in the groups of fewer than ``min_arrived`` survivors."""
-        raise NotImplementedError(f"{type(self).__name__} has no kernel")
+        return self.kernel_call(kernels)(mask, dtype=dtype)
+
+    def _bound_kernel(self, device: torch.device) -> Optional[Callable[..., torch.Tensor]]:
+        """:meth:`kernel_call` for data on ``device`` (None: the torch path). Outside ``torch.compile`` and
+        ``torch.jit.trace`` it is resolved once per device, backend and ``min_arrived`` and kept until the buffers
+        move or are reloaded (:meth:`refresh_layout`): after a BLAS call has flushed the caches, each Python layer
+        between the call and the kernel costs a few microseconds, a tenth of a small decode."""
+        if torch.compiler.is_compiling() or torch.jit.is_tracing():
+            kernels = self.kernels(device)
+            return None if kernels is None else self.kernel_call(kernels)
+        key = (device, self.backend, self.min_arrived)
+        bound = self._bound
+        if bound is None or bound[0] != key:
+            kernels = self.kernels(device)
+            bound = self._bound = (key, None if kernels is None else self.kernel_call(kernels))
+        return bound[1]
 
     def kernel_backend(self, device: torch.device) -> str:
         """The backend that builds the matrices for data on ``device``: ``"torch"``, ``"triton"`` or ``"numba"``
@@ -537,9 +567,9 @@ class Decoder(_Float64Buffers):
         device: the kernel's rows in ``dtype``, transposed (a view), or the torch path's float64 matrices."""
         if mask.device != self.beta.device:
             mask = mask.to(self.beta.device)
-        kernels = self.kernels(mask.device)
-        if kernels is not None:
-            return self.kernel_rows(mask.contiguous(), kernels, dtype).transpose(1, 2)
+        call = self._bound_kernel(mask.device)
+        if call is not None:
+            return call(mask.contiguous(), dtype=dtype).transpose(1, 2)
         survivors = self.survivors(mask)
         return self.scatter(self.fit_matrix(survivors), survivors)
 
