@@ -47,6 +47,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
@@ -58,6 +59,8 @@ from torchgcc.codes.maps import numba_available
 from torchgcc.stragglers import FixedStragglers
 from torchgcc.timing import make_timer
 
+#: The checkout the benchmark runs in (its commit goes into the JSON).
+ROOT = Path(__file__).resolve().parents[1]
 #: Profiler events that read device memory back to the host.
 READS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::unique", "aten::_unique2", "aten::unique_consecutive"}
 #: Seconds of one bmm above which a row takes ``--large-repeats`` samples (N = 1024, B = 512, d = 1000: 2 GB results).
@@ -188,6 +191,20 @@ def measure_shape(args, num_workers: int, groups: int, outputs: int, device: tor
     return rows
 
 
+def source_commit() -> str | None:
+    """The checkout's commit, with ``+changes`` where the working tree differs from it; None outside git."""
+
+    def git(*command: str) -> str:
+        return subprocess.run(["git", *command], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        return git("rev-parse", "--short", "HEAD") + (
+            "+changes" if git("status", "--porcelain", "--untracked-files=no") else ""
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def paired_ratio(values: list[float], baseline: list[float]) -> float:
     """The median of each sample's ratio to the baseline's sample of the same repeat."""
     return statistics.median(value / base for value, base in zip(values, baseline))
@@ -248,6 +265,7 @@ def main() -> None:
             "device": str(device),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
             "cpu_count": os.cpu_count(),
+            "commit": source_commit(),
             "load_average_before": os.getloadavg(),
         },
         "targets": {f"B={groups}": bound for groups, bound in TARGETS.items()},
