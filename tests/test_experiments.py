@@ -242,3 +242,41 @@ def test_tables_fit_the_console_without_cutting_cells(tmp_path, monkeypatch):
     rows = [line for line in lines if line.startswith("│") and line.split("│")[1].strip()]  # a row's first line
     assert [row.split("│")[1].strip() for row in rows] == [r["scheme"] for r in data["records"]]  # folded, not cut
     assert (tmp_path / "table.md").read_text() == "t\n\n" + adaptive_wait_study.docs_table(data)
+
+
+def test_serve_bench_calibrates_the_default_on_its_calibration_groups_before_it_serves():
+    """GCC's default chooses its smoothing from results; serve-bench calibrates it before the timed run on
+    ``calibration_groups`` groups of training images (seeded), so the choice does not come from the first served
+    batch (one or two groups); 0 leaves it to that batch, and codes that do not calibrate are left alone."""
+    from dataclasses import replace
+
+    from torchgcc.app.code_names import named_code
+    from torchgcc.app.experiments import serving_study
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 5)).eval()
+    images = torch.randn(200, 6)
+    config = replace(serving_study.DEFAULT, num_workers=8, num_inputs=4)
+
+    def named(name):
+        return named_code(name, num_inputs=4, num_workers=8, num_stragglers=0, timeout_s=60.0)
+
+    ratios = []
+    for _ in range(2):
+        gcc = named("gcc:S=4")
+        assert not gcc.code.decoder.calibrated
+        serving_study.calibrate_before_serving(gcc, model, images, config, seed=5)
+        assert gcc.code.decoder.calibrated and bool(torch.isfinite(gcc.code.decoder.ratio))
+        ratios.append(gcc.code.decoder.ratio.item())
+    assert ratios[0] == ratios[1]  # seeded
+    untouched = named("gcc:S=4")
+    serving_study.calibrate_before_serving(untouched, model, images, replace(config, calibration_groups=0), seed=5)
+    assert not untouched.code.decoder.calibrated
+    for other in ("natural:S=4", "bacc:S=2"):
+        serving_study.calibrate_before_serving(named(other), model, images, config, seed=5)  # nothing to calibrate
+    with pytest.raises(UsageError, match="--calibration-groups must be at least 0"):
+        parser = argparse.ArgumentParser()
+        serving_study.add_arguments(parser)
+        parser.add_argument("--quick", action="store_true")
+        parser.add_argument("--seed", type=int, default=0)
+        serving_study.configure(parser.parse_args(["--calibration-groups", "-1"]))

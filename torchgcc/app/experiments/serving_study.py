@@ -10,7 +10,10 @@ the results its scheme needs (:func:`torchgcc.serving.serve_open_loop`). Every s
 - ``hedged``: uncoded, plus a backup of every share still unanswered after the ``hedge_percentile`` of recent
   share latencies, on the least-loaded other worker ("The Tail at Scale");
 - ``gcc``, ``natural`` (natural-spline GCC), ``bacc`` at two S, ``(N - K) / 2`` and ``N - K``: groups of K queries
-  coded into N inputs, decoded from the fastest ``N - S``.
+  coded into N inputs, decoded from the fastest ``N - S``. GCC's default decoder chooses its smoothing once from
+  results (it calibrates): before a code serves, it is calibrated on ``calibration_groups`` groups of training
+  images under random masks of its S, as a server would before taking traffic (0: on the first batch it serves,
+  one or two groups here).
 
 Worker slowdowns are injected delays (each worker stays busy ``delay`` seconds after its model ran; the latency
 model is seeded per rate and trial, and every scheme of a trial gets the same arrivals and the same delays),
@@ -44,9 +47,10 @@ from torchgcc.app.plots import plt, save_figure
 from torchgcc.app.results import ExperimentResult
 from torchgcc.app.statistics import seed_mean_ci
 from torchgcc.app.tables import markdown_rows, publish_rows
+from torchgcc.coded_module import group_samples
 from torchgcc.metrics import accuracy, argmax_agreement, mse
 from torchgcc.serving import CpuHog, HedgePolicy, PoissonArrivals, form_batches, serve_open_loop
-from torchgcc.stragglers import LATENCY_MODELS, LatencyStragglers
+from torchgcc.stragglers import LATENCY_MODELS, FixedStragglers, LatencyStragglers
 from torchgcc.workers import ProcessWorkers, VirtualWorkers
 
 __all__ = [
@@ -56,6 +60,7 @@ __all__ = [
     "QUICK",
     "Config",
     "add_arguments",
+    "calibrate_before_serving",
     "configure",
     "docs_table",
     "report",
@@ -84,7 +89,8 @@ class Config:
     ``batch_size`` queries per batch (a multiple of K: ``batch_size / K`` groups), ``queries`` per rate and
     trial, ``latency`` a registered latency model with ``latency_params`` (seconds), drawn once per batch and
     worker; ``worker_threads`` torch threads per worker; ``virtual_service_s`` the model time of one task on the
-    virtual clock (``engine="virtual"`` only).
+    virtual clock (``engine="virtual"`` only); ``calibration_groups`` the groups of training images a calibrating
+    decoder (GCC's default) is calibrated on before it serves (0: on its first served batch).
     """
 
     model: str = "lenet5"
@@ -106,6 +112,7 @@ class Config:
     interference_cores: tuple[int, ...] = ()
     worker_threads: int = 1
     virtual_service_s: float = 0.001
+    calibration_groups: int = 16
     seed: int = 0
 
 
@@ -185,6 +192,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT.virtual_service_s,
         help="seconds of model time per task on the virtual clock (--engine virtual)",
     )
+    parser.add_argument(
+        "--calibration-groups",
+        type=int,
+        default=DEFAULT.calibration_groups,
+        help="groups of training images GCC's default decoder is calibrated on before it serves "
+        "(0: on the first batch it serves)",
+    )
 
 
 def configure(args: argparse.Namespace) -> Config:
@@ -211,12 +225,15 @@ def configure(args: argparse.Namespace) -> Config:
         interference_cores=args.interference_cores,
         worker_threads=args.worker_threads,
         virtual_service_s=args.virtual_service_s,
+        calibration_groups=args.calibration_groups,
         seed=args.seed,
     )
     if config.batch_size < 1 or config.batch_size % k:
         raise UsageError(f"--batch-size {config.batch_size} must be a positive multiple of K = {k}")
     if not config.rates or min(config.rates) <= 0:
         raise UsageError("--rates must be positive queries per second")
+    if config.calibration_groups < 0:
+        raise UsageError(f"--calibration-groups must be at least 0, got {config.calibration_groups}")
     if config.queries < config.batch_size or config.trials < 1:
         raise UsageError(f"--queries must be at least one batch ({config.batch_size}) and --trials at least 1")
     if not 0 < config.hedge_percentile < 1:
@@ -269,6 +286,27 @@ def _workers(config: Config, model: torch.nn.Module) -> Iterator[Any]:
         yield actors
 
 
+def calibrate_before_serving(
+    named: NamedCode, model: torch.nn.Module, images: torch.Tensor, config: Config, seed: int
+) -> None:
+    """Calibrate ``named``'s decoder if it calibrates (GCC's default) on ``config.calibration_groups`` groups of
+    ``images`` (drawn with ``seed``), coded and run through ``model`` here, under random masks of the code's S:
+    the smoothing then comes from as many groups as the rule was chosen on, not from the first served batch. Other
+    codes, and ``calibration_groups = 0``, are left as they are."""
+    decoder = named.code.decoder
+    if config.calibration_groups == 0 or not getattr(decoder, "calibrates", False):
+        return
+    k, n = config.num_inputs, config.num_workers
+    generator = torch.Generator().manual_seed(seed)
+    picked = torch.randperm(len(images), generator=generator)[: config.calibration_groups * k]
+    groups = group_samples(images[picked], k)
+    with torch.no_grad():
+        coded = named.code.encoder(groups)
+        results = model(coded.flatten(0, 1)).reshape(len(groups), n, -1)
+    stragglers = named.wait.num_stragglers or 0
+    decoder.calibrate(results, FixedStragglers(stragglers, seed=seed).sample(len(groups), n))
+
+
 def _trial_seed(config: Config, rate_index: int, trial: int) -> int:
     return 1_000_003 * config.seed + 1000 * rate_index + trial
 
@@ -303,6 +341,7 @@ def run(config: Config, *, progress: bool = True) -> ExperimentResult:
                     bar.set_description(f"{rate:g} q/s, trial {trial}, {name}")
                     hedge = HedgePolicy(config.hedge_percentile) if name == "hedged" else None
                     named = _scheme(config, name)
+                    calibrate_before_serving(named, model, split.train_x, config, seed)
                     with hog.running():
                         served = serve_open_loop(
                             torchgcc.CodedModule(model, named.code, workers=workers, wait=named.wait),
