@@ -397,7 +397,7 @@ def test_a_decoder_that_has_decoded_follows_every_later_change(assign, monkeypat
     with pytest.raises(ValueError, match="needs at least 6"):
         target.decoder(y, mask)
     target.decoder.min_arrived = 2
-    target.double()  # a move: the buffers are new tensors
+    target.double()  # a conversion: the float64 buffers stay as they are, the binding is dropped and made again
     torch.testing.assert_close(target.decoder(y, mask), after, rtol=0, atol=0)
     target.decoder.backend = "torch"
     monkeypatch.setattr(numba_decode, "_spline_kernel", None)  # any call of the numba kernel now fails

@@ -48,6 +48,7 @@ from torchgcc.app.results import ExperimentResult
 from torchgcc.app.statistics import seed_mean_ci
 from torchgcc.app.tables import markdown_rows, publish_rows
 from torchgcc.coded_module import group_samples
+from torchgcc.codes.gcc import GCV_POOL
 from torchgcc.metrics import accuracy, argmax_agreement, mse
 from torchgcc.serving import CpuHog, HedgePolicy, PoissonArrivals, form_batches, serve_open_loop
 from torchgcc.stragglers import LATENCY_MODELS, FixedStragglers, LatencyStragglers
@@ -112,7 +113,7 @@ class Config:
     interference_cores: tuple[int, ...] = ()
     worker_threads: int = 1
     virtual_service_s: float = 0.001
-    calibration_groups: int = 16
+    calibration_groups: int = GCV_POOL
     seed: int = 0
 
 
