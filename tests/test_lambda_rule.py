@@ -1,5 +1,7 @@
 """The GCV smoothing rules (``lambda_dec="gcv"`` per group, ``"adaptive"`` pooled over the batch) against scipy."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -138,6 +140,29 @@ def test_the_default_pools_the_scores_of_evenly_spaced_groups_of_the_batch():
     assert code.decoder.last_ratio.item() == pytest.approx(GCV_RATIOS[best] / LEFT_OUT_GAP ** (1 - removed), rel=1e-6)
     assert LEFT_OUT_GAP == 2 and 0 < removed < 1
     torch.testing.assert_close(code.decoder.last_lambda, spacing_lambda(mask.sum(-1), code.decoder.last_ratio))
+
+
+@pytest.mark.parametrize(
+    "num_workers, batch, warned", [(16, 1, True), (16, 15, True), (16, 16, False), (128, 8, False)]
+)
+def test_a_default_that_calibrates_on_fewer_groups_than_it_pools_says_so(num_workers, batch, warned):
+    """A first batch smaller than the pool (min(16, 1024 // N) groups) gives a noisy choice: the decoder warns once,
+    naming the pool and the fix; a full pool (8 groups at N = 128) warns nothing."""
+    code = torchgcc.GCC(4, num_workers)
+    y = torch.sin(3 * code.beta).repeat(batch, 1).unsqueeze(-1)
+    mask = torch.ones(batch, num_workers, dtype=torch.bool)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code.decoder(y, mask)
+        code.decoder(y, mask)  # calibrated: the second call chooses nothing
+    messages = [str(warning.message) for warning in caught if warning.category is torchgcc.CalibrationWarning]
+    assert code.decoder.calibrated
+    if warned:
+        assert len(messages) == 1
+        assert f"from {batch} group(s)" in messages[0] and "it pools 16" in messages[0]
+        assert "code.decoder.calibrate(y, mask)" in messages[0]
+    else:
+        assert messages == []
 
 
 def textbook_gcv(knots: np.ndarray, y: np.ndarray, mu: float) -> float:

@@ -18,6 +18,7 @@ logging.getLogger("torchgcc").addHandler(logging.NullHandler())
 #: is an attribute too, imported on first use (``torchgcc.codes.RobustGCC`` right after ``import torchgcc``).
 _EXPORTS: dict[str, str | None] = {
     "BACC": "torchgcc.codes",
+    "CalibrationWarning": "torchgcc.codes",
     "CodedModule": "torchgcc.coded_module",
     "Code": "torchgcc.codes",
     "codes": None,

@@ -3,7 +3,7 @@
 from torchgcc.codes.bacc import BACC
 from torchgcc.codes.base import Code
 from torchgcc.codes.catalog import CODES, list_codes, make_code, register_code
-from torchgcc.codes.gcc import GCC
+from torchgcc.codes.gcc import GCC, CalibrationWarning
 from torchgcc.codes.lcc import LCC
 from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.codes.replication import Replication
@@ -13,6 +13,7 @@ from torchgcc.codes.uncoded import Uncoded
 __all__ = [
     "BACC",
     "CODES",
+    "CalibrationWarning",
     "Code",
     "Decoder",
     "Encoder",

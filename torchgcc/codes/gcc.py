@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import warnings
 from types import ModuleType
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -20,6 +21,7 @@ from torchgcc.tracing import graph_break
 
 __all__ = [
     "BANDWIDTH_RATIO",
+    "CalibrationWarning",
     "GCC",
     "GCVSplineDecoder",
     "GCV_POOL",
@@ -48,6 +50,13 @@ UNCALIBRATED_UNDER_COMPILE = (
     "smoothing from the results, which torch.compile (fullgraph=True) and torch.jit.trace cannot record. Call the "
     "decoder once eagerly (or decoder.calibrate(y, mask)) before compiling or tracing it, or use lambda_dec='spacing'"
 )
+
+
+class CalibrationWarning(UserWarning):
+    """GCC's default decoder chose its smoothing from fewer groups of results than it pools (a noisy choice:
+    docs/family.md measures it). Silence it with ``warnings.filterwarnings("ignore", category=CalibrationWarning)``
+    where a small first batch is intended."""
+
 
 #: Named decoder smoothing rules accepted by ``GCC(lambda_dec=...)`` besides explicit numbers.
 LAMBDA_RULES = ("adaptive", "gcv", "spacing")
@@ -235,6 +244,15 @@ class GCVSplineDecoder(SplineDecoder):
     def _calibrate(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():  # the choice reads the results once: no graph holds it
             raise RuntimeError(UNCALIBRATED_UNDER_COMPILE)
+        full = self.full_pool
+        if len(mask) < full:
+            warnings.warn(  # the user can fix it: a warning, not a log record (logging HOWTO)
+                f"GCC's default decoder chooses its smoothing from {len(mask)} group(s) of results; it pools {full} "
+                "when the batch has them, and a choice from fewer is noisy (docs/family.md measures it). Decode a "
+                f"first batch of at least {full} groups, or call code.decoder.calibrate(y, mask) on that many",
+                CalibrationWarning,
+                stacklevel=2,
+            )
         survivors = self.survivors(mask)
         ratio, lam = self._choose(flat, mask, survivors)
         self.last_ratio, self.last_lambda = ratio, lam
@@ -287,6 +305,13 @@ class GCVSplineDecoder(SplineDecoder):
             return rows.transpose(1, 2)
         return self.scatter(self.spline(survivors, survivors.counts * lam), survivors)
 
+    @property
+    def full_pool(self) -> int:
+        """The groups the pooled choice scores when a batch has them: ``min(pool, max(1, 1024 // N))``
+        (:data:`GCV_POOL`, :data:`GCV_POOL_RESULTS`)."""
+        assert self.pool is not None, "full_pool: a per-group decoder (pool=None) pools nothing"
+        return min(self.pool, max(1, GCV_POOL_RESULTS // self.num_workers))
+
     def _choose(
         self, flat: torch.Tensor, mask: torch.Tensor, survivors: Survivors
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -301,7 +326,7 @@ class GCVSplineDecoder(SplineDecoder):
         if self.pool is None:
             scored, picked = survivors, flat
         else:  # groups evenly spaced over the batch (a function of the sizes only)
-            pooled = min(len(mask), self.pool, max(1, GCV_POOL_RESULTS // self.num_workers))
+            pooled = min(len(mask), self.full_pool)
             index = torch.linspace(0, len(mask) - 1, pooled, device=mask.device).round().long()
             scored, picked = Survivors(*(field[index] for field in survivors)), flat[index]
         width = min(self.num_workers, scored.order.shape[-1])
