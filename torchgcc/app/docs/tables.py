@@ -25,6 +25,7 @@ __all__ = [
     "finetune_at",
     "finetune_seeds",
     "lambda_suite",
+    "lambda_suite_pools",
     "lambda_suite_worst",
     "latency",
     "latency_adaptive",
@@ -142,6 +143,23 @@ def lambda_suite_worst(data: Data) -> str:
         worst = [f"{max(r['ratio_to_best'][rule] for r in cells):.2f}" for rule in LAMBDA_SUITE_RULES]
         failing = [f"seed {r['seed']} K={r['K']} N={r['N']} S={r['S']}" for r in cells if not r["passes"]]
         rows.append([name, str(len(cells)), *worst, ", ".join(failing) or "none"])
+    return markdown_grid(header, rows)
+
+
+def lambda_suite_pools(runs: list[Data]) -> str:
+    """Runs of ``benchmarks/lambda_suite.py`` on one split that differ in ``--calibration-groups`` (the first batch
+    the default and the candidates calibrate on), in the order given: each rule's worst ratio to the best of natural /
+    spacing / GCV over every cell, the cells where the default fails the criterion, and its worst cell."""
+    header = ["calibration groups", "cells", *LAMBDA_SUITE_RULES.values(), "default fails", "default's worst cell"]
+    rows = []
+    for run in runs:
+        summary = run["summary"]
+        workload, seed, k, n, s = summary["worst"]["default"]["cell"]
+        rows.append(
+            [str(run["config"]["calibration_groups"]), str(summary["cells"])]
+            + [f"{summary['worst'][rule]['ratio']:.2f}" for rule in LAMBDA_SUITE_RULES]
+            + [str(summary["cells_failing"]["default"]), f"{workload} seed {seed} K={k} N={n} S={s}"]
+        )
     return markdown_grid(header, rows)
 
 
