@@ -163,7 +163,8 @@ class GCVSplineDecoder(SplineDecoder):
       on the first batch decoded, and then kept (the ``ratio`` buffer, saved in the state dict): every later call is
       mask-only, as cheap as the ``"spacing"`` rule and capturable (no data-dependent branch). Like BatchNorm's
       statistics the choice belongs to the model it was made for: call :meth:`recalibrate` when the model changes
-      materially (during training, say once an epoch), or :meth:`calibrate` on chosen results.
+      materially (during training, say once an epoch), or :meth:`calibrate` on chosen results. A choice from fewer
+      groups than the pool (:attr:`full_pool`) is noisy and warns (:class:`CalibrationWarning`).
 
     Only groups whose scores depend on ``lam`` count (at least four results, not on a line:
     :func:`~torchgcc.functional.decoder_smoothing.informative_groups`); a group (``pool=None``) or a pool without any
