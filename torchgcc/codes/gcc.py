@@ -164,7 +164,7 @@ class GCVSplineDecoder(SplineDecoder):
       mask-only, as cheap as the ``"spacing"`` rule and capturable (no data-dependent branch). Like BatchNorm's
       statistics the choice belongs to the model it was made for: call :meth:`recalibrate` when the model changes
       materially (during training, say once an epoch), or :meth:`calibrate` on chosen results. A choice from fewer
-      groups than the pool (:attr:`full_pool`) is noisy and warns (:class:`CalibrationWarning`).
+      groups than the pool (:meth:`full_pool`) is noisy and warns (:class:`CalibrationWarning`).
 
     Only groups whose scores depend on ``lam`` count (at least four results, not on a line:
     :func:`~torchgcc.functional.decoder_smoothing.informative_groups`); a group (``pool=None``) or a pool without any
@@ -245,7 +245,7 @@ class GCVSplineDecoder(SplineDecoder):
     def _calibrate(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():  # the choice reads the results once: no graph holds it
             raise RuntimeError(UNCALIBRATED_UNDER_COMPILE)
-        full = self.full_pool
+        full = self.full_pool()
         if len(mask) < full:
             warnings.warn(  # the user can fix it: a warning, not a log record (logging HOWTO)
                 f"GCC's default decoder chooses its smoothing from {len(mask)} group(s) of results; it pools {full} "
@@ -306,12 +306,11 @@ class GCVSplineDecoder(SplineDecoder):
             return rows.transpose(1, 2)
         return self.scatter(self.spline(survivors, survivors.counts * lam), survivors)
 
-    @property
     def full_pool(self) -> int:
         """The groups the pooled choice scores when a batch has them: ``min(pool, max(1, 1024 // N))``
-        (:data:`GCV_POOL`, :data:`GCV_POOL_RESULTS`)."""
-        assert self.pool is not None, "full_pool: a per-group decoder (pool=None) pools nothing"
-        return min(self.pool, max(1, GCV_POOL_RESULTS // self.num_workers))
+        (:data:`GCV_POOL`, :data:`GCV_POOL_RESULTS`); 1 for a per-group decoder (``pool=None``). A method, not a
+        property: ``torch.jit.trace`` evaluates a module's properties."""
+        return 1 if self.pool is None else min(self.pool, max(1, GCV_POOL_RESULTS // self.num_workers))
 
     def _choose(
         self, flat: torch.Tensor, mask: torch.Tensor, survivors: Survivors
@@ -327,7 +326,7 @@ class GCVSplineDecoder(SplineDecoder):
         if self.pool is None:
             scored, picked = survivors, flat
         else:  # groups evenly spaced over the batch (a function of the sizes only)
-            pooled = min(len(mask), self.full_pool)
+            pooled = min(len(mask), self.full_pool())
             index = torch.linspace(0, len(mask) - 1, pooled, device=mask.device).round().long()
             scored, picked = Survivors(*(field[index] for field in survivors)), flat[index]
         width = min(self.num_workers, scored.order.shape[-1])
