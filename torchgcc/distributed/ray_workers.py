@@ -59,8 +59,10 @@ def local_ray(num_cpus: int | None = None) -> Iterator[object]:
         )
         yield ray
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
+        # also after a ray.init that did not finish (a SIGTERM meets Ray's own handler while it starts): the processes
+        # it had started are stopped here, and waited for, so that none writes into the folder after it is removed
+        # (Ray's atexit hook would stop them later, logging into a folder already gone: it came back)
+        ray.shutdown(wait_for_processes=True)
         shutil.rmtree(folder, ignore_errors=True)
 
 
