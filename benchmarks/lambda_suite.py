@@ -73,7 +73,7 @@ from torchgcc.app.data import load_dataset
 from torchgcc.app.evaluate import model_outputs
 from torchgcc.app.model_cache import load_or_train
 from torchgcc.coded_module import group_samples
-from torchgcc.codes.gcc import BANDWIDTH_RATIO, GCV_POOL, GCV_POOL_RESULTS, GCV_RATIOS, SplineDecoder, spacing_lambda
+from torchgcc.codes.gcc import BANDWIDTH_RATIO, GCV_POOL, GCV_RATIOS, SplineDecoder, pooled_groups, spacing_lambda
 from torchgcc.functional.decoder_smoothing import informative_groups
 from torchgcc.functional.gcv import gcv_scores
 from torchgcc.noise import LowPrecisionWorkers
@@ -275,7 +275,7 @@ def pooled_system(
     """What a score of the candidates :data:`GCV_RATIOS` reads, for the groups the default pools (evenly spaced, at
     most ``GCV_POOL`` and about 1024 results): the survivors' knots ``(G, W)``, their counts ``(G,)``, their results
     compacted in knot order ``(G, W, d)`` float64 and the candidates ``mu = n lam`` ``(G, L)``."""
-    pooled = min(len(mask), GCV_POOL, max(1, GCV_POOL_RESULTS // decoder.num_workers))
+    pooled = min(len(mask), pooled_groups(decoder.num_workers))
     index = torch.linspace(0, len(mask) - 1, pooled).round().long()
     survivors = decoder.survivors(mask[index])
     flat = results[index].reshape(pooled, decoder.num_workers, -1).double()

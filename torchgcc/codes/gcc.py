@@ -66,6 +66,13 @@ LAMBDA_RULES = ("adaptive", "gcv", "spacing")
 CALIBRATION_LOCK = threading.RLock()
 
 
+def pooled_groups(num_workers: int, pool: int = GCV_POOL) -> int:
+    """The groups of a batch whose GCV scores a pooled choice reads when the batch has them: ``pool`` (default
+    :data:`GCV_POOL`), fewer when ``N = num_workers`` is large, at most about :data:`GCV_POOL_RESULTS` results in
+    all and at least one group: ``min(pool, max(1, GCV_POOL_RESULTS // N))``."""
+    return min(pool, max(1, GCV_POOL_RESULTS // num_workers))
+
+
 def spacing_lambda(num_points: Union[int, torch.Tensor], bandwidth_ratio: Union[float, torch.Tensor] = BANDWIDTH_RATIO):
     """The smoothing of a fit to ``n = num_points`` results at bandwidth ratio ``r``: ``lambda = (2 r / (n - 1))^4``.
 
@@ -307,10 +314,9 @@ class GCVSplineDecoder(SplineDecoder):
         return self.scatter(self.spline(survivors, survivors.counts * lam), survivors)
 
     def full_pool(self) -> int:
-        """The groups the pooled choice scores when a batch has them: ``min(pool, max(1, 1024 // N))``
-        (:data:`GCV_POOL`, :data:`GCV_POOL_RESULTS`); 1 for a per-group decoder (``pool=None``). A method, not a
-        property: ``torch.jit.trace`` evaluates a module's properties."""
-        return 1 if self.pool is None else min(self.pool, max(1, GCV_POOL_RESULTS // self.num_workers))
+        """:func:`pooled_groups` of this decoder; 1 for a per-group decoder (``pool=None``). A method, not a property:
+        ``torch.jit.trace`` evaluates a module's properties."""
+        return 1 if self.pool is None else pooled_groups(self.num_workers, self.pool)
 
     def _choose(
         self, flat: torch.Tensor, mask: torch.Tensor, survivors: Survivors
