@@ -160,7 +160,7 @@ def test_a_default_that_calibrates_on_fewer_groups_than_it_pools_says_so(num_wor
     if warned:
         assert len(messages) == 1
         assert f"from {batch} group(s)" in messages[0] and "it pools 16" in messages[0]
-        assert "code.decoder.calibrate(y, mask)" in messages[0]
+        assert "code.decoder.calibrate(y, mask)" in messages[0] and "at least 64 samples" in messages[0]  # 16 K
     else:
         assert messages == []
 

@@ -257,7 +257,8 @@ class GCVSplineDecoder(SplineDecoder):
             warnings.warn(  # the user can fix it: a warning, not a log record (logging HOWTO)
                 f"GCC's default decoder chooses its smoothing from {len(mask)} group(s) of results; it pools {full} "
                 "when the batch has them, and a choice from fewer is noisy (docs/family.md measures it). Decode a "
-                f"first batch of at least {full} groups, or call code.decoder.calibrate(y, mask) on that many",
+                f"first batch of at least {full} groups (through a CodedModule: a first forward of at least "
+                f"{full * self.num_inputs} samples), or call code.decoder.calibrate(y, mask) on that many groups",
                 CalibrationWarning,
                 stacklevel=2,
             )
