@@ -212,6 +212,8 @@ def test_pooled_ratio_divides_the_minimiser_by_the_gap_to_the_power_of_the_share
     flat = torch.tensor([[1.0, 0.999, 1.0, 1.2]], dtype=torch.float64)  # a tiny dip (exact results): about half
     assert pooled_gcv_ratio(flat, ratios).item() == pytest.approx(0.1 / 2**0.999)
     assert pooled_gcv_ratio(torch.ones(2, 4, dtype=torch.float64), ratios).item() == 0.0
+    # another gap (benchmarks/lambda_derived_rules.py measures it on the masks): the same power of it
+    assert pooled_gcv_ratio(flat, ratios, left_out_gap=1.5).item() == pytest.approx(0.1 / 1.5**0.999)
 
 
 @pytest.mark.parametrize("lambda_dec", ["adaptive", "gcv", "spacing"])

@@ -52,17 +52,20 @@ def informative_groups(scores: torch.Tensor) -> torch.Tensor:
     return finite & (high - low > SAME_SCORE * high.abs())
 
 
-def pooled_gcv_ratio(scores: torch.Tensor, ratios: torch.Tensor) -> torch.Tensor:
+def pooled_gcv_ratio(
+    scores: torch.Tensor, ratios: torch.Tensor, left_out_gap: float | torch.Tensor = LEFT_OUT_GAP
+) -> torch.Tensor:
     """The decoder's bandwidth ratio (module docstring) from the GCV scores ``(G, L)`` of ``G`` groups for the ``L``
     candidate ratios ``ratios`` ``(L,)``, ascending (from 0, interpolation, as :data:`torchgcc.codes.gcc.GCV_RATIOS`;
     otherwise the smallest candidate stands in for it); scores of normalised results, so that each group weighs
     alike. The mean score ``V`` over the informative groups gives ``r*`` (its minimiser) and
-    ``rho = 1 - V(r*) / V(0)``; 0 (interpolation) without any informative group. A float64 0-d tensor; no host
-    reads."""
+    ``rho = 1 - V(r*) / V(0)``; the ratio is ``r* / left_out_gap ** (1 - rho)`` (the default's gap,
+    :data:`LEFT_OUT_GAP`, is that of evenly spaced workers), 0 (interpolation) without any informative group. A
+    float64 0-d tensor; no host reads."""
     informative = informative_groups(scores)
     kept = torch.where(informative.unsqueeze(-1), scores, 0.0)
     mean = kept.sum(dim=0) / informative.sum().clamp_min(1)
     best = mean.argmin()
     removed = (1 - mean[best] / mean[0]).clamp(0.0, 1.0)  # mean[0]: the score at interpolation (ratio 0)
-    chosen = ratios.to(torch.float64)[best] / LEFT_OUT_GAP ** (1 - removed)
+    chosen = ratios.to(torch.float64)[best] / left_out_gap ** (1 - removed)
     return torch.where(informative.any(), chosen, torch.zeros((), dtype=torch.float64, device=scores.device))

@@ -32,11 +32,11 @@ import torch
 from torchgcc.functional.gcv import candidate_systems
 from torchgcc.functional.spline import apply_qt
 
-__all__ = ["loo_scores"]
+__all__ = ["loo_errors", "loo_scores"]
 
 
-def loo_scores(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
-    """Leave-one-out scores ``(B, L)`` of every candidate ``mu`` for every knot set.
+def loo_errors(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
+    """Each knot's leave-one-out error ``||e_i||^2`` ``(B, L, W)`` for every candidate ``mu`` and knot set.
 
     Args:
         knots: ``(B, W)`` strictly increasing; the first ``counts[b]`` are set ``b``'s knots, the rest padding.
@@ -45,8 +45,8 @@ def loo_scores(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: t
         mu: ``(B, L)`` candidates ``n * lam`` per set, ``>= 0``.
 
     Returns:
-        ``(B, L)`` float64; a set whose scores do not depend on ``mu`` (fewer than four knots, or data on a line)
-        gets a constant row. No host reads.
+        ``(B, L, W)`` float64, zero at the padding and where a knot's left-out error is undefined (fewer than three
+        knots: no leverage below one). No host reads.
     """
     width, candidates = knots.shape[1], mu.shape[1]
     plan, r, _, bands, z = candidate_systems(knots, counts, y, mu)
@@ -65,4 +65,15 @@ def loo_scores(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: t
     leverage = w.pow(2).sum(-2)  # (B, L, plan.width): (Q M^-1 Q^T)_ii
     usable = own.unsqueeze(1) & (leverage > 0)
     errors = residual.pow(2).sum(-1) / torch.where(usable, leverage, 1.0).square()
-    return torch.where(usable, errors, 0.0).sum(-1) / counts.unsqueeze(-1).clamp_min(1)
+    return torch.where(usable, errors, 0.0)[..., :width]
+
+
+def loo_scores(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
+    """Leave-one-out scores ``(B, L)`` of every candidate ``mu`` for every knot set: the mean over each set's knots of
+    :func:`loo_errors` (same arguments).
+
+    Returns:
+        ``(B, L)`` float64; a set whose scores do not depend on ``mu`` (fewer than four knots, or data on a line)
+        gets a constant row. No host reads.
+    """
+    return loo_errors(knots, counts, y, mu).sum(-1) / counts.unsqueeze(-1).clamp_min(1)
