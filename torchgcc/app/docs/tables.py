@@ -24,6 +24,7 @@ __all__ = [
     "exports",
     "finetune_at",
     "finetune_seeds",
+    "lambda_derived_rules",
     "lambda_suite",
     "lambda_suite_pools",
     "lambda_suite_worst",
@@ -161,6 +162,26 @@ def lambda_suite_pools(runs: list[Data]) -> str:
             + [str(summary["cells_failing"]["default"]), f"{workload} seed {seed} K={k} N={n} S={s}"]
         )
     return markdown_grid(header, rows)
+
+
+def lambda_derived_rules(data: Data) -> str:
+    """``benchmarks/lambda_derived_rules.py``: per rule (then the default decoded again by that run, and the suites' own
+    default) and suite, the worst ratio to the best of natural / spacing / GCV and the cells failing the criterion, and
+    the failing cells over all suites."""
+    suites = data["config"]["suites"]
+    names = [*data["config"]["rules"], "default_rebuilt", "default"]
+    header = ["rule", *(f"{_suite_name(path)}: worst (cells failing)" for path in suites), "cells failing, all"]
+    rows = []
+    for name in names:
+        per_suite = [data["summary"][path][name] for path in suites]
+        cells = [f"{s['worst']:.3f} ({s['cells_failing']})" for s in per_suite]
+        rows.append([name, *cells, str(sum(s["cells_failing"] for s in per_suite))])
+    return markdown_grid(header, rows)
+
+
+def _suite_name(path: str) -> str:
+    """``.../lambda_suite_heldout.json`` -> ``heldout``."""
+    return path.rsplit("/", 1)[-1].removeprefix("lambda_suite_").removesuffix(".json")
 
 
 def _suite_verdict(cell: Data) -> str:
