@@ -69,10 +69,12 @@ CANDIDATES = torch.tensor(GCV_RATIOS, dtype=torch.float64)
 
 
 def loo(system: System, alpha: torch.Tensor) -> float:
+    """The default's gap-corrected rule on the exact leave-one-out scores of every knot."""
     return float(pooled_gcv_ratio(loo_scores(*system), CANDIDATES))
 
 
 def loo_interior(system: System, alpha: torch.Tensor) -> float:
+    """The default's gap-corrected rule on the leave-one-out scores of each group's interior knots."""
     knots, counts = system[0], system[1]
     index = torch.arange(knots.shape[1])
     interior = (index > 0) & (index < (counts - 1).unsqueeze(-1))  # (G, W)
@@ -81,6 +83,8 @@ def loo_interior(system: System, alpha: torch.Tensor) -> float:
 
 
 def measured_gap(system: System, alpha: torch.Tensor) -> float:
+    """The default's rule on the GCV scores, its gap the mean ``t_{i+1} - t_{i-1}`` over the mean survivor gap that
+    holds a point of ``alpha`` (``(K,)``, clamped to the end gaps), in the groups GCV can score."""
     knots, counts = system[0], system[1]
     left_out, holding = [], []
     for row, count in zip(knots, counts.tolist()):
@@ -127,6 +131,8 @@ def gml(system: System, alpha: torch.Tensor) -> float:
 
 
 def thinning(system: System, alpha: torch.Tensor) -> float:
+    """argmin over the candidates of the squared error of the spline of every other survivor (``spacing_lambda`` of
+    its own count) at the survivors between them, summed over both folds and the groups."""
     knots, counts, y, _ = system
     squared, predicted = torch.zeros(len(CANDIDATES), dtype=torch.float64), 0
     for row, count, data in zip(knots, counts.tolist(), y):
@@ -134,8 +140,10 @@ def thinning(system: System, alpha: torch.Tensor) -> float:
         values = values / values.norm().clamp_min(torch.finfo(torch.float64).tiny)
         for fold in (0, 1):
             fit = torch.arange(fold, count, 2)
+            if len(fit) < 3:  # a fit through two knots is a line whatever the smoothing
+                continue
             inside = [i for i in range(count) if i % 2 != fold and t[fit[0]] < t[i] < t[fit[-1]]]
-            if len(fit) < 3 or not inside:  # a fit through two knots is a line whatever the smoothing
+            if not inside:
                 continue
             lam = spacing_lambda(len(fit), CANDIDATES)
             points = t[inside]
