@@ -58,8 +58,8 @@ from benchmarks.lambda_suite import (
 )
 from torchgcc.codes.gcc import GCV_RATIOS, SplineDecoder, spacing_lambda
 from torchgcc.functional import smoothing_spline_matrix
-from torchgcc.functional.decoder_smoothing import pooled_gcv_ratio
-from torchgcc.functional.gcv import gcv_scores
+from torchgcc.functional.decoder_smoothing import informative_groups, pooled_gcv_ratio
+from torchgcc.functional.gcv import candidate_systems, dense_systems, gcv_scores
 from torchgcc.functional.loo import loo_errors, loo_scores
 
 #: A pooled system: the survivors' knots ``(G, W)``, their counts ``(G,)``, results ``(G, W, d)`` and ``mu`` ``(G, L)``.
@@ -102,32 +102,17 @@ def measured_gap(system: System, alpha: torch.Tensor) -> float:
 
 def gml(system: System, alpha: torch.Tensor) -> float:
     """argmin over the candidates of ``sum_g (n_g - 2) log(tr(Z^T M^-1 Z)) + log det M`` (``Z = Q^T y``, ``M = R +
-    mu Q^T Q``: the profile negative log-likelihood up to constants), over the groups with three knots or more whose
-    results are not on a line."""
-    knots, counts, y, _ = system
-    total = torch.zeros(len(CANDIDATES), dtype=torch.float64)
-    for row, count, data in zip(knots, counts.tolist(), y):
-        if count < 3:
-            continue
-        h = torch.diff(row[:count])
-        interior = count - 2
-        q = torch.zeros(count, interior, dtype=torch.float64)
-        r = torch.zeros(interior, interior, dtype=torch.float64)
-        for j in range(interior):
-            q[j, j], q[j + 1, j], q[j + 2, j] = 1 / h[j], -1 / h[j] - 1 / h[j + 1], 1 / h[j + 1]
-            r[j, j] = (h[j] + h[j + 1]) / 3
-            if j + 1 < interior:
-                r[j, j + 1] = r[j + 1, j] = h[j + 1] / 6
-        values = data[:count].reshape(count, -1)
-        z = q.T @ values
-        if z.norm() <= 1e-12 * q.norm() * values.norm():  # on a line: no likelihood to compare
-            continue
-        mu = count * spacing_lambda(count, CANDIDATES)
-        factor = torch.linalg.cholesky(r + mu.view(-1, 1, 1) * (q.T @ q))
-        quadratic = torch.linalg.solve_triangular(factor, z.expand(len(mu), -1, -1), upper=False).pow(2).sum((1, 2))
-        log_det = 2 * torch.diagonal(factor, dim1=-2, dim2=-1).log().sum(-1)
-        total += interior * quadratic.log() + log_det
-    return float(CANDIDATES[int(total.argmin())])
+    mu Q^T Q``: the profile negative log-likelihood up to constants; the padding rows of ``M`` are the identity), over
+    the groups whose scores depend on the smoothing (:func:`informative_groups` of their GCV scores: four knots or
+    more, results not on a line)."""
+    counts = system[1]
+    plan, _, _, bands, z = candidate_systems(*system)
+    factor = torch.linalg.cholesky(dense_systems(plan, bands))  # (G, L, size, size)
+    quadratic = torch.linalg.solve_triangular(factor, z.unsqueeze(1).expand(-1, len(CANDIDATES), -1, -1), upper=False)
+    log_det = 2 * torch.diagonal(factor, dim1=-2, dim2=-1).log().sum(-1)
+    likelihood = (counts - 2).unsqueeze(-1) * quadratic.pow(2).sum((-2, -1)).log() + log_det  # (G, L)
+    informative = informative_groups(gcv_scores(*system))
+    return float(CANDIDATES[int(likelihood[informative].sum(0).argmin())]) if informative.any() else 0.0
 
 
 def thinning(system: System, alpha: torch.Tensor) -> float:

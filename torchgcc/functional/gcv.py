@@ -30,7 +30,7 @@ import torch
 from torchgcc.functional.banded import solve_pentadiagonal
 from torchgcc.functional.spline import ReinschBands, SplinePlan, apply_q, apply_qt, reinsch_bands, spline_plan
 
-__all__ = ["candidate_systems", "gcv_scores", "gram_factor", "normalised"]
+__all__ = ["candidate_systems", "dense_systems", "gcv_scores", "gram_factor", "normalised"]
 
 #: Relative jitter ``delta tr(Z Z^T) / (n - 2)`` on the diagonal of the Gram ``Z Z^T`` before its Cholesky factor is
 #: taken (the Gram is only positive semi-definite, and its rounding errors are about ``sqrt(d) eps tr``): it moves
@@ -86,6 +86,17 @@ def candidate_systems(
     if z.shape[-1] > plan.size:
         z = gram_factor(z, r.rows[..., 0])
     return plan, r, qq, bands, z
+
+
+def dense_systems(plan: SplinePlan, bands: torch.Tensor) -> torch.Tensor:
+    """The symmetric pentadiagonal ``M`` of every candidate as dense matrices ``(B, L, size, size)``, from the bands
+    ``(B, L, size, 3)`` :func:`candidate_systems` returns (for the dense factorisations of a few hundred knots at
+    most that :mod:`torchgcc.functional.loo` and the benchmarks' scores need)."""
+    system = torch.diag_embed(bands[..., 0])
+    for offset in (1, 2):
+        upper = torch.diag_embed(bands[..., : plan.size - offset, offset], offset=offset)
+        system = system + upper + upper.mT
+    return system
 
 
 def normalised(y: torch.Tensor) -> torch.Tensor:

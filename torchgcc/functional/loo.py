@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from torchgcc.functional.gcv import candidate_systems
+from torchgcc.functional.gcv import candidate_systems, dense_systems
 from torchgcc.functional.spline import apply_qt
 
 __all__ = ["loo_errors", "loo_scores"]
@@ -50,10 +50,7 @@ def loo_errors(knots: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, mu: t
     """
     width, candidates = knots.shape[1], mu.shape[1]
     plan, r, _, bands, z = candidate_systems(knots, counts, y, mu)
-    system = torch.diag_embed(bands[..., 0])
-    for offset in (1, 2):  # the symmetric pentadiagonal M, dense
-        upper = torch.diag_embed(bands[..., : plan.size - offset, offset], offset=offset)
-        system = system + upper + upper.mT
+    system = dense_systems(plan, bands)
     valid = torch.arange(width, device=knots.device) < counts.unsqueeze(-1)
     own = torch.nn.functional.pad(valid, (0, plan.width - width))
     identity = torch.diag_embed(own.to(torch.float64))  # the set's knots only
