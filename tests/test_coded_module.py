@@ -7,6 +7,7 @@ from torch import nn
 
 import torchgcc
 from torchgcc.coded_module import group_samples, ungroup_samples
+from torchgcc.noise import GaussianNoise
 from torchgcc.stragglers import FixedStragglers
 
 
@@ -247,3 +248,43 @@ def test_an_output_that_changes_structure_between_chunks_is_refused(change, mess
     x = torch.randn(4, 3, dtype=torch.float64)
     with pytest.raises(ValueError, match=re.escape(message)):
         torchgcc.CodedModule(ChangingModel(change), torchgcc.GCC(2, 4), chunk_size=3)(x)
+
+
+@pytest.mark.parametrize("sigma", [None, 3e-2])
+def test_calibrate_makes_the_choice_of_a_first_forward_on_the_same_samples(sigma):
+    def coded_module() -> torchgcc.CodedModule:
+        noise = None if sigma is None else GaussianNoise(sigma, seed=5)
+        return torchgcc.CodedModule(small_model(), torchgcc.GCC(num_inputs=4, num_workers=10), noise=noise)
+
+    x, mask = torch.randn(64, 3, 4, generator=torch.Generator().manual_seed(1)), random_masks(16, 10, 3, seed=4)
+    calibrated, first = coded_module(), coded_module()
+    ratio = calibrated.calibrate(x, mask)
+    first(x, mask=mask)
+    assert calibrated.code.decoder.calibrated and float(ratio) == float(first.code.decoder.ratio)
+    # the decoder's own calibration on the coded results, by hand: the same choice
+    by_hand = coded_module()
+    with torch.no_grad():
+        results = by_hand.model(by_hand.code.encoder(group_samples(x, 4)).reshape(160, 3, 4)).reshape(16, 10, 5)
+    if sigma is not None:
+        results = by_hand.noise(torch.where(mask.unsqueeze(-1), results, 0.0), mask)
+    assert float(by_hand.code.decoder.calibrate(results, mask)) == float(ratio)
+    # later forwards decode with the kept choice (a new batch does not choose again)
+    torch.testing.assert_close(calibrated(x[:8], mask=mask[:2]), first(x[:8], mask=mask[:2]))
+    if sigma is not None:  # the noise reached the choice: more smoothing than the exact results get
+        exact = torchgcc.CodedModule(small_model(), torchgcc.GCC(num_inputs=4, num_workers=10))
+        assert float(ratio) > float(exact.calibrate(x, mask))
+
+
+def test_calibrate_draws_its_mask_from_the_straggler_model_and_refuses_what_it_cannot_use():
+    x = torch.randn(64, 3, 4, generator=torch.Generator().manual_seed(1))
+    drawn = torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10), FixedStragglers(3, seed=2))
+    given = torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10))
+    assert float(drawn.calibrate(x)) == float(given.calibrate(x, FixedStragglers(3, seed=2).sample(16, 10)))
+    with pytest.raises(TypeError, match=r"BACC's decoder \(BerrutDecoder\) does not calibrate"):
+        torchgcc.CodedModule(small_model(), torchgcc.BACC(4, 10)).calibrate(x)
+    with pytest.raises(TypeError, match=r"mask must be a bool torch.Tensor.*got a torch.float32 tensor"):
+        given.calibrate(x, torch.ones(16, 10))
+    with pytest.raises(ValueError, match=r"\(B, N\) = \(16, 10\) for 64 samples"):
+        given.calibrate(x, torch.ones(15, 10, dtype=torch.bool))
+    with pytest.warns(torchgcc.CalibrationWarning, match=r"coded.calibrate\(x\).*at least 64 samples"):
+        given.calibrate(x[:8])

@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 import warnings
 from functools import wraps
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Iterator, NamedTuple, Optional
 
 import torch
 from torch import nn
 
 from torchgcc.codes import Code
+from torchgcc.codes.gcc import GCVSplineDecoder
 from torchgcc.model_output import ModelOutput, flatten_output
 from torchgcc.stragglers import StragglerModel
 from torchgcc.tracing import graph_break
@@ -173,25 +174,14 @@ class CodedModule(nn.Module):
         self._warned_batchnorm = False
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> ModelOutput:
-        if mask is not None and not isinstance(mask, torch.Tensor):
-            raise TypeError(
-                f"mask must be a bool torch.Tensor of shape (B, N), got {type(mask).__name__}; "
-                "convert it with torch.as_tensor(mask, dtype=torch.bool)"
-            )
         batch = self.encode(x)
-        groups, workers = batch.coded.shape[:2]
-        if mask is not None and mask.shape != (groups, workers):
-            raise ValueError(
-                f"mask must have shape (B, N) = {(groups, workers)} for {batch.num_samples} samples, got "
-                f"{tuple(mask.shape)}"
-            )
+        groups = batch.coded.shape[0]
+        self._check_mask(mask, batch)
         if self.workers is None:
             self._warn_train_batchnorm()
-            output = self.run_model(batch.coded.reshape((groups * workers,) + batch.coded.shape[2:]))
-            spec, leaves = flatten_output(output, groups * workers)
-            results = spec.build([leaf.reshape((groups, workers) + leaf.shape[1:]) for leaf in leaves])
+            results = self._results_here(batch)
             if mask is None:
-                mask = self.draw_mask(groups, leaves[0].device)
+                mask = self.draw_mask(groups, flatten_output(results, groups)[1][0].device)
         else:
             if mask is None and self.stragglers is not None:
                 mask = self.draw_mask(groups)
@@ -232,6 +222,47 @@ class CodedModule(nn.Module):
         read them: they did not arrive)."""
         spec, leaves = flatten_output(results, batch.coded.shape[0])
         estimates: list[Optional[torch.Tensor]] = [None] * len(leaves)
+        for members, widths, joined in self._decoder_inputs(leaves, mask):
+            parts = self.code.decoder(joined, mask).split(widths, 2)
+            for i, part in zip(members, parts):
+                estimates[i] = part.reshape(part.shape[:2] + leaves[i].shape[2:])
+        outputs = [ungroup_samples(estimate, batch.num_samples) for estimate in estimates if estimate is not None]
+        if batch.perm is not None:
+            inverse = torch.argsort(batch.perm)
+            outputs = [out[inverse] for out in outputs]
+        return spec.build(outputs)
+
+    def _results_here(self, batch: CodedBatch) -> ModelOutput:
+        """The model's ``(B, N, *out)`` results on ``batch``'s coded inputs, run in this process (:meth:`run_model`), in
+        the model's container."""
+        groups, workers = batch.coded.shape[:2]
+        output = self.run_model(batch.coded.reshape((groups * workers,) + batch.coded.shape[2:]))
+        spec, leaves = flatten_output(output, groups * workers)
+        return spec.build([leaf.reshape((groups, workers) + leaf.shape[1:]) for leaf in leaves])
+
+    def _check_mask(self, mask: Optional[torch.Tensor], batch: CodedBatch) -> None:
+        """Raise unless ``mask`` is None or a ``(B, N)`` bool tensor for ``batch``'s ``B`` groups."""
+        if mask is None:
+            return
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            got = type(mask).__name__ if not isinstance(mask, torch.Tensor) else f"a {mask.dtype} tensor"
+            raise TypeError(
+                f"mask must be a bool torch.Tensor of shape (B, N) (True = result arrived), got {got}; "
+                "convert it with torch.as_tensor(mask, dtype=torch.bool)"
+            )
+        groups, workers = batch.coded.shape[:2]
+        if mask.shape != (groups, workers):
+            raise ValueError(
+                f"mask must have shape (B, N) = {(groups, workers)} for {batch.num_samples} samples, got "
+                f"{tuple(mask.shape)}"
+            )
+
+    def _decoder_inputs(
+        self, leaves: list[torch.Tensor], mask: torch.Tensor
+    ) -> Iterator[tuple[list[int], list[int], torch.Tensor]]:
+        """What the decoder reads, per dtype of the ``(B, N, *out)`` result ``leaves`` (in order of first appearance):
+        the indices of that dtype's leaves, their widths ``prod(out)``, and their ``(B, N, d)`` results side by side
+        after ``noise`` and ``attack`` (the results of workers outside ``mask`` zero first when there is either)."""
         for dtype in dict.fromkeys(leaf.dtype for leaf in leaves):
             members = [i for i, leaf in enumerate(leaves) if leaf.dtype == dtype]
             flats = [leaves[i].reshape(leaves[i].shape[:2] + (-1,)) for i in members]
@@ -242,14 +273,35 @@ class CodedModule(nn.Module):
                 joined = self.noise(joined, mask)
             if self.attack is not None:
                 joined = self.attack(joined, mask.to(joined.device))
-            parts = self.code.decoder(joined, mask).split([f.shape[2] for f in flats], 2)
-            for i, part in zip(members, parts):
-                estimates[i] = part.reshape(part.shape[:2] + leaves[i].shape[2:])
-        outputs = [ungroup_samples(estimate, batch.num_samples) for estimate in estimates if estimate is not None]
-        if batch.perm is not None:
-            inverse = torch.argsort(batch.perm)
-            outputs = [out[inverse] for out in outputs]
-        return spec.build(outputs)
+            yield members, [f.shape[2] for f in flats], joined
+
+    def calibrate(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Choose the smoothing of a calibrating decoder (GCC's default) from the model's results on samples ``x``
+        ``(M, *in)`` and keep it; returns the chosen bandwidth ratio (a float64 0-d tensor).
+
+        The choice a first :meth:`forward` of ``x`` under ``mask`` would make, without decoding: ``x`` is grouped
+        and encoded, the model runs on the coded inputs in this process (also for a module on ``workers``; no
+        gradients), ``noise`` and ``attack`` apply, and the decoder calibrates on the ``(B, N, d)`` results under
+        ``mask`` (default: drawn from ``stragglers``, else every result) with
+        :meth:`torchgcc.codes.gcc.GCVSplineDecoder.calibrate`, from every output of the first output dtype side by
+        side. Pass at least ``GCV_POOL * K`` samples (16 groups) for the pooled choice (fewer: a
+        ``CalibrationWarning``). A decoder that is already calibrated chooses again. Raises ``TypeError`` for a code
+        whose decoder does not calibrate."""
+        decoder = self.code.decoder
+        if not isinstance(decoder, GCVSplineDecoder) or not decoder.calibrates:
+            raise TypeError(
+                f"{type(self.code).__name__}'s decoder ({type(decoder).__name__}) does not calibrate: only GCC's "
+                "default (lambda_dec='adaptive') chooses its smoothing from results"
+            )
+        with torch.no_grad():
+            batch = self.encode(x)
+            self._check_mask(mask, batch)
+            groups = batch.coded.shape[0]
+            _, leaves = flatten_output(self._results_here(batch), groups)
+            if mask is None:
+                mask = self.draw_mask(groups, leaves[0].device)
+            _, _, joined = next(self._decoder_inputs(leaves, mask))
+            return decoder.calibrate(joined, mask)
 
     def _warn_train_batchnorm(self) -> None:
         if self._warned_batchnorm or torch.compiler.is_compiling() or not isinstance(self.model, nn.Module):

@@ -257,8 +257,9 @@ class GCVSplineDecoder(SplineDecoder):
             warnings.warn(  # the user can fix it: a warning, not a log record (logging HOWTO)
                 f"GCC's default decoder chooses its smoothing from {len(mask)} group(s) of results; it pools {full} "
                 "when the batch has them, and a choice from fewer is noisy (docs/family.md measures it). Decode a "
-                f"first batch of at least {full} groups (through a CodedModule: a first forward of at least "
-                f"{full * self.num_inputs} samples), or call code.decoder.calibrate(y, mask) on that many groups",
+                f"first batch of at least {full} groups, or call code.decoder.calibrate(y, mask) on that many "
+                f"groups (through a CodedModule: coded.calibrate(x) or a first forward, on at least "
+                f"{full * self.num_inputs} samples)",
                 CalibrationWarning,
                 stacklevel=2,
             )
