@@ -692,17 +692,22 @@ def draw_calibrate(rng: random.Random, seed: int) -> Case:
     source = f"code = torchgcc.GCC({k}, {n}, lambda_dec={rule!r})"
     setup, invalid = [source], []
     dtype = draw_dtype(rng)
-    shape_kind = rng.choice(["ok"] * 8 + ["wrong_n", "list", "two_dim"])
+    shape_kind = rng.choice(["ok"] * 8 + ["wrong_n", "list", "two_dim", "meta"])
     shape = {"wrong_n": (b, n + 1, 3), "two_dim": (b, n)}.get(shape_kind, (b, n, 3))
     setup.append(data_source(rng, "y", repr(shape), dtype, seed)[0])
     invalid += {"wrong_n": ["N="], "list": ["torch.Tensor"]}.get(shape_kind, [])
+    if shape_kind == "meta" and rule == "adaptive":  # calibrate needs values; matrices gives meta ones (shapes)
+        invalid += ["meta"]
     if shape_kind == "list":
         setup.append("y = y.tolist()")
+    if shape_kind == "meta":
+        setup.append("y = y.to('meta')")
     if dtype == "int64":
         invalid += ["floating point"]
     mask_line, mask_invalid = mask_source(rng, b, n, seed + 1)
     setup.append(mask_line)
-    invalid += mask_invalid + (["mask", "meta"] if "device='meta'" in mask_line else [])
+    meta_mask_alone = "device='meta'" in mask_line and shape_kind != "meta"  # a meta mask needs meta results
+    invalid += mask_invalid + (["mask", "meta"] if meta_mask_alone else [])
     method = "calibrate" if rule == "adaptive" else "matrices"
     call = [f"out = code.decoder.{method}(y, mask)"]
 

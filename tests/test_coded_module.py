@@ -288,3 +288,19 @@ def test_calibrate_draws_its_mask_from_the_straggler_model_and_refuses_what_it_c
         given.calibrate(x, torch.ones(15, 10, dtype=torch.bool))
     with pytest.warns(torchgcc.CalibrationWarning, match=r"coded.calibrate\(x\).*at least 64 samples"):
         given.calibrate(x[:8])
+
+
+@pytest.mark.parametrize(
+    "x, mask, error, names",
+    [
+        (torch.ones(64, 3, 4, dtype=torch.int64), None, TypeError, "x must be floating point"),
+        (torch.randn(64, 3, 4, device="meta"), None, ValueError, "meta tensors"),
+        (torch.full((64, 3, 4), float("nan")), None, ValueError, "non-finite result"),
+        (torch.randn(64, 3, 4), torch.eye(16, 10, dtype=torch.bool), ValueError, "needs at least 2"),
+    ],
+)
+def test_calibrate_refuses_samples_it_cannot_choose_from_without_calibrating(x, mask, error, names):
+    coded = torchgcc.CodedModule(small_model().to(x.device), torchgcc.GCC(4, 10))
+    with pytest.raises(error, match=names):
+        coded.calibrate(x, mask)
+    assert not coded.code.decoder.calibrated

@@ -240,6 +240,8 @@ class GCVSplineDecoder(SplineDecoder):
         if not self.calibrates:
             raise TypeError("this decoder scores every call (calibrate=False); build it with calibrate=True")
         y, mask = self.check_inputs(y, mask)
+        if y.is_meta:
+            raise ValueError("calibrate needs results with values to choose from, got meta tensors (shapes only)")
         self._check_counts(mask)
         flat = y.reshape(y.shape[0], self.num_workers, -1)
         if flat.shape[-1] == 0:

@@ -530,8 +530,10 @@ class Decoder(_Float64Buffers):
 
     def matrices(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``(B, K, N)`` float64 decode matrices for results ``y`` ``(B, N, *out)`` under ``mask`` (zero in straggler
-        columns), validated as :meth:`forward` validates them."""
+        columns), validated as :meth:`forward` validates them (meta results: meta matrices, as :meth:`forward`)."""
         y, mask = self.check_inputs(y, mask)
+        if y.is_meta:  # shape inference: nothing to compute
+            return torch.empty(len(mask), self.num_inputs, self.num_workers, dtype=torch.float64, device="meta")
         flat = y if y.ndim == 3 else y.reshape(y.shape[0], self.num_workers, -1)
         return self._matrices(flat, mask, torch.float64)
 
