@@ -9,6 +9,7 @@ import torchgcc
 from torchgcc.coded_module import group_samples, ungroup_samples
 from torchgcc.noise import GaussianNoise
 from torchgcc.stragglers import FixedStragglers
+from torchgcc.workers import VirtualWorkers
 
 
 def small_model() -> nn.Module:
@@ -280,6 +281,10 @@ def test_calibrate_draws_its_mask_from_the_straggler_model_and_refuses_what_it_c
     drawn = torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10), FixedStragglers(3, seed=2))
     given = torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10))
     assert float(drawn.calibrate(x)) == float(given.calibrate(x, FixedStragglers(3, seed=2).sample(16, 10)))
+    # on workers too: the model runs here, so the choice is the in-process one
+    workers = VirtualWorkers(small_model(), 10)
+    on_workers = torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10), FixedStragglers(3, seed=2), workers=workers)
+    assert float(on_workers.calibrate(x)) == float(drawn.code.decoder.ratio)
     with pytest.raises(TypeError, match=r"BACC's decoder \(BerrutDecoder\) does not calibrate"):
         torchgcc.CodedModule(small_model(), torchgcc.BACC(4, 10)).calibrate(x)
     with pytest.raises(TypeError, match=r"mask must be a bool torch.Tensor.*got a torch.float32 tensor"):
