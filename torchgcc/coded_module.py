@@ -284,9 +284,10 @@ class CodedModule(nn.Module):
         gradients), ``noise`` and ``attack`` apply, and the decoder calibrates on the ``(B, N, d)`` results under
         ``mask`` (default: drawn from ``stragglers``, else every result) with
         :meth:`torchgcc.codes.gcc.GCVSplineDecoder.calibrate`, from every output of the first output dtype side by
-        side. Pass at least ``GCV_POOL * K`` samples (16 groups) for the pooled choice (fewer: a
-        ``CalibrationWarning``). A decoder that is already calibrated chooses again. Raises ``TypeError`` for a code
-        whose decoder does not calibrate."""
+        side. Pass ``decoder.full_pool() * K`` samples or more for the pooled choice (16 groups up to N = 64,
+        fewer above: :func:`torchgcc.codes.gcc.pooled_groups`; fewer samples: a ``CalibrationWarning``). A decoder
+        that is already calibrated chooses again. Raises ``TypeError`` for a code whose decoder does not
+        calibrate."""
         decoder = self.code.decoder
         if not isinstance(decoder, GCVSplineDecoder) or not decoder.calibrates:
             raise TypeError(
