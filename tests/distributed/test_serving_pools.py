@@ -26,10 +26,10 @@ pytestmark = pytest.mark.distributed
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie is not alive
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except (ProcessLookupError, FileNotFoundError):  # gone, also between the kill and the read
         return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie is not alive
-        return stat.read().split(")")[-1].split()[0] != "Z"
 
 
 def test_processes_serve_a_code_from_the_fastest_and_survive_a_killed_worker():
