@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from processes import alive
 
 from torchgcc.app.commands.gradient_coding_job import build_job
 from torchgcc.distributed.latency_trace import trace_from_saved_run
@@ -120,14 +121,6 @@ def _ancestors(pid: int) -> list[int]:
     return chain
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except (ProcessLookupError, FileNotFoundError):
-        return False
-
-
 def test_executor_on_two_agents_survives_a_sigkilled_worker_on_the_other_node(tmp_path):
     """Ranks 0-1 on node a (which also hosts the rendezvous store), 2-3 on node b. After step 4, rank 3 is
     SIGKILLed: its agent tears node b down (rank 2 too), node a goes on and every step still decodes, from rank 1's
@@ -160,7 +153,7 @@ def test_executor_on_two_agents_survives_a_sigkilled_worker_on_the_other_node(tm
     summary = records[-1]
     assert summary["event"] == "summary" and summary["status"] == 0 and summary["lost_workers"] == [1, 2, 4, 5]
     assert steps[-1]["arrived"] == [0, 3] and steps[0]["arrived"] == [0, 1, 2, 3, 5]  # worker 4 is 0.5 s late
-    assert not any(_alive(pid) for pid in [*nodes.ranks.values(), *(a.pid for a in nodes.agents)])
+    assert not any(alive(pid) for pid in [*nodes.ranks.values(), *(a.pid for a in nodes.agents)])
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("torchelastic_")]
     trace = trace_from_saved_run(save)  # a latency trace recorded from this two-node run
     assert trace.delays_s.shape == (50, 6) and trace.censored[-1].tolist() == [False, True, True, False, True, True]

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import alive
 
 from torchgcc.app.cli import main
 
@@ -77,19 +78,6 @@ def _ray_processes(folder_prefix: str) -> list[int]:
     return pids
 
 
-def _alive(pids: list[int]) -> list[int]:
-    """Those of ``pids`` that are still running (not exited, not a zombie)."""
-    alive = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.append(pid)
-    return alive
-
-
 @pytest.fixture
 def short_tmpdir():
     """A folder for TMPDIR short enough for the forkserver's socket, which lives under it: an AF_UNIX path holds at
@@ -134,9 +122,9 @@ def test_ctrl_c_of_serve_bench_leaves_no_process_and_no_temp_folder(tmp_path, sh
     assert bench.returncode == 130, output[-3000:]
     assert "interrupted" in output
     deadline = time.monotonic() + 10  # the forkserver and resource tracker exit once serve-bench has
-    while (_session(bench.pid) or _alive(workers)) and time.monotonic() < deadline:
+    while (_session(bench.pid) or [pid for pid in workers if alive(pid)]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _session(bench.pid) == [] and _alive(workers) == []
+    assert _session(bench.pid) == [] and [pid for pid in workers if alive(pid)] == []
     assert not out.exists()
     # no pymp-* (forkserver) folder; torchinductor_* is torch's own cache, made when the classifier is trained
     assert [p.name for p in short_tmpdir.iterdir() if not p.name.startswith("torchinductor_")] == []

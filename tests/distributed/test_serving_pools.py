@@ -13,6 +13,7 @@ import time
 
 import pytest
 import torch
+from processes import alive
 
 from torchgcc import CodedModule, make_code
 from torchgcc.app.workloads import mlp_workload
@@ -21,15 +22,6 @@ from torchgcc.serving.interference import CpuHog
 from torchgcc.workers import ProcessWorkers, WaitPolicy
 
 pytestmark = pytest.mark.distributed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        with open(f"/proc/{pid}/stat") as stat:  # a zombie is not alive
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except (ProcessLookupError, FileNotFoundError):  # gone, also between the kill and the read
-        return False
 
 
 def test_processes_serve_a_code_from_the_fastest_and_survive_a_killed_worker():
@@ -79,7 +71,7 @@ def test_processes_serve_a_code_from_the_fastest_and_survive_a_killed_worker():
         assert uncoded.missing == []
         with torch.no_grad():
             torch.testing.assert_close(uncoded.outputs, task.model(queries[:6]), rtol=0, atol=1e-6)
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
 
 
 def test_workers_exit_when_their_coordinator_is_killed(tmp_path):
@@ -101,13 +93,13 @@ def test_workers_exit_when_their_coordinator_is_killed(tmp_path):
     coordinator = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         pids = [int(pid) for pid in coordinator.stdout.readline().split()]
-        assert len(pids) == 3 and all(_alive(pid) for pid in pids)
+        assert len(pids) == 3 and all(alive(pid) for pid in pids)
         coordinator.kill()
         coordinator.wait()
         deadline = time.monotonic() + 10
-        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not any(_alive(pid) for pid in pids)
+        assert not any(alive(pid) for pid in pids)
     finally:
         if coordinator.poll() is None:
             coordinator.kill()

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import alive
 
 from torchgcc.distributed.heartbeat import EXIT_COORDINATOR_LOST
 
@@ -27,13 +28,6 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 #: a long job (about 30 s of steps), so that a signal always finds it running
 LONG = ["-N", "4", "-K", "2", "-S", "1", "--steps", "300", "--mode", "injected", "--latency-param", "shift=0.1"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _strict_json(line: str) -> dict:
@@ -62,7 +56,7 @@ def test_signalling_the_local_launcher_ends_every_rank_and_leaves_nothing_in_tmp
         pids = [int(launcher.stderr.readline().split()[-1]) for _ in range(3)]  # "rank r pid X"
         while launcher.stdout.readline().startswith('{"event"'):  # the start record; then a first step
             pass
-        assert all(_alive(pid) for pid in pids)
+        assert all(alive(pid) for pid in pids)
         launcher.send_signal(signum)
         _, err = launcher.communicate(timeout=30)
     finally:
@@ -70,7 +64,7 @@ def test_signalling_the_local_launcher_ends_every_rank_and_leaves_nothing_in_tmp
             os.killpg(launcher.pid, signal.SIGKILL)
     assert launcher.returncode == (143 if signum == signal.SIGTERM else 130), err
     assert "interrupted" in err
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
     assert [p.name for p in tmp_path.iterdir()] == []  # no folder, socket or file of the launch
 
 
@@ -89,9 +83,9 @@ def test_killing_the_local_launcher_ends_every_rank_within_5_s_and_leaves_no_fil
         launcher.kill()
         launcher.wait()
         deadline = time.monotonic() + 5
-        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
-        survivors = [pid for pid in pids if _alive(pid)]
+        survivors = [pid for pid in pids if alive(pid)]
     finally:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
@@ -214,7 +208,7 @@ def test_worker_ranks_exit_non_zero_with_one_line_each_when_their_coordinator_is
     assert said[-1] == f"exit codes by rank: {[-signal.SIGKILL, EXIT_COORDINATOR_LOST, EXIT_COORDINATOR_LOST]}"
     assert len(said) == 3, err  # one line per worker rank, nothing else
     assert all(line.startswith(f"[torchgcc] rank {r}: the coordinator is gone") for r, line in zip((1, 2), said))
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -224,7 +218,7 @@ def _sigterm_and_wait(driver: subprocess.Popen, pids: list[int]) -> tuple[str, s
     driver.send_signal(signal.SIGTERM)
     out, err = driver.communicate(timeout=60)
     deadline = time.monotonic() + 5
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     return out, err
 
@@ -260,7 +254,7 @@ def test_sigterm_of_the_ray_driver_ends_with_the_error_line_the_summary_and_143(
         "[torchgcc] error: Terminated: terminated (SIGTERM)"
     ]
     assert not re.search(r"Traceback|SIGTERM received|frame #|Exception raised from|C\+\+", err), err[-3000:]
-    assert [pid for pid in ray_pids if _alive(pid)] == []
+    assert [pid for pid in ray_pids if alive(pid)] == []
     assert len(folders) == 1 and not any(Path(folder).exists() for folder in folders)
     assert list(tmp_path.iterdir()) == []
 
@@ -295,7 +289,7 @@ def test_sigterm_while_ray_starts_is_the_error_line_and_143():
     assert [_strict_json(line) for line in out.splitlines()] == [{"event": "error", "error": error}]
     assert [line for line in err.splitlines() if "torchgcc" in line] == [f"[torchgcc] error: {error}"], err[-3000:]
     assert not re.search(r"Traceback|SIGTERM received|frame #|Exception raised from|C\+\+", err), err[-3000:]
-    assert [pid for pid in ray_pids if _alive(pid)] == []
+    assert [pid for pid in ray_pids if alive(pid)] == []
     assert len(folders) == 1 and not any(Path(folder).exists() for folder in folders)
 
 
