@@ -18,6 +18,7 @@ __all__ = [
     "NOISY_DECODERS",
     "adaptive_wait_seeds",
     "adversarial_lambda",
+    "bmm_layout",
     "decode",
     "encode",
     "engines_before_after",
@@ -69,6 +70,23 @@ def decode(data: Data) -> str:
         lines.append(
             f"| {row['threads']} | {row['N']} | {row['B']} | {row['d']} | {1e3 * row['median_seconds']['bmm']:.3g} "
             f"| {ratios} | {counts['ops']} ({counts['reads']}) | {row['load_average_after'][0]:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def bmm_layout(data: Data) -> str:
+    """``benchmarks/bmm_layout.py``: every row of its JSON: the contiguous bmm's time, the kernels' rows read
+    transposed and a transposing copy before the product against it, and the load average after the row."""
+    lines = [
+        "| threads | N | B | d | contiguous bmm (ms) | rows read transposed | copy, then bmm | load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in data["rows"]:
+        ratios, contiguous_ms = row["over_contiguous"], 1e3 * row["median_seconds"]["contiguous"]
+        lines.append(
+            f"| {row['threads']} | {row['N']} | {row['B']} | {row['d']} | {contiguous_ms:.3g} "
+            f"| {ratios['rows_transposed']:.2f}x | {ratios['copy_then_bmm']:.2f}x "
+            f"| {row['load_average_after'][0]:.1f} |"
         )
     return "\n".join(lines)
 

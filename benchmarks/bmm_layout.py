@@ -1,0 +1,144 @@
+"""What the layout of the decode matrices costs a CPU bmm: the kernels' rows, read transposed, against contiguous
+matrices.
+
+The CPU kernels (:mod:`torchgcc.functional.numba_decode`) write each group's weights worker by worker, ``(B, N, K)``
+rows, and the decoder multiplies their transposed view (``(B, K, N)``, strides ``(N K, 1, K)``) with the ``(B, N, d)``
+results. Writing the matrices contiguous instead would cost the kernel a transpose per group; this measures what the
+bmm would gain. For each (N, B, d) and thread count it times, interleaved sample by sample (the order rotating):
+
+- ``contiguous``: ``torch.bmm`` of contiguous ``(B, K, N)`` float32 matrices with the results;
+- ``rows_transposed``: the same product with the matrices in the kernels' layout;
+- ``copy_then_bmm``: ``rows.transpose(1, 2).contiguous()`` and then the product (torch's own transposing copy).
+
+Medians of ``--repeats`` samples, each the mean of enough calls to last ``--min-sample-seconds``; ratios are
+paired (the median of each sample's ratio to the ``contiguous`` sample of the same repeat). Shapes whose results
+exceed ``--max-elements`` are skipped. Writes JSON (settings, environment with the CPU's name and vector extensions,
+the load average before and after each row, every row) after every row::
+
+    python benchmarks/bmm_layout.py --out benchmarks/results/bmm_layout.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+#: The CPU flags that decide which BLAS kernels run.
+VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")
+
+
+def cpu_description() -> dict:
+    """The CPU's model name and which of :data:`VECTOR_FLAGS` it has (Linux's /proc/cpuinfo; empty elsewhere)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {"model": platform.processor(), "flags": []}
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    return {"model": fields.get("model name", ""), "flags": [flag for flag in VECTOR_FLAGS if flag in flags]}
+
+
+def paired_ratio(values: list[float], baseline: list[float]) -> float:
+    return statistics.median(value / base for value, base in zip(values, baseline))
+
+
+def measure(num_workers: int, groups: int, outputs: int, args: argparse.Namespace) -> list[dict]:
+    """The rows of one (N, B, d), one per thread count."""
+    generator = torch.Generator().manual_seed(args.seed)
+    results = torch.randn(groups, num_workers, outputs, generator=generator)
+    rows = torch.randn(groups, num_workers, args.inputs, generator=generator)
+    transposed = rows.transpose(1, 2)
+    contiguous = transposed.contiguous()
+    calls = {
+        "contiguous": lambda: torch.bmm(contiguous, results),
+        "rows_transposed": lambda: torch.bmm(transposed, results),
+        "copy_then_bmm": lambda: torch.bmm(transposed.contiguous(), results),
+    }
+    out = []
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        load_before = os.getloadavg()
+        for call in calls.values():  # warm up under this thread count
+            call()
+        start = time.perf_counter()
+        calls["contiguous"]()
+        inner = max(1, math.ceil(args.min_sample_seconds / max(time.perf_counter() - start, 1e-7)))
+        times: dict[str, list[float]] = {name: [] for name in calls}
+        order = list(calls)
+        for repeat in range(args.repeats):
+            for name in order[repeat % len(order) :] + order[: repeat % len(order)]:
+                start = time.perf_counter()
+                for _ in range(inner):
+                    calls[name]()
+                times[name].append((time.perf_counter() - start) / inner)
+        out.append(
+            {
+                "N": num_workers,
+                "B": groups,
+                "d": outputs,
+                "threads": threads,
+                "inner": inner,
+                "median_seconds": {name: statistics.median(values) for name, values in times.items()},
+                "over_contiguous": {name: paired_ratio(values, times["contiguous"]) for name, values in times.items()},
+                "load_average_before": load_before,
+                "load_average_after": os.getloadavg(),
+            }
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inputs", type=int, default=16, help="K")
+    parser.add_argument("--workers", type=int, nargs="+", default=[64, 1024], help="N values")
+    parser.add_argument("--groups", type=int, nargs="+", default=[1, 8, 64, 512], help="B values")
+    parser.add_argument("--outputs", type=int, nargs="+", default=[10, 1000], help="d values")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument("--min-sample-seconds", type=float, default=0.01)
+    parser.add_argument("--max-elements", type=int, default=70_000_000, help="skip results larger than this")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("torchgcc-results/bmm_layout/bmm_layout.json"))
+    args = parser.parse_args()
+    report = {
+        "settings": {key: value for key, value in vars(args).items() if key != "out"},
+        "environment": {
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "cpu": cpu_description(),
+            "cpu_count": os.cpu_count(),
+            "mkldnn": torch.backends.mkldnn.is_available(),
+        },
+        "rows": [],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    for num_workers in args.workers:
+        for groups in args.groups:
+            for outputs in args.outputs:
+                if groups * num_workers * outputs > args.max_elements:
+                    continue
+                for row in measure(num_workers, groups, outputs, args):
+                    report["rows"].append(row)
+                    ratios = ", ".join(f"{name} {value:.2f}x" for name, value in row["over_contiguous"].items())
+                    print(
+                        f"N={num_workers:5d} B={groups:4d} d={outputs:5d} threads={row['threads']} contiguous "
+                        f"{1e3 * row['median_seconds']['contiguous']:8.3f} ms | {ratios}",
+                        flush=True,
+                    )
+                    report["environment"]["seconds"] = time.perf_counter() - started
+                    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
