@@ -41,6 +41,7 @@ several). The commands, to rerun on a quiet machine::
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import json
 import math
@@ -76,6 +77,13 @@ def ops_and_reads(fn) -> dict[str, int]:
         fn()
     names = [event.name for event in recorded.events() if event.name.startswith("aten::")]
     return {"ops": len(names), "reads": sum(name in READS for name in names)}
+
+
+def call_repeatedly(call, count: int) -> None:
+    """``call(i)`` for ``i < count``, each output dropped as it comes (a list of them would hold every output of a
+    sample alive: each call would then allocate, and fault in, fresh memory)."""
+    for i in range(count):
+        call(i)
 
 
 def bare_bmm(matrices: torch.Tensor, results: torch.Tensor) -> torch.Tensor:
@@ -160,7 +168,7 @@ def measure_shape(args, num_workers: int, groups: int, outputs: int, device: tor
         for repeat in range(repeats):
             for name in order[repeat % len(order) :] + order[: repeat % len(order)]:
                 call = calls[name]
-                sample = timer.time_once(lambda call=call, inner=inner: [call(i) for i in range(inner)])
+                sample = timer.time_once(functools.partial(call_repeatedly, call, inner))
                 times[name].append(sample / inner)
         counts = {
             "eager": ops_and_reads(lambda: eager(y, masks[1])),
