@@ -13,7 +13,7 @@ from torch import nn
 
 from torchgcc.codes import Code
 from torchgcc.codes.gcc import GCVSplineDecoder
-from torchgcc.model_output import ModelOutput, flatten_output
+from torchgcc.model_output import ModelOutput, OutputSpec, flatten_output
 from torchgcc.stragglers import StragglerModel
 from torchgcc.tracing import graph_break
 from torchgcc.workers import Round, WaitPolicy, Workers, run_round
@@ -179,9 +179,10 @@ class CodedModule(nn.Module):
         self._check_mask(mask, batch)
         if self.workers is None:
             self._warn_train_batchnorm()
-            results = self._results_here(batch)
+            spec, leaves = self._results_here(batch)
+            results = spec.build(leaves)
             if mask is None:
-                mask = self.draw_mask(groups, flatten_output(results, groups)[1][0].device)
+                mask = self.draw_mask(groups, leaves[0].device)
         else:
             if mask is None and self.stragglers is not None:
                 mask = self.draw_mask(groups)
@@ -232,13 +233,13 @@ class CodedModule(nn.Module):
             outputs = [out[inverse] for out in outputs]
         return spec.build(outputs)
 
-    def _results_here(self, batch: CodedBatch) -> ModelOutput:
-        """The model's ``(B, N, *out)`` results on ``batch``'s coded inputs, run in this process (:meth:`run_model`), in
-        the model's container."""
+    def _results_here(self, batch: CodedBatch) -> tuple[OutputSpec, list[torch.Tensor]]:
+        """The model's results on ``batch``'s coded inputs, run in this process (:meth:`run_model`): the model's
+        container and its ``(B, N, *out)`` tensors."""
         groups, workers = batch.coded.shape[:2]
         output = self.run_model(batch.coded.reshape((groups * workers,) + batch.coded.shape[2:]))
         spec, leaves = flatten_output(output, groups * workers)
-        return spec.build([leaf.reshape((groups, workers) + leaf.shape[1:]) for leaf in leaves])
+        return spec, [leaf.reshape((groups, workers) + leaf.shape[1:]) for leaf in leaves]
 
     def _check_mask(self, mask: Optional[torch.Tensor], batch: CodedBatch) -> None:
         """Raise unless ``mask`` is None or a ``(B, N)`` bool tensor for ``batch``'s ``B`` groups."""
@@ -298,7 +299,7 @@ class CodedModule(nn.Module):
             batch = self.encode(x)
             self._check_mask(mask, batch)
             groups = batch.coded.shape[0]
-            _, leaves = flatten_output(self._results_here(batch), groups)
+            _, leaves = self._results_here(batch)
             if mask is None:
                 mask = self.draw_mask(groups, leaves[0].device)
             _, _, joined = next(self._decoder_inputs(leaves, mask))
