@@ -30,6 +30,9 @@ import time
 from pathlib import Path
 
 import torch
+from decode import interleaved_samples, paired_ratio  # benchmarks/decode.py, beside this script
+
+from torchgcc.timing import make_timer
 
 #: The CPU flags that decide which BLAS kernels run.
 VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")
@@ -47,10 +50,6 @@ def cpu_description() -> dict:
     return {"model": fields.get("model name", ""), "flags": [flag for flag in VECTOR_FLAGS if flag in flags]}
 
 
-def paired_ratio(values: list[float], baseline: list[float]) -> float:
-    return statistics.median(value / base for value, base in zip(values, baseline))
-
-
 def measure(num_workers: int, groups: int, outputs: int, args: argparse.Namespace) -> list[dict]:
     """The rows of one (N, B, d), one per thread count."""
     generator = torch.Generator().manual_seed(args.seed)
@@ -59,27 +58,20 @@ def measure(num_workers: int, groups: int, outputs: int, args: argparse.Namespac
     transposed = rows.transpose(1, 2)
     contiguous = transposed.contiguous()
     calls = {
-        "contiguous": lambda: torch.bmm(contiguous, results),
-        "rows_transposed": lambda: torch.bmm(transposed, results),
-        "copy_then_bmm": lambda: torch.bmm(transposed.contiguous(), results),
+        "contiguous": lambda i: torch.bmm(contiguous, results),
+        "rows_transposed": lambda i: torch.bmm(transposed, results),
+        "copy_then_bmm": lambda i: torch.bmm(transposed.contiguous(), results),
     }
+    timer = make_timer("cpu")
     out = []
     for threads in args.threads:
         torch.set_num_threads(threads)
         load_before = os.getloadavg()
         for call in calls.values():  # warm up under this thread count
-            call()
-        start = time.perf_counter()
-        calls["contiguous"]()
-        inner = max(1, math.ceil(args.min_sample_seconds / max(time.perf_counter() - start, 1e-7)))
-        times: dict[str, list[float]] = {name: [] for name in calls}
-        order = list(calls)
-        for repeat in range(args.repeats):
-            for name in order[repeat % len(order) :] + order[: repeat % len(order)]:
-                start = time.perf_counter()
-                for _ in range(inner):
-                    calls[name]()
-                times[name].append((time.perf_counter() - start) / inner)
+            call(0)
+        single = timer.time_once(lambda: calls["contiguous"](0))
+        inner = max(1, math.ceil(args.min_sample_seconds / max(single, 1e-7)))
+        times = interleaved_samples(calls, timer, inner, args.repeats)
         out.append(
             {
                 "N": num_workers,

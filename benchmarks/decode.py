@@ -51,6 +51,7 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 from torch.profiler import profile
@@ -58,7 +59,7 @@ from torch.profiler import profile
 import torchgcc
 from torchgcc.codes.maps import numba_available
 from torchgcc.stragglers import FixedStragglers
-from torchgcc.timing import make_timer
+from torchgcc.timing import Timer, make_timer
 
 #: The checkout the benchmark runs in (its commit goes into the JSON).
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,6 +85,21 @@ def call_repeatedly(call, count: int) -> None:
     sample alive: each call would then allocate, and fault in, fresh memory)."""
     for i in range(count):
         call(i)
+
+
+def interleaved_samples(
+    calls: dict[str, Callable[[int], Any]], timer: Timer, inner: int, repeats: int
+) -> dict[str, list[float]]:
+    """``repeats`` samples of each of ``calls``, in seconds per call, each sample ``inner`` calls
+    (:func:`call_repeatedly`). The samples of one repeat run back to back, the order of the calls rotating by one
+    each repeat (no call always follows the same one): a ratio of two calls' samples of one repeat is paired
+    (:func:`paired_ratio`)."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    order = list(calls)
+    for repeat in range(repeats):
+        for name in order[repeat % len(order) :] + order[: repeat % len(order)]:
+            times[name].append(timer.time_once(functools.partial(call_repeatedly, calls[name], inner)) / inner)
+    return times
 
 
 def bare_bmm(matrices: torch.Tensor, results: torch.Tensor) -> torch.Tensor:
@@ -163,13 +179,7 @@ def measure_shape(args, num_workers: int, groups: int, outputs: int, device: tor
         single = timer.time_once(lambda: calls["bmm"](0))
         inner = max(1, math.ceil(args.min_sample_seconds / max(single, 1e-7)))
         repeats = args.repeats if single < LONG_CALL else min(args.repeats, args.large_repeats)
-        times: dict[str, list[float]] = {name: [] for name in calls}
-        order = list(calls)
-        for repeat in range(repeats):
-            for name in order[repeat % len(order) :] + order[: repeat % len(order)]:
-                call = calls[name]
-                sample = timer.time_once(functools.partial(call_repeatedly, call, inner))
-                times[name].append(sample / inner)
+        times = interleaved_samples(calls, timer, inner, repeats)
         counts = {
             "eager": ops_and_reads(lambda: eager(y, masks[1])),
             "eager_unchecked": ops_and_reads(lambda: unchecked(y, masks[1])),
