@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import statistics
@@ -30,7 +29,7 @@ import time
 from pathlib import Path
 
 import torch
-from decode import interleaved_samples, paired_ratio  # benchmarks/decode.py, beside this script
+from decode import interleaved_samples, paired_ratio, warm_up  # benchmarks/decode.py, beside this script
 
 from torchgcc.timing import make_timer
 
@@ -67,10 +66,7 @@ def measure(num_workers: int, groups: int, outputs: int, args: argparse.Namespac
     for threads in args.threads:
         torch.set_num_threads(threads)
         load_before = os.getloadavg()
-        for call in calls.values():  # warm up under this thread count
-            call(0)
-        single = timer.time_once(lambda: calls["contiguous"](0))
-        inner = max(1, math.ceil(args.min_sample_seconds / max(single, 1e-7)))
+        _, inner = warm_up(calls, timer, "contiguous", args.min_sample_seconds)
         times = interleaved_samples(calls, timer, inner, args.repeats)
         out.append(
             {

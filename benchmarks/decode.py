@@ -87,6 +87,17 @@ def call_repeatedly(call, count: int) -> None:
         call(i)
 
 
+def warm_up(
+    calls: dict[str, Callable[[int], Any]], timer: Timer, baseline: str, min_sample_seconds: float
+) -> tuple[float, int]:
+    """Call each of ``calls`` once, untimed (under the current thread count), then time ``calls[baseline]`` once:
+    its seconds, and the calls per sample that make a sample of it last ``min_sample_seconds``."""
+    for call in calls.values():
+        call(0)
+    single = timer.time_once(lambda: calls[baseline](0))
+    return single, max(1, math.ceil(min_sample_seconds / max(single, 1e-7)))
+
+
 def interleaved_samples(
     calls: dict[str, Callable[[int], Any]], timer: Timer, inner: int, repeats: int
 ) -> dict[str, list[float]]:
@@ -174,10 +185,7 @@ def measure_shape(args, num_workers: int, groups: int, outputs: int, device: tor
     for threads in args.threads:
         torch.set_num_threads(threads)
         load_before = os.getloadavg()
-        for call in calls.values():  # warm up under this thread count
-            call(0)
-        single = timer.time_once(lambda: calls["bmm"](0))
-        inner = max(1, math.ceil(args.min_sample_seconds / max(single, 1e-7)))
+        single, inner = warm_up(calls, timer, "bmm", args.min_sample_seconds)
         repeats = args.repeats if single < LONG_CALL else min(args.repeats, args.large_repeats)
         times = interleaved_samples(calls, timer, inner, repeats)
         counts = {
