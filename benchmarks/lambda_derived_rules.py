@@ -19,6 +19,15 @@ suite, and chooses one bandwidth ratio per cell from the same calibration groups
   them, each within one gap of the fit as the regression points are (no gap correction); the mean squared error over
   both folds and the groups, on results normalised per group.
 
+Beside the rules, two references that read the uncoded outputs, which no decoder has, and so are bounds rather than
+rules (:data:`REFERENCES`):
+
+- ``calibration_oracle``: the candidate whose decode of the calibration groups is closest to their uncoded outputs
+  (mean squared error): the best any choice of one ratio from the calibration batch could do if that batch told the
+  decode error exactly. Where it fails, the batch's groups and masks do not represent the measured ones;
+- ``hindsight``: the candidate with the least MSE on the measured groups themselves: where it fails, no single pooled
+  ratio meets the criterion in that cell (the best of natural / spacing / GCV includes GCV's per-group choice).
+
 Every cell of the given ``benchmarks/lambda_suite.py`` JSONs is rebuilt exactly as the suite builds it (workload,
 seed, masks, noise, calibration batch), each rule's ratio decoded on the measured groups, and its MSE taken over the
 best of natural / spacing / GCV of the suite's record. The default is decoded again beside them (``default_rebuilt``;
@@ -148,6 +157,26 @@ RULES: dict[str, Callable[[System, torch.Tensor], float]] = {
 }
 
 
+#: The references: choices that read the uncoded outputs (no decoder can), bounds on what one pooled ratio can do.
+REFERENCES = ("calibration_oracle", "hindsight")
+
+
+def decoded_mse(
+    plain: SplineDecoder, ratio: float, results: torch.Tensor, masks: torch.Tensor, truth: torch.Tensor
+) -> float:
+    """The MSE against ``truth`` of the spline decode of ``results`` under ``masks`` at bandwidth ``ratio`` (the points
+    of ``plain``)."""
+    decoder = SplineDecoder(plain.alpha, plain.beta, lam=None, bandwidth_ratio=ratio, min_arrived=2)
+    return mse(decoder(results, masks), truth)
+
+
+def least_error_ratio(plain: SplineDecoder, results: torch.Tensor, masks: torch.Tensor, truth: torch.Tensor) -> float:
+    """The candidate of :data:`GCV_RATIOS` whose decode of ``results`` under ``masks`` has the least MSE against
+    ``truth`` (the first of equal ones)."""
+    errors = [decoded_mse(plain, ratio, results, masks, truth) for ratio in GCV_RATIOS]
+    return GCV_RATIOS[min(range(len(errors)), key=errors.__getitem__)]
+
+
 def cell_rules(workload, record: dict, args) -> dict:
     """One cell, rebuilt as the suite builds it: every rule's ratio and MSE, and the default's MSE recomputed."""
     k, n, s, seed = record["K"], record["N"], record["S"], record["seed"]
@@ -162,13 +191,9 @@ def cell_rules(workload, record: dict, args) -> dict:
         default_mse = mse(default(ys, masks), target)
         system = pooled_system(plain, results[:held], calibration)
         chosen = {name: rule(system, plain.alpha) for name, rule in RULES.items()}
-        errors = {
-            name: mse(
-                SplineDecoder(plain.alpha, plain.beta, lam=None, bandwidth_ratio=ratio, min_arrived=2)(ys, masks),
-                target,
-            )
-            for name, ratio in chosen.items()
-        }
+        chosen["calibration_oracle"] = least_error_ratio(plain, results[:held], calibration, truth[:held])
+        chosen["hindsight"] = least_error_ratio(plain, ys, masks, target)
+        errors = {name: decoded_mse(plain, ratio, ys, masks, target) for name, ratio in chosen.items()}
     best = min(record["mse"][rule] for rule in BASELINES)
     errors |= {"default_rebuilt": default_mse}
     chosen |= {"default_rebuilt": default.ratio.item()}
@@ -189,9 +214,9 @@ def cell_rules(workload, record: dict, args) -> dict:
 
 
 def summarise(rows: list[dict]) -> dict:
-    """Per rule (and the default): the worst ratio to the best, its cell, and the cells failing."""
+    """Per rule, reference (and the default): the worst ratio to the best, its cell, and the cells failing."""
     summary = {}
-    for name in [*RULES, "default_rebuilt", "default"]:
+    for name in [*RULES, *REFERENCES, "default_rebuilt", "default"]:
         ratio = (
             (lambda r: r["default_ratio_to_best"])
             if name == "default"
@@ -232,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     run |= {"load_average_after": list(os.getloadavg()), "threads": torch.get_num_threads(), "torch": torch.__version__}
     run |= {"default_rebuilt_max_relative_difference": max(r["default_rebuilt_relative_difference"] for r in rows)}
     config = {"suites": [str(p) for p in args.suites], "tolerance": TOLERANCE, "candidates": list(GCV_RATIOS)}
-    config |= {"rules": list(RULES)}
+    config |= {"rules": list(RULES), "references": list(REFERENCES)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
         json.dumps({"config": config, "run": run, "summary": summary, "records": rows}, indent=1) + "\n"
