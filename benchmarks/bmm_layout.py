@@ -29,24 +29,9 @@ import time
 from pathlib import Path
 
 import torch
-from decode import interleaved_samples, paired_ratio, warm_up  # benchmarks/decode.py, beside this script
+from decode import cpu_description, interleaved_samples, paired_ratio, warm_up  # benchmarks/decode.py, beside it
 
 from torchgcc.timing import make_timer
-
-#: The CPU flags that decide which BLAS kernels run.
-VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")
-
-
-def cpu_description() -> dict:
-    """The CPU's model name and which of :data:`VECTOR_FLAGS` it has (Linux's /proc/cpuinfo; empty elsewhere)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {"model": platform.processor(), "flags": []}
-    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-    fields = {key.strip(): value.strip() for key, value in fields.items()}
-    flags = set(fields.get("flags", "").split())
-    return {"model": fields.get("model name", ""), "flags": [flag for flag in VECTOR_FLAGS if flag in flags]}
 
 
 def measure(num_workers: int, groups: int, outputs: int, args: argparse.Namespace) -> list[dict]:

@@ -231,6 +231,22 @@ def source_commit() -> str | None:
         return None
 
 
+#: The CPU flags that decide which BLAS kernels run.
+VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")
+
+
+def cpu_description() -> dict:
+    """The CPU's model name and which of :data:`VECTOR_FLAGS` it has (Linux's /proc/cpuinfo; empty elsewhere)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {"model": platform.processor(), "flags": []}
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    return {"model": fields.get("model name", ""), "flags": [flag for flag in VECTOR_FLAGS if flag in flags]}
+
+
 def paired_ratio(values: list[float], baseline: list[float]) -> float:
     """The median of each sample's ratio to the baseline's sample of the same repeat."""
     return statistics.median(value / base for value, base in zip(values, baseline))
@@ -290,6 +306,7 @@ def main() -> None:
             "python": platform.python_version(),
             "device": str(device),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+            "cpu": cpu_description(),
             "cpu_count": os.cpu_count(),
             "commit": source_commit(),
             "load_average_before": os.getloadavg(),

@@ -1,16 +1,17 @@
 """CodedModule's encode against a bare ``(N, K)`` matmul, on image inputs, over groups and threads.
 
 For each B in ``--groups`` and thread count in ``--threads``, with K = ``--inputs``, N = ``--workers`` and ``B K``
-random float32 images of ``3 x --image-size x --image-size``, it times in one run, interleaved sample by sample (the
-order alternating):
+random float32 images of ``3 x --image-size x --image-size``, it times in one run, interleaved sample by sample:
 
 - ``matmul``: the bare product of the float32 ``(N, K)`` encoding matrix (converted once, outside the timing) with
   the ``(B, K, 3 s s)`` grouped images, the floor of any linear encode;
 - ``encode``: what ``CodedModule.forward`` runs before the model, ``code.encoder(group_samples(x, K))`` for the
   ``(B K, 3, s, s)`` batch (the encoder's overflow guard included).
 
-Medians over ``--repeats`` samples; the ratio is the median of each sample's ratio to its own matmul (paired). Writes
-JSON (settings, environment, the load average before and after each row, every row) after every row. Issue 29's
+Each sample is as many calls as make the matmul's last ``--min-sample-seconds`` (with
+:func:`decode.interleaved_samples`, the order rotating each repeat); medians over ``--repeats`` samples; the ratio is
+the median of each sample's ratio to the matmul's of the same repeat (paired). Writes JSON (settings, environment with
+the commit and the CPU, the load average before and after each row, every row) after every row. Issue 29's
 bound: encode <= 1.5x the matmul at K = 8, N = 32::
 
     python benchmarks/encode.py --out benchmarks/results/encode.json
@@ -23,13 +24,20 @@ import json
 import os
 import platform
 import statistics
-import time
 from pathlib import Path
 
 import torch
+from decode import (  # benchmarks/decode.py, beside this script
+    cpu_description,
+    interleaved_samples,
+    paired_ratio,
+    source_commit,
+    warm_up,
+)
 
 import torchgcc
 from torchgcc.coded_module import group_samples
+from torchgcc.timing import make_timer
 
 #: Issue 29's bound on encode / matmul.
 TARGET = 1.5
@@ -43,6 +51,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--min-sample-seconds", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("torchgcc-results/encode/encode.json"))
     args = parser.parse_args()
@@ -53,36 +62,33 @@ def main() -> None:
         "environment": {
             "torch": torch.__version__,
             "python": platform.python_version(),
-            "device_name": platform.processor(),
+            "cpu": cpu_description(),
             "cpu_count": os.cpu_count(),
+            "commit": source_commit(),
         },
         "target": TARGET,
         "rows": [],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    timer = make_timer("cpu")
     for groups in args.groups:
         generator = torch.Generator().manual_seed(args.seed)
         x = torch.randn(groups * args.inputs, 3, args.image_size, args.image_size, generator=generator)
         grouped = group_samples(x, args.inputs).reshape(groups, args.inputs, -1)
         calls = {
-            "matmul": lambda grouped=grouped: matrix @ grouped,
-            "encode": lambda x=x: code.encoder(group_samples(x, args.inputs)),
+            "matmul": lambda i, grouped=grouped: matrix @ grouped,
+            "encode": lambda i, x=x: code.encoder(group_samples(x, args.inputs)),
         }
         for threads in args.threads:
             torch.set_num_threads(threads)
             load_before = os.getloadavg()
-            times: dict[str, list[float]] = {name: [] for name in calls}
-            for call in calls.values():
-                call()
-            for repeat in range(args.repeats):
-                for name in list(calls)[:: 1 if repeat % 2 else -1]:
-                    start = time.perf_counter()
-                    calls[name]()
-                    times[name].append(time.perf_counter() - start)
-            ratio = statistics.median(e / m for e, m in zip(times["encode"], times["matmul"]))
+            _, inner = warm_up(calls, timer, "matmul", args.min_sample_seconds)
+            times = interleaved_samples(calls, timer, inner, args.repeats)
+            ratio = paired_ratio(times["encode"], times["matmul"])
             row = {
                 "B": groups,
                 "threads": threads,
+                "calls_per_sample": inner,
                 "median_seconds": {name: statistics.median(values) for name, values in times.items()},
                 "encode_over_matmul": ratio,
                 "passes": ratio <= TARGET,

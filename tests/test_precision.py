@@ -158,3 +158,29 @@ def test_the_encoder_scales_exactly_where_the_plain_product_could_overflow(dtype
             bound = 8 * torch.finfo(torch.float32).eps * code.encoder.matrix.abs() @ x[0].double().abs()
             bound += torch.finfo(dtype).eps * exact.abs()
             assert bool(((got[0].double() - exact).abs() <= bound).all())
+
+
+@pytest.mark.parametrize("change", ["load_state_dict", "in_place", "new_buffer"])
+def test_the_encoders_bound_follows_a_changed_matrix(change):
+    """The bound ``L`` is kept between calls: a matrix loaded, written in place or replaced after a call moves it (an
+    input that fitted the old matrix's bound and not the new one's is scaled, and its code stays finite)."""
+    from torch.profiler import profile
+
+    code = torchgcc.GCC(8, 32)
+    lebesgue = float(code.encoder.matrix.abs().sum(dim=1).max())
+    x = torch.full((1, 8, 1), 0.9 * 2.0**127 / lebesgue)
+    code.encoder(x)  # the bound of the first matrix is now kept
+    doubled = 2 * code.encoder.matrix
+    if change == "load_state_dict":
+        code.encoder.load_state_dict({"matrix": doubled})
+    elif change == "in_place":
+        code.encoder.matrix.mul_(2)
+    else:
+        code.encoder.matrix = doubled
+    with profile() as recorded:
+        got = code.encoder(x)
+    assert any(event.name == "aten::ldexp" for event in recorded.events())
+    assert bool(torch.isfinite(got).all())
+    exact = doubled @ x[0].double()  # float32 sums of K products of scaled inputs: Higham's gamma_K, then rounding
+    bound = 8 * torch.finfo(torch.float32).eps * doubled.abs() @ x[0].double().abs()
+    assert bool(((got[0].double() - exact).abs() <= bound + torch.finfo(torch.float32).eps * exact.abs()).all())

@@ -190,6 +190,7 @@ class Encoder(_Float64Buffers):
     def __init__(self, matrix: torch.Tensor) -> None:
         super().__init__()
         self.register_buffer("matrix", matrix.detach().to(torch.float64))
+        self._row_sum_of: Optional[tuple[torch.Tensor, tuple[int, int], float]] = None
 
     @property
     def num_inputs(self) -> int:
@@ -218,10 +219,22 @@ class Encoder(_Float64Buffers):
         (a NaN or an Inf input is never sure either: the scaled product treats it as before)."""
         if flat.device.type != "cpu" or torch.compiler.is_compiling() or flat.numel() == 0:
             return False
-        with torch.no_grad():
-            low, high = torch.aminmax(flat)
-            bound = torch.maximum(-low, high).double() * self.matrix.abs().sum(dim=1).amax()
-            return float(bound) < 2.0**127
+        low, high = torch.aminmax(flat.detach())
+        largest = float(torch.maximum(-low, high))  # the one read; NaN where flat has a NaN
+        return largest * self._row_sum() < 2.0**127  # False for NaN and Inf
+
+    def _row_sum(self) -> float:
+        """``L = max_n sum_k |E_nk|``, kept while the matrix is the same tensor on the same memory, not written to
+        since (a new buffer, ``load_state_dict``'s copy and any in-place change compute it again)."""
+        matrix = self.matrix
+        cached = getattr(self, "_row_sum_of", None)  # None also in an encoder pickled before it existed
+        if cached is None or cached[0] is not matrix or cached[1] != (matrix.data_ptr(), matrix._version):
+            cached = self._row_sum_of = (
+                matrix,
+                (matrix.data_ptr(), matrix._version),
+                float(matrix.abs().sum(1).amax()),
+            )
+        return cached[2]
 
 
 class Decoder(_Float64Buffers):
