@@ -293,6 +293,38 @@ def test_sigterm_while_ray_starts_is_the_error_line_and_143():
     assert len(folders) == 1 and not any(Path(folder).exists() for folder in folders)
 
 
+def test_the_processes_of_a_cut_short_ray_start_are_stopped_before_its_folder_is_removed(tmp_path):
+    """What ``local_ray`` does after ``ray.shutdown``: every process naming the folder gets SIGTERM, one that ignores
+    it SIGKILL after the timeout, each is waited for; a process that names another folder is left alone."""
+    from torchgcc.distributed.ray_workers import _stop_processes_naming
+
+    folder = str(tmp_path / "torchgcc-ray-cut")
+    sleep = "import signal, sys, time; {}; print('ready', flush=True); time.sleep(60)"
+    commands = {
+        "polite": [sys.executable, "-c", sleep.format("pass"), folder],
+        "stubborn": [sys.executable, "-c", sleep.format("signal.signal(signal.SIGTERM, signal.SIG_IGN)"), folder],
+        "bystander": [sys.executable, "-c", sleep.format("pass"), str(tmp_path / "another-folder")],
+    }
+    processes = {
+        name: subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for name, command in commands.items()
+    }
+    try:
+        for process in processes.values():
+            assert process.stdout.readline() == "ready\n"  # its handler is in place
+        start = time.monotonic()
+        _stop_processes_naming(folder, timeout_s=1.0)
+        elapsed = time.monotonic() - start
+        assert not alive(processes["polite"].pid) and not alive(processes["stubborn"].pid)
+        assert alive(processes["bystander"].pid)
+        assert 1.0 <= elapsed < 30  # the stubborn one outlived SIGTERM's timeout
+    finally:
+        for process in processes.values():
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            process.wait()
+            process.stdout.close()
+
+
 def _cmdline(pid: int) -> list[str]:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")

@@ -16,8 +16,10 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import tempfile
 import time
+from pathlib import Path
 from typing import Hashable, Iterator, Sequence
 
 import torch
@@ -63,7 +65,47 @@ def local_ray(num_cpus: int | None = None) -> Iterator[object]:
         # it had started are stopped here, and waited for, so that none writes into the folder after it is removed
         # (Ray's atexit hook would stop them later, logging into a folder already gone: it came back)
         ray.shutdown(wait_for_processes=True)
+        # a ray.init cut short inside its node's start leaves that node's first processes unknown to ray.shutdown:
+        # one of them (the GCS server) wrote its port file into the folder after it was removed, and so brought it back
+        _stop_processes_naming(folder)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stop_processes_naming(folder: str, timeout_s: float = 5.0) -> None:
+    """SIGTERM every other process whose command line names ``folder`` (Linux's ``/proc``; none elsewhere), SIGKILL
+    those still running after ``timeout_s``, and wait up to ``timeout_s`` more for them (reaping this process's own
+    children); a warning names any left."""
+    pids = _processes_naming(folder)
+    for sent in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sent)
+        deadline = time.monotonic() + timeout_s
+        while (pids := [pid for pid in pids if _running(pid)]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not pids:
+            return
+    logger.warning("processes %s of the Ray folder %s still run after SIGKILL", pids, folder)
+
+
+def _processes_naming(folder: str) -> list[int]:
+    """The process ids, other than this process's, whose command line contains ``folder``."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):  # a process that ends while it is read
+            if int(entry.name) != os.getpid() and folder.encode() in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+    return pids
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs: it exists and is not a zombie (this process's own child is reaped once done)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager
