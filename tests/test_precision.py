@@ -1,6 +1,7 @@
 """Low-precision and near-overflow decodes match a float64 decode of the same data to the output dtype's precision."""
 
 import re
+import warnings
 
 import pytest
 import torch
@@ -184,3 +185,16 @@ def test_the_encoders_bound_follows_a_changed_matrix(change):
     exact = doubled @ x[0].double()  # float32 sums of K products of scaled inputs: Higham's gamma_K, then rounding
     bound = 8 * torch.finfo(torch.float32).eps * doubled.abs() @ x[0].double().abs()
     assert bool(((got[0].double() - exact).abs() <= bound + torch.finfo(torch.float32).eps * exact.abs()).all())
+
+
+def test_a_traced_encoder_scales_every_input_it_sees_later():
+    """``torch.jit.trace`` records the branch its example input takes: the encoder must not record the plain product
+    (a small example) and then overflow on inputs near float32's largest value whose codes fit."""
+    code = torchgcc.GCC(8, 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # trace's deprecation and tracer warnings
+        traced = torch.jit.trace(code.encoder, torch.randn(2, 8, 3))
+    near_max = (3.3e38 * torch.cos(3 * code.alpha)).float().reshape(1, 8, 1)
+    assert not bool(torch.isfinite(code.encoder.matrix.float() @ near_max[0]).all())  # the plain product overflows
+    torch.testing.assert_close(traced(near_max), code.encoder(near_max), rtol=0, atol=0)
+    assert bool(torch.isfinite(traced(near_max)).all())

@@ -181,8 +181,9 @@ class Encoder(_Float64Buffers):
     largest input to [0.5, 1) before the product and back after it: exact, and no intermediate overflow for inputs
     near 3e38 whose codes fit, but three more passes over the data. On CPU in eager mode the encoder first looks:
     one pass over the inputs and one number read (free there), and the plain product runs where ``L max|x|`` is below
-    ``2^127``. On other devices, where a read is a synchronisation, and under ``torch.compile`` it always scales and
-    never reads back from the device.
+    ``2^127``. On other devices, where a read is a synchronisation, under ``torch.compile``, and under
+    ``torch.jit.trace`` (a trace would keep its example input's branch for every input) it always scales and never
+    reads back from the device.
     """
 
     matrix: torch.Tensor
@@ -216,8 +217,9 @@ class Encoder(_Float64Buffers):
     def _surely_fits(self, flat: torch.Tensor) -> bool:
         """Whether the plain float32 product of ``flat`` cannot overflow: ``L max|x| < 2^127`` (half the float32
         range: room for the rounding of the partial sums), decided by one read on CPU in eager mode; False elsewhere
-        (a NaN or an Inf input is never sure either: the scaled product treats it as before)."""
-        if flat.device.type != "cpu" or torch.compiler.is_compiling() or flat.numel() == 0:
+        (a NaN or an Inf input is never sure either: the scaled product treats it as before), also under
+        ``torch.jit.trace``, which would freeze the branch the example input took for every later input."""
+        if flat.device.type != "cpu" or torch.compiler.is_compiling() or torch.jit.is_tracing() or flat.numel() == 0:
             return False
         low, high = torch.aminmax(flat.detach())
         largest = float(torch.maximum(-low, high))  # the one read; NaN where flat has a NaN
