@@ -206,9 +206,12 @@ def _berrut_kernel(mask, beta, alpha, min_arrived, out, start, stop):  # pragma:
 _spline_kernel = _compiled(_spline_kernel)
 _berrut_kernel = _compiled(_berrut_kernel)
 
-#: The least work (groups x N x K) a thread is given: splitting smaller batches costs more in hand-offs (tens of
-#: microseconds) than it saves (a group at N = 64, K = 16 takes about 2 microseconds).
-MIN_WORK_PER_THREAD = 2**16
+#: The least work (groups x N x K, about 2 ns an entry) a thread is given. A helper thread pays only where its share
+#: outlasts the spin-wait of torch's OpenMP workers: after every parallel torch op (the decode's own bmm, a model's
+#: layers) they keep the other cores busy for some milliseconds (libgomp's default wait policy), and a split started
+#: then runs no faster than one thread until they sleep. In loops of decodes on 2 threads a split paid from about
+#: 2^21 entries in all (N = 256 and 1024) and lost below it (N = 64, B = 512: 3-6% slower than one thread).
+MIN_WORK_PER_THREAD = 2**20
 
 _pool: Optional[ThreadPoolExecutor] = None
 _pool_size = 0
