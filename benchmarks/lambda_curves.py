@@ -26,9 +26,7 @@ import time
 from pathlib import Path
 
 import torch
-
-import torchgcc
-from benchmarks.lambda_suite import (
+from lambda_suite import (  # benchmarks/lambda_suite.py, beside this script
     BASELINES,
     TOLERANCE,
     Workload,
@@ -39,6 +37,8 @@ from benchmarks.lambda_suite import (
     pooled_system,
     rebuilt_cells,
 )
+
+import torchgcc
 from torchgcc.codes.gcc import GCV_RATIOS, SplineDecoder, spacing_lambda
 from torchgcc.functional.decoder_smoothing import informative_groups, pooled_gcv_ratio
 from torchgcc.functional.gcv import gcv_scores

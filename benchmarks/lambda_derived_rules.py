@@ -53,9 +53,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-
-import torchgcc
-from benchmarks.lambda_suite import (
+from lambda_suite import (  # benchmarks/lambda_suite.py, beside this script
     BASELINES,
     TOLERANCE,
     cell_masks,
@@ -65,6 +63,8 @@ from benchmarks.lambda_suite import (
     pooled_system,
     rebuilt_cells,
 )
+
+import torchgcc
 from torchgcc.codes.gcc import GCV_RATIOS, SplineDecoder, spacing_lambda
 from torchgcc.functional import smoothing_spline_matrix
 from torchgcc.functional.decoder_smoothing import informative_groups, pooled_gcv_ratio

@@ -26,9 +26,7 @@ import time
 from pathlib import Path
 
 import torch
-
-import torchgcc
-from benchmarks.lambda_suite import (
+from lambda_suite import (  # benchmarks/lambda_suite.py, beside this script
     BASELINES,
     TOLERANCE,
     cell_masks,
@@ -38,6 +36,8 @@ from benchmarks.lambda_suite import (
     pooled_system,
     rebuilt_cells,
 )
+
+import torchgcc
 from torchgcc.codes.gcc import GCV_RATIOS, SplineDecoder, spacing_lambda
 from torchgcc.functional import numba_decode
 from torchgcc.functional.decoder_smoothing import pooled_gcv_ratio
