@@ -23,13 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
-from decode import cpu_description, interleaved_samples, paired_ratio, warm_up  # benchmarks/decode.py, beside it
+from decode import environment, interleaved_samples, paired_ratio, warm_up  # benchmarks/decode.py, beside it
 
 from torchgcc.timing import make_timer
 
@@ -84,13 +83,7 @@ def main() -> None:
     args = parser.parse_args()
     report = {
         "settings": {key: value for key, value in vars(args).items() if key != "out"},
-        "environment": {
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "cpu": cpu_description(),
-            "cpu_count": os.cpu_count(),
-            "mkldnn": torch.backends.mkldnn.is_available(),
-        },
+        "environment": environment() | {"mkldnn": torch.backends.mkldnn.is_available()},
         "rows": [],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -247,6 +247,18 @@ def cpu_description() -> dict:
     return {"model": fields.get("model name", ""), "flags": [flag for flag in VECTOR_FLAGS if flag in flags]}
 
 
+def environment() -> dict:
+    """What a CPU timing depends on, for a benchmark's JSON: torch and Python versions, :func:`cpu_description`, the
+    core count and :func:`source_commit`."""
+    return {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": cpu_description(),
+        "cpu_count": os.cpu_count(),
+        "commit": source_commit(),
+    }
+
+
 def paired_ratio(values: list[float], baseline: list[float]) -> float:
     """The median of each sample's ratio to the baseline's sample of the same repeat."""
     return statistics.median(value / base for value, base in zip(values, baseline))
@@ -300,15 +312,11 @@ def main() -> None:
     report = {
         "settings": {key: value for key, value in vars(args).items() if key != "out"},
         "stragglers": "FixedStragglers(N // 4), a fresh mask each call (16 masks cycled)",
-        "environment": {
-            "torch": torch.__version__,
+        "environment": environment()
+        | {
             "numba": importlib.metadata.version("numba") if numba_available() else None,
-            "python": platform.python_version(),
             "device": str(device),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
-            "cpu": cpu_description(),
-            "cpu_count": os.cpu_count(),
-            "commit": source_commit(),
             "load_average_before": os.getloadavg(),
         },
         "targets": {f"B={groups}": bound for groups, bound in TARGETS.items()},

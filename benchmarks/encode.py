@@ -22,18 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 from pathlib import Path
 
 import torch
-from decode import (  # benchmarks/decode.py, beside this script
-    cpu_description,
-    interleaved_samples,
-    paired_ratio,
-    source_commit,
-    warm_up,
-)
+from decode import environment, interleaved_samples, paired_ratio, warm_up  # benchmarks/decode.py, beside it
 
 import torchgcc
 from torchgcc.coded_module import group_samples
@@ -59,13 +52,7 @@ def main() -> None:
     matrix = code.encoder.matrix.float()
     report = {
         "settings": {key: value for key, value in vars(args).items() if key != "out"},
-        "environment": {
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "cpu": cpu_description(),
-            "cpu_count": os.cpu_count(),
-            "commit": source_commit(),
-        },
+        "environment": environment(),
         "target": TARGET,
         "rows": [],
     }

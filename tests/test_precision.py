@@ -135,6 +135,17 @@ def test_bfloat16_near_max_encodes_without_intermediate_overflow():
     assert bool(((got.double() - reference).abs() <= eps * reference.abs()).all())
 
 
+def assert_within_float32_product(got: torch.Tensor, matrix: torch.Tensor, x: torch.Tensor) -> None:
+    """``got`` ``(N, d)`` is ``matrix @ x`` ``(N, K) @ (K, d)`` computed in float32 and rounded to ``got``'s dtype:
+    each float32 sum of K products is within ``gamma_K sum |E| |x|`` of the exact one (Higham, eq. 3.5; ``K u``
+    bounded by ``8 eps``), plus the final rounding. BLAS kernels differ in summation order and FMA, so no bitwise
+    reference."""
+    exact = matrix @ x.double()
+    bound = 8 * torch.finfo(torch.float32).eps * matrix.abs() @ x.double().abs()
+    bound += torch.finfo(got.dtype).eps * exact.abs()
+    assert bool(((got.double() - exact).abs() <= bound).all())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_encoder_scales_exactly_where_the_plain_product_could_overflow(dtype):
     """Below the bound (``L max|x| < 2^127``, ``L`` the largest row sum of ``|E|``) the encoder's product is the plain
@@ -153,12 +164,7 @@ def test_the_encoder_scales_exactly_where_the_plain_product_could_overflow(dtype
         assert any(event.name == "aten::ldexp" for event in recorded.events()) == scaled
         assert bool(torch.isfinite(got).all())
         if not scaled:  # the plain float32 product, to its rounding: BLAS kernels differ in summation order and FMA
-            exact = code.encoder.matrix @ x[0].double()
-            # each float32 sum of K products is within gamma_K sum|E x| of the exact one (Higham, eq. 3.5), plus
-            # the rounding to dtype
-            bound = 8 * torch.finfo(torch.float32).eps * code.encoder.matrix.abs() @ x[0].double().abs()
-            bound += torch.finfo(dtype).eps * exact.abs()
-            assert bool(((got[0].double() - exact).abs() <= bound).all())
+            assert_within_float32_product(got[0], code.encoder.matrix, x[0])
 
 
 @pytest.mark.parametrize("change", ["load_state_dict", "in_place", "new_buffer"])
@@ -182,9 +188,7 @@ def test_the_encoders_bound_follows_a_changed_matrix(change):
         got = code.encoder(x)
     assert any(event.name == "aten::ldexp" for event in recorded.events())
     assert bool(torch.isfinite(got).all())
-    exact = doubled @ x[0].double()  # float32 sums of K products of scaled inputs: Higham's gamma_K, then rounding
-    bound = 8 * torch.finfo(torch.float32).eps * doubled.abs() @ x[0].double().abs()
-    assert bool(((got[0].double() - exact).abs() <= bound + torch.finfo(torch.float32).eps * exact.abs()).all())
+    assert_within_float32_product(got[0], doubled, x[0])  # the power-of-two scaling is exact
 
 
 def test_a_traced_encoder_scales_every_input_it_sees_later():
