@@ -148,6 +148,7 @@ def _run_case(case: Case) -> dict[str, Any]:
             error = None
         except Exception as raised:  # noqa: BLE001 - classifying every exception is the point
             error = raised
+    ns["caught_warnings"] = caught  # for the oracles of documented warnings
     outcome = judge(case, ns, error)
     if error is not None and outcome["category"] == "clear_error" and calibration(ns.get("code")) != before:
         outcome = {
@@ -485,6 +486,24 @@ def decode_plan(code, y: torch.Tensor, mask: torch.Tensor, check: bool):
     return matrix, used, nan_ok
 
 
+def conditioning_problem(code, y: torch.Tensor, mask: torch.Tensor, check: bool, caught: list) -> Optional[str]:
+    """LCC's documented :class:`torchgcc.ConditioningWarning`: with ``check=True`` a decode warns iff its matrices'
+    largest absolute row sum exceeds ``u ** -0.5`` (``u`` the unit roundoff of the results' dtype), and never without
+    a check or without estimates; not judged within 1% of the limit (rounding decides there)."""
+    if not isinstance(code, torchgcc.LCC):
+        return None
+    warned = any(issubclass(w.category, torchgcc.ConditioningWarning) for w in caught)
+    if not check or y.numel() == 0:
+        return "ConditioningWarning without a check or without estimates" if warned else None
+    matrix, _, _ = decode_plan(code, y.detach(), mask, check)
+    amplification = float(matrix.abs().sum(-1).amax())
+    limit = (torch.finfo(y.dtype).eps / 2) ** -0.5
+    CHECKED["decoder: LCC warns where its weights amplify rounding"] += 1
+    if abs(math.log(amplification / limit)) < 0.01 or warned == (amplification > limit):
+        return None
+    return f"amplification {amplification:.3e} against the limit {limit:.3e}, but warned={warned}"
+
+
 def decode_reference(
     code,
     y: torch.Tensor,
@@ -569,6 +588,9 @@ def draw_decoder(rng: random.Random, seed: int) -> Case:
         problem = compare(flat_out, ref, env, n, y.dtype, nan_ok=nan_ok, overflow_ok=not check)
         if problem:
             return "decoder(y, mask) vs decode_matrix(mask) @ y: " + problem
+        problem = conditioning_problem(code, y, mask, check, ns["caught_warnings"])
+        if problem:
+            return problem
         flat = y.reshape(y.shape[0], n, -1).to(F64)
         if poly and not nan_ok.any():  # exact recovery of a polynomial the decoder reproduces
             eff = mask & torch.isfinite(flat).all(-1) if code.decoder.nonfinite == "straggle" else mask

@@ -1,10 +1,14 @@
 """Every registered code honours the same contract; each code's matrices match an independent reference."""
 
+import math
+import warnings
+
 import numpy as np
 import pytest
 import torch
 from helpers import random_masks, requires_cuda
-from references import berrut_reference, natural_spline_reference
+from references import berrut_reference, exact_lagrange, natural_spline_reference
+from torch.profiler import profile
 
 import torchgcc
 from torchgcc.codes.gcc import spacing_lambda
@@ -236,6 +240,72 @@ def test_lcc_recovers_a_degree_two_polynomial_exactly_at_its_threshold():
         code.decoder(y, below)
     interpolating = torchgcc.LCC(num_inputs=4, num_workers=12, degree=2, below_threshold="interpolate")
     assert (interpolating.decoder(y, below) - f(x)).abs().max() > 1e-6  # inexact beyond the threshold
+
+
+def lcc_amplification(code: torchgcc.LCC, arrived: torch.Tensor) -> float:
+    """The largest absolute row sum of LCC's decode matrix at its threshold for one group's mask: its Lagrange basis
+    over the survivors at the regression points, in exact rational arithmetic."""
+    basis = exact_lagrange(code.beta.numpy()[arrived.numpy()], code.alpha.numpy())
+    return float(np.abs(basis).sum(axis=1).max())
+
+
+def decode_warnings(code: torchgcc.Code, y: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, list]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = code.decoder(y, mask)
+    return out, [w for w in caught if issubclass(w.category, torchgcc.ConditioningWarning)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_lcc_warns_exactly_where_its_weights_amplify_rounding_past_half_the_digits(dtype):
+    """At its threshold (22 of 40 workers) LCC's amplification ranges from about 2 (no stragglers) to 1e18 (a block
+    of stragglers at one end, an extrapolation): the decoder warns for a mask iff the exact Lagrange basis's largest
+    absolute row sum exceeds ``u ** -0.5`` of the results' dtype, and such a float32 decode of exact cubic results is
+    off by more than that bound allows the exact fit."""
+    code = torchgcc.LCC(num_inputs=8, num_workers=40, degree=3)
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 8, 5, generator=generator, dtype=torch.float64)
+    y = (code.encoder(x) ** 3).to(dtype)
+    limit = (torch.finfo(dtype).eps / 2) ** -0.5
+    block = torch.arange(40) >= 18  # the 18 stragglers at one end
+    masks = [torch.ones(40, dtype=torch.bool), block, *random_masks(16, 40, 18, seed=5)]
+    outcomes = set()
+    for arrived in masks:
+        amplification = lcc_amplification(code, arrived)
+        assert not 0.99 < amplification / limit < 1.01, "a mask this close to the limit tests rounding, not the rule"
+        out, caught = decode_warnings(code, y, arrived.unsqueeze(0))
+        assert bool(caught) == (amplification > limit), (amplification, limit, caught)
+        outcomes.add(bool(caught))
+        if caught:
+            assert f"more than 1e{math.floor(math.log10(amplification)):+03d} " in str(caught[0].message)
+            assert caught[0].filename == __file__  # points at the call, not inside torch or torchgcc
+    assert outcomes == {True, False}
+    if dtype == torch.float32:  # the warned block mask: the estimates of exact results are far from f(x)
+        out, _ = decode_warnings(code, y, block.unsqueeze(0))
+        assert (out.double() - x**3).abs().max() > limit**-1 * y.abs().max()
+
+
+def test_lcc_conditioning_is_read_with_the_flag_and_not_without_a_check():
+    """check=True: the amplification rides on the read of the finiteness flag (one read more than check=False, whose
+    reads are torch.linalg.pinv's own), and too few results still raise before any warning; check=False: no
+    warning."""
+    block = (torch.arange(40) >= 18).unsqueeze(0)
+    y = torch.randn(1, 40, 5)
+    reads, warned = {}, {}
+    for check in (True, False):
+        code = torchgcc.LCC(num_inputs=8, num_workers=40, degree=3, check=check)
+        code.decoder(y, block)
+        with profile() as recorded, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            code.decoder(y, block)
+        reads[check] = sum(event.name == "aten::_local_scalar_dense" for event in recorded.events())
+        warned[check] = len([w for w in caught if issubclass(w.category, torchgcc.ConditioningWarning)])
+    assert reads[True] == reads[False] + 1 and warned == {True: 1, False: 0}
+    short = (torch.arange(40) >= 19).unsqueeze(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torchgcc.ConditioningWarning)
+        with pytest.raises(ValueError, match="needs at least 22"):
+            torchgcc.LCC(num_inputs=8, num_workers=40, degree=3).decoder(y, short)
 
 
 def test_lcc_threshold_above_workers_raises():

@@ -13,7 +13,7 @@ from torch.profiler import profile
 import torchgcc
 from torchgcc.stragglers import BernoulliStragglers, FixedStragglers
 
-#: Ops that read device memory back to the host (``item``, ``bool()``, ``float()``, ``.tolist()`` all end in
+#: Ops that read device memory back to the host (``item``, ``bool()`` and ``float()`` all end in
 #: ``_local_scalar_dense``).
 READS = {
     "aten::_local_scalar_dense",

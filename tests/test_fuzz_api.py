@@ -28,7 +28,10 @@ def test_a_seeded_slice_finds_no_silent_wrong_answer_and_no_raw_error(slice_resu
     assert signatures["silent_wrong"] == {} and signatures["raw_error"] == {}, slice_result["examples"]
     assert slice_result["by_entry_point"]["coded_module"]["raw_error"] == 0
     assert slice_result["flags"]["clear_error_not_naming_the_argument"] == 0, slice_result["examples"]["clear_error"]
-    assert slice_result["warnings"] == {}
+    # the one documented warning: LCC's weights amplifying rounding (the decoder oracle checks where it must appear)
+    assert all(": ConditioningWarning: LCC's decode" in key for key in slice_result["warnings"]), slice_result[
+        "warnings"
+    ]
 
 
 def test_the_slice_reaches_every_entry_point_with_valid_and_invalid_calls(slice_result):
@@ -173,3 +176,35 @@ def test_lccs_least_squares_fit_is_held_to_its_conditioning(monkeypatch):
     exact = maps.apply_linear
     monkeypatch.setattr(maps, "apply_linear", lambda matrix, flat, **kw: exact(matrix, flat, **kw) * (1 + 1e-6))
     assert api_fuzzer.run_case(api_fuzzer.draw(31337, 19828))["category"] == "silent_wrong"
+
+
+def lcc_decoder_cases(warned: bool, count: int = 3) -> list:
+    """Valid LCC decoder calls of the seeded sequence with check=True that end in a ConditioningWarning (or not)."""
+    found = []
+    for index in range(3000):
+        case = api_fuzzer.draw_decoder(api_fuzzer.random.Random(index), index)
+        if case.invalid or "'lcc'" not in case.snippet or "check=False" in case.snippet:
+            continue
+        outcome = api_fuzzer.run_case(case)
+        if (
+            outcome["category"] == "ok"
+            and any("ConditioningWarning" in w for w in outcome.get("warnings", [])) == warned
+        ):
+            found.append(case)
+            if len(found) == count:
+                return found
+    raise AssertionError(f"fewer than {count} LCC decoder calls with warned={warned} in 3000 draws")
+
+
+@pytest.mark.parametrize("warned", [True, False])
+def test_the_decoder_oracle_flags_a_missing_or_a_needless_conditioning_warning(monkeypatch, warned):
+    """LCC's ConditioningWarning is documented where its weights amplify rounding past half the digits: a decoder
+    that never warns fails the calls that must warn, one that always warns the calls that must not."""
+    from torchgcc.codes import lcc
+
+    cases = lcc_decoder_cases(warned)
+    always = lcc.warn_if_amplified
+    monkeypatch.setattr(
+        lcc, "warn_if_amplified", (lambda value, dtype: None) if warned else (lambda value, dtype: always(1e300, dtype))
+    )
+    assert [api_fuzzer.run_case(case)["category"] for case in cases] == ["silent_wrong"] * len(cases)

@@ -21,6 +21,7 @@ _EXPORTS: dict[str, str | None] = {
     "CalibrationWarning": "torchgcc.codes",
     "CodedModule": "torchgcc.coded_module",
     "Code": "torchgcc.codes",
+    "ConditioningWarning": "torchgcc.codes",
     "codes": None,
     "GCC": "torchgcc.codes",
     "LCC": "torchgcc.codes",

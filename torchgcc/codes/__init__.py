@@ -4,7 +4,7 @@ from torchgcc.codes.bacc import BACC
 from torchgcc.codes.base import Code
 from torchgcc.codes.catalog import CODES, list_codes, make_code, register_code
 from torchgcc.codes.gcc import GCC, CalibrationWarning
-from torchgcc.codes.lcc import LCC
+from torchgcc.codes.lcc import LCC, ConditioningWarning
 from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.codes.replication import Replication
 from torchgcc.codes.robust import RobustGCC
@@ -15,6 +15,7 @@ __all__ = [
     "CODES",
     "CalibrationWarning",
     "Code",
+    "ConditioningWarning",
     "Decoder",
     "Encoder",
     "GCC",
