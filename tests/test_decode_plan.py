@@ -108,6 +108,7 @@ def test_the_first_adaptive_call_calibrates_and_later_ones_are_mask_only():
         lambda check: torchgcc.GCC(8, 32, check=check),
         lambda check: torchgcc.BACC(8, 32, check=check),
         lambda check: torchgcc.GCC(8, 32, lambda_dec="spacing", check=check),
+        lambda check: torchgcc.LCC(8, 32, degree=2, check=check),  # a least-squares fit: no read of its own
     ],
 )
 @pytest.mark.parametrize("check", [True, False])

@@ -8,8 +8,9 @@ The polynomial of degree ``r`` that fits data at ``n >= r + 1`` nodes in the lea
   ratios, so its relative error is at most about ``3 n`` units in the last place however the nodes cluster
   (a pseudo-inverse of a Vandermonde matrix loses digits with its condition number: 1.3e-7 relative on clustered
   survivors where the product formula is 1e-16).
-- A least-squares fit (``r < n - 1``) uses the Chebyshev basis, well conditioned on [-1, 1] for spread nodes, and an
-  SVD-based pseudo-inverse in float64.
+- A least-squares fit (``r < n - 1``) uses the Chebyshev basis, well conditioned on [-1, 1] for spread nodes, and a
+  Householder QR in float64 (backward stable, as an SVD-based pseudo-inverse is, and with no host read: torch's SVD
+  checks its convergence on the host, a synchronisation on CUDA).
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from typing import Optional
 
 import torch
 
-__all__ = ["chebyshev_vandermonde", "lagrange_basis", "lagrange_matrix", "padded_lagrange_matrices"]
+__all__ = [
+    "chebyshev_vandermonde",
+    "lagrange_basis",
+    "lagrange_matrix",
+    "least_squares_map",
+    "padded_lagrange_matrices",
+]
 
 
 def chebyshev_vandermonde(x: torch.Tensor, degree: int) -> torch.Tensor:
@@ -27,6 +34,15 @@ def chebyshev_vandermonde(x: torch.Tensor, degree: int) -> torch.Tensor:
     for _ in range(2, degree + 1):
         columns.append(2 * x * columns[-1] - columns[-2])
     return torch.stack(columns[: degree + 1], dim=-1)
+
+
+def least_squares_map(basis_at_nodes: torch.Tensor, basis_at_points: torch.Tensor) -> torch.Tensor:
+    """``basis_at_points @ pinv(basis_at_nodes)``: ``(..., P, n)``, the least-squares fit's values at the points as a
+    map of the data at the nodes, for ``basis_at_nodes`` ``(..., n, r + 1)`` of full column rank and
+    ``basis_at_points`` ``(..., P, r + 1)`` (broadcast). Zero rows of ``basis_at_nodes`` (padding) give zero columns;
+    a rank-deficient one gives non-finite entries (no error, no host read)."""
+    q, r = torch.linalg.qr(basis_at_nodes)  # reduced: (..., n, r + 1), (..., r + 1, r + 1)
+    return torch.linalg.solve_triangular(r, basis_at_points, upper=True, left=False) @ q.mT
 
 
 def lagrange_basis(nodes: torch.Tensor, points: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -71,8 +87,10 @@ def padded_lagrange_matrices(
     the interpolating polynomial through all their nodes; both are computed for every set (static shapes)."""
     points = points.to(torch.float64)
     interpolate = lagrange_basis(knots, points.expand(knots.shape[0], -1), valid)
+    if knots.shape[-1] <= degree + 1:  # no set has more nodes than the degree needs: all interpolate
+        return interpolate
     rows = chebyshev_vandermonde(torch.where(valid, knots, 0.0), degree) * valid.unsqueeze(-1)  # (B, W, r + 1)
-    fit = chebyshev_vandermonde(points, degree) @ torch.linalg.pinv(rows)  # (B, P, W); padding rows are zero
+    fit = least_squares_map(rows, chebyshev_vandermonde(points, degree))  # (B, P, W); padding rows are zero
     return torch.where((counts > degree + 1).view(-1, 1, 1), fit, interpolate)
 
 
@@ -98,5 +116,4 @@ def lagrange_matrix(nodes: torch.Tensor, points: torch.Tensor, degree: Optional[
         raise ValueError("nodes must be distinct")
     if degree == n - 1:
         return lagrange_basis(nodes, points)
-    fit = torch.linalg.pinv(chebyshev_vandermonde(nodes, degree))  # (..., r + 1, n)
-    return chebyshev_vandermonde(points, degree) @ fit
+    return least_squares_map(chebyshev_vandermonde(nodes, degree), chebyshev_vandermonde(points, degree))
