@@ -233,7 +233,7 @@ def test_tables_fit_the_console_without_cutting_cells(tmp_path, monkeypatch):
     stream = io.StringIO()
     console = make_console(file=stream)
     assert console.width == WIDTH  # not a terminal: rich alone would use 80 columns
-    data = json.loads(Path("docs/results/adaptive-wait.json").read_text())
+    data = json.loads((Path(__file__).resolve().parents[1] / "docs/results/adaptive-wait.json").read_text())
     publish_rows(
         tmp_path, config={}, records=data["records"], columns=adaptive_wait_study.COLUMNS, title="t", console=console
     )
