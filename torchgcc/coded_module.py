@@ -11,6 +11,7 @@ from typing import Callable, Iterator, NamedTuple, Optional
 import torch
 from torch import nn
 
+from torchgcc.call_site import user_stacklevel
 from torchgcc.codes import Code
 from torchgcc.codes.gcc import GCVSplineDecoder
 from torchgcc.model_output import ModelOutput, OutputSpec, flatten_output
@@ -313,7 +314,7 @@ class CodedModule(nn.Module):
             warnings.warn(
                 "a BatchNorm layer of the model is in train mode: its batch statistics are computed over "
                 "the coded inputs, not the samples; call model.eval() to use its running statistics",
-                stacklevel=3,
+                stacklevel=user_stacklevel(),
             )
 
     def draw_mask(self, num_groups: int, device: Optional[torch.device] = None) -> torch.Tensor:

@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
+from torchgcc.call_site import user_stacklevel
 from torchgcc.checks import check_integer
 from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
@@ -263,7 +264,7 @@ class GCVSplineDecoder(SplineDecoder):
                 f"groups (through a CodedModule: coded.calibrate(x) or a first forward, on at least "
                 f"{full * self.num_inputs} samples)",
                 CalibrationWarning,
-                stacklevel=2,
+                stacklevel=user_stacklevel(),
             )
         survivors = self.survivors(mask)
         ratio, lam = self._choose(flat, mask, survivors)

@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import torch
 
+from torchgcc.call_site import user_stacklevel
 from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.functional.lagrange import lagrange_matrix, padded_lagrange_matrices
@@ -91,7 +92,7 @@ def warn_if_amplified(value: float, dtype: torch.dtype) -> None:
             f"estimates may be off by more than {10.0**power * roundoff:.0e} times the largest result; fewer "
             "stragglers, a lower degree, or GCC/BACC (bounded weights) decode stably",
             ConditioningWarning,
-            stacklevel=6,  # the caller of decoder(y, mask), past nn.Module's two call frames
+            stacklevel=user_stacklevel(),
         )
 
 
