@@ -249,11 +249,18 @@ def lcc_amplification(code: torchgcc.LCC, arrived: torch.Tensor) -> float:
     return float(np.abs(basis).sum(axis=1).max())
 
 
-def decode_warnings(code: torchgcc.Code, y: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, list]:
+def conditioning_warnings(call) -> list:
+    """The ConditioningWarnings ``call()`` raises."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = code.decoder(y, mask)
-    return out, [w for w in caught if issubclass(w.category, torchgcc.ConditioningWarning)]
+        call()
+    return [w for w in caught if issubclass(w.category, torchgcc.ConditioningWarning)]
+
+
+def decode_warnings(code: torchgcc.Code, y: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, list]:
+    results = []
+    caught = conditioning_warnings(lambda: results.append(code.decoder(y, mask)))
+    return results[0], caught
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -283,6 +290,22 @@ def test_lcc_warns_exactly_where_its_weights_amplify_rounding_past_half_the_digi
     if dtype == torch.float32:  # the warned block mask: the estimates of exact results are far from f(x)
         out, _ = decode_warnings(code, y, block.unsqueeze(0))
         assert (out.double() - x**3).abs().max() > limit**-1 * y.abs().max()
+
+
+@pytest.mark.parametrize("num_inputs, warns", [(16, False), (32, True)])
+def test_an_lcc_encoder_that_amplifies_float32_rounding_past_half_its_digits_warns_once_built(num_inputs, warns):
+    """Equispaced points: the Lagrange encoder's largest absolute row sum (exact rational basis) is about 5e2 at
+    K = 16 and 8e6 at K = 32 (N = 64), against float32's limit 2^12; Chebyshev points (the default) keep it near 3."""
+    alpha, beta = torchgcc.points.equispaced(num_inputs), torchgcc.points.equispaced(64)
+    exact = float(np.abs(exact_lagrange(alpha.numpy(), beta.numpy())).sum(axis=1).max())
+    assert (exact > 2**12) == warns and not 0.99 < exact / 2**12 < 1.01
+    caught = conditioning_warnings(
+        lambda: torchgcc.LCC(num_inputs, 64, degree=1, alpha="equispaced", beta="equispaced")
+    )
+    assert len(caught) == int(warns)
+    if warns:
+        assert "LCC's encoder" in str(caught[0].message) and caught[0].filename == __file__
+    assert conditioning_warnings(lambda: torchgcc.LCC(num_inputs, 64, degree=1)) == []
 
 
 def test_lcc_conditioning_is_read_with_the_flag_and_not_without_a_check():
