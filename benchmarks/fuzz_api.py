@@ -3,11 +3,12 @@ command line; with ``--probes``, the probes of ``tests/api_probes.py`` instead (
 and unclear errors an independent fuzzer found, with their own oracles).
 
 Writes JSON (settings, seed, counts by category and by entry point, up to 20 examples per category with the snippet
-that reproduces each) to ``--out``; progress on stderr::
+that reproduces each) to ``--out``; progress on stderr. It needs the test extra (``pip install -e ".[test]"``: the
+probes use hypothesis's strategies). The committed results come from::
 
-    python benchmarks/fuzz_api.py --calls 3000 --seed 0 --out benchmarks/results/fuzz_api.json
+    python benchmarks/fuzz_api.py --calls 20000 --seed 1203 --out benchmarks/results/fuzz_api.json
+    python benchmarks/fuzz_api.py --probes --calls 3000 --seed 1202 --out benchmarks/results/fuzz_probes.json
     python benchmarks/fuzz_api.py --only 1234          # re-run one call of the seeded sequence, print its snippet
-    python benchmarks/fuzz_api.py --probes --calls 2000 --seed 1 --out benchmarks/results/fuzz_probes.json
 """
 
 from __future__ import annotations
