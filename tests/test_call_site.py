@@ -1,19 +1,12 @@
 """Warnings about a call name the caller's line, however the call reached the library (torchgcc.call_site)."""
 
 import os
-import warnings
 
 import torch
+from helpers import caught_warnings
 
 import torchgcc
 from torchgcc import call_site
-
-
-def caught_here(call) -> list[warnings.WarningMessage]:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        call()
-    return caught
 
 
 def lcc_mask() -> torch.Tensor:
@@ -36,7 +29,7 @@ def test_every_library_warning_names_this_file_directly_or_through_coded_module(
         "BatchNorm in train mode": lambda: batchnorm(torch.randn(8, 3)),
     }
     for name, call in calls.items():
-        caught = caught_here(call)
+        _, caught = caught_warnings(call)
         assert caught, name
         assert {w.filename for w in caught} == {__file__}, (name, [(w.filename, w.lineno) for w in caught])
 

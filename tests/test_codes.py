@@ -6,9 +6,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from helpers import random_masks, requires_cuda
+from helpers import caught_warnings, profiled, random_masks, requires_cuda
 from references import berrut_reference, exact_lagrange, natural_spline_reference
-from torch.profiler import profile
 
 import torchgcc
 from torchgcc.codes.gcc import spacing_lambda
@@ -249,26 +248,16 @@ def lcc_amplification(code: torchgcc.LCC, arrived: torch.Tensor) -> float:
     return float(np.abs(basis).sum(axis=1).max())
 
 
-def conditioning_warnings(call) -> list:
-    """The ConditioningWarnings ``call()`` raises."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        call()
-    return [w for w in caught if issubclass(w.category, torchgcc.ConditioningWarning)]
-
-
 def decode_warnings(code: torchgcc.Code, y: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, list]:
-    results = []
-    caught = conditioning_warnings(lambda: results.append(code.decoder(y, mask)))
-    return results[0], caught
+    return caught_warnings(lambda: code.decoder(y, mask), torchgcc.ConditioningWarning)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_lcc_warns_exactly_where_its_weights_amplify_rounding_past_half_the_digits(dtype):
     """At its threshold (22 of 40 workers) LCC's amplification ranges from about 2 (no stragglers) to 1e18 (a block
     of stragglers at one end, an extrapolation): the decoder warns for a mask iff the exact Lagrange basis's largest
-    absolute row sum exceeds ``u ** -0.5`` of the results' dtype, and such a float32 decode of exact cubic results is
-    off by more than that bound allows the exact fit."""
+    absolute row sum exceeds ``u ** -0.5`` of the results' dtype; the warned float32 decode of exact cubic results is
+    off by more than ``u ** 0.5`` times their largest."""
     code = torchgcc.LCC(num_inputs=8, num_workers=40, degree=3)
     generator = torch.Generator().manual_seed(3)
     x = torch.randn(1, 8, 5, generator=generator, dtype=torch.float64)
@@ -299,13 +288,14 @@ def test_an_lcc_encoder_that_amplifies_float32_rounding_past_half_its_digits_war
     alpha, beta = torchgcc.points.equispaced(num_inputs), torchgcc.points.equispaced(64)
     exact = float(np.abs(exact_lagrange(alpha.numpy(), beta.numpy())).sum(axis=1).max())
     assert (exact > 2**12) == warns and not 0.99 < exact / 2**12 < 1.01
-    caught = conditioning_warnings(
-        lambda: torchgcc.LCC(num_inputs, 64, degree=1, alpha="equispaced", beta="equispaced")
+    equispaced = dict(alpha="equispaced", beta="equispaced")
+    _, caught = caught_warnings(
+        lambda: torchgcc.LCC(num_inputs, 64, degree=1, **equispaced), torchgcc.ConditioningWarning
     )
     assert len(caught) == int(warns)
     if warns:
         assert "LCC's encoder" in str(caught[0].message) and caught[0].filename == __file__
-    assert conditioning_warnings(lambda: torchgcc.LCC(num_inputs, 64, degree=1)) == []
+    assert caught_warnings(lambda: torchgcc.LCC(num_inputs, 64, degree=1), torchgcc.ConditioningWarning)[1] == []
 
 
 def test_lcc_conditioning_is_read_with_the_flag_and_not_without_a_check():
@@ -317,12 +307,8 @@ def test_lcc_conditioning_is_read_with_the_flag_and_not_without_a_check():
     reads, warned = {}, {}
     for check in (True, False):
         code = torchgcc.LCC(num_inputs=8, num_workers=40, degree=3, check=check)
-        code.decoder(y, block)
-        with profile() as recorded, warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            code.decoder(y, block)
-        reads[check] = sum(event.name == "aten::_local_scalar_dense" for event in recorded.events())
-        warned[check] = len([w for w in caught if issubclass(w.category, torchgcc.ConditioningWarning)])
+        reads[check] = profiled(lambda code=code: code.decoder(y, block))[1]
+        warned[check] = len(decode_warnings(code, y, block)[1])
     assert reads == {True: 1, False: 0} and warned == {True: 1, False: 0}
     short = (torch.arange(40) >= 19).unsqueeze(0)
     with warnings.catch_warnings():

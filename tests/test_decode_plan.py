@@ -8,40 +8,13 @@ flag, ``check=False`` none.
 
 import pytest
 import torch
-from torch.profiler import profile
+from helpers import profiled
 
 import torchgcc
 from torchgcc.stragglers import BernoulliStragglers, FixedStragglers
 
-#: Ops that read device memory back to the host (``item``, ``bool()`` and ``float()`` all end in
-#: ``_local_scalar_dense``).
-READS = {
-    "aten::_local_scalar_dense",
-    "aten::nonzero",
-    "aten::unique",
-    "aten::_unique",
-    "aten::_unique2",
-    "aten::unique_dim",
-    "aten::unique_consecutive",
-}
 #: Ops per decode call allowed (issue 17).
 OPS_BUDGET = 300
-
-
-def profiled(fn):
-    """``(aten ops, reads)`` recorded while ``fn()`` runs (after one call to warm up), on one thread: with more, a
-    CPU reduction over a large tensor splits into per-thread partial sums (a few more aten ops at B = 512 than at
-    B = 8), torch's implementation on CPU and not a launch of the plan (one kernel on CUDA)."""
-    fn()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with profile() as recorded:
-            fn()
-    finally:
-        torch.set_num_threads(threads)
-    names = [event.name for event in recorded.events() if event.name.startswith("aten::")]
-    return len(names), sum(name in READS for name in names)
 
 
 def masks(kind: str, batch: int, workers: int) -> torch.Tensor:

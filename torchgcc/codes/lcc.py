@@ -76,8 +76,9 @@ class LagrangeDecoder(Decoder):
 
 
 def amplification(matrices: torch.Tensor) -> torch.Tensor:
-    """The largest absolute row sum of the ``(B, K, N)`` decode ``matrices``, a float64 0-d tensor: a decode of
-    results ``y + e`` differs from that of ``y`` by at most this times ``max |e|``."""
+    """The largest absolute row sum of linear maps ``matrices`` ``(B, M, n)`` (decode matrices ``(B, K, N)``, an
+    encoder's ``(1, N, K)``), a float64 0-d tensor: the map of ``y + e`` differs from that of ``y`` by at most this
+    times ``max |e|``."""
     return matrices.detach().abs().sum(dim=-1).amax().to(torch.float64)
 
 
