@@ -65,6 +65,20 @@ def test_decode_ops_depend_on_the_number_of_workers_only_through_the_levels():
     assert two - one == one - none > 0
 
 
+def test_lcc_decode_ops_do_not_depend_on_the_number_of_workers():
+    """LCC's Lagrange basis and Chebyshev fit run a fixed sequence of ops, with no step per node: N = 12 and 30 (the
+    padded node sets take one round of the exponent-tracked products, up to 32 factors) run the same ops, as do
+    N = 40 and 60 (two rounds; at N = 64 the padding to whole runs of 32 is empty, one op fewer)."""
+
+    def decode_ops(num_workers: int) -> int:
+        code = torchgcc.LCC(4, num_workers, degree=2, check=False)
+        y, mask = torch.randn(8, num_workers, 3), masks("fixed", 8, num_workers)
+        return profiled(lambda: code.decoder(y, mask))[0]
+
+    assert decode_ops(12) == decode_ops(30)
+    assert decode_ops(40) == decode_ops(60)
+
+
 def test_the_first_adaptive_call_calibrates_and_later_ones_are_mask_only():
     code = torchgcc.GCC(16, 64, check=False)
     y, mask = torch.randn(64, 64, 50), masks("bernoulli", 64, 64)

@@ -3,6 +3,8 @@ n >= 256 against scipy (torch's batched CPU LU fails there)."""
 
 from __future__ import annotations
 
+import math
+
 import mpmath
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ import torch
 
 import torchgcc
 from torchgcc.functional import cubic_spline_kernel, kernel_smoother_matrix, lagrange_matrix
-from torchgcc.functional.lagrange import lagrange_basis
+from torchgcc.functional.lagrange import chebyshev_vandermonde, lagrange_basis
 
 
 def product_formula_reference(nodes: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
@@ -66,6 +68,40 @@ def test_lagrange_basis_neither_overflows_nor_underflows():
     basis = lagrange_basis(nodes, points)
     assert torch.isfinite(basis).all()
     torch.testing.assert_close(basis, product_formula_reference(nodes, points), rtol=1e-12, atol=0)
+
+
+def test_lagrange_basis_of_padded_node_sets_ignores_the_padding():
+    """Sets of 3 and 5 valid nodes padded to 6, with a point on a valid node (its unit row) and one on a padding
+    node's value (an ordinary row: padding is not a node)."""
+    nodes = torch.tensor([[-0.9, -0.2, 0.4, 0.0, 0.0, 0.0], [-1.0, -0.5, 0.1, 0.6, 0.95, 0.3]], dtype=torch.float64)
+    valid = torch.arange(6) < torch.tensor([[3], [5]])
+    points = torch.tensor([[-0.2, 0.0, 0.77], [0.3, 0.6, -0.33]], dtype=torch.float64)
+    basis = lagrange_basis(nodes, points, valid)
+    for b, count in enumerate((3, 5)):
+        reference = product_formula_reference(nodes[b, :count], points[b])
+        torch.testing.assert_close(basis[b, :, :count], reference, rtol=1e-12, atol=0)
+        assert (basis[b, :, count:] == 0).all()
+    assert basis[0, 0].tolist() == [0.0, 1.0, 0.0, 0.0, 0.0, 0.0] and basis[1, 1].tolist() == [0, 0, 0, 1, 0, 0]
+
+
+@pytest.mark.parametrize("degree", [0, 1, 6, 7, 21, 60])
+def test_chebyshev_vandermonde_matches_mpmath(degree):
+    """``T_k`` on [-1, 1] (ends, points near them, zero) to ``(3 pi k + 1) u`` absolute: ``cos(k arccos x)`` with
+    ``arccos`` good to an ulp of its angle (at most ``2 pi u``), the product ``k theta`` rounded once and ``cos``
+    once; ``|T_k| <= 1``, and the recurrence used for ``k <= 6`` errs by less."""
+    x = torch.cat(
+        [
+            torch.linspace(-1, 1, 41, dtype=torch.float64),
+            torch.tensor([1 - 2**-40, -1 + 1e-9, 0.9999999, 1e-17], dtype=torch.float64),
+        ]
+    )
+    matrix = chebyshev_vandermonde(x, degree)
+    with mpmath.workdps(50):
+        reference = [[float(mpmath.chebyt(k, mpmath.mpf(float(v)))) for k in range(degree + 1)] for v in x]
+    error = (matrix - torch.tensor(reference, dtype=torch.float64)).abs()
+    unit = torch.finfo(torch.float64).eps / 2
+    assert matrix.shape == (len(x), degree + 1)
+    assert (error <= (3 * math.pi * torch.arange(degree + 1) + 1) * unit).all(), error.max()
 
 
 def scipy_kernel_smoother(knots: np.ndarray, points: np.ndarray, lam: float) -> np.ndarray:
