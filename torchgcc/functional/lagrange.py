@@ -4,9 +4,9 @@ The polynomial of degree ``r`` that fits data at ``n >= r + 1`` nodes in the lea
 ``n = r + 1`` or the data are a polynomial of degree <= r) is evaluated at other points.
 
 - Interpolation (``r = n - 1``, LCC at its recovery threshold) uses the Lagrange basis by its product formula,
-  ``L_j(x) = prod_{m != j} (x - t_m) / (t_j - t_m)``: every entry is a product of ``n - 1`` correctly rounded
-  ratios, so its relative error is at most about ``3 n`` units in the last place however the nodes cluster
-  (a pseudo-inverse of a Vandermonde matrix loses digits with its condition number: 1.3e-7 relative on clustered
+  ``L_j(x) = prod_{m != j} (x - t_m) / (t_j - t_m)``: every entry is a product and quotient of ``2 n - 2`` correctly
+  rounded differences, so its relative error is at most about ``4 n`` units in the last place however the nodes
+  cluster (a pseudo-inverse of a Vandermonde matrix loses digits with its condition number: 1.3e-7 relative on clustered
   survivors where the product formula is 1e-16).
 - A least-squares fit (``r < n - 1``) uses the Chebyshev basis, well conditioned on [-1, 1] for spread nodes, and a
   Householder QR in float64 (backward stable, as an SVD-based pseudo-inverse is, and with no host read: torch's SVD
@@ -32,9 +32,9 @@ def chebyshev_vandermonde(x: torch.Tensor, degree: int) -> torch.Tensor:
     """``(..., P, degree + 1)`` matrix of Chebyshev polynomials ``T_0 .. T_degree`` at ``x`` ``(..., P)``.
 
     One elementwise op (``torch.special.chebyshev_polynomial_t``: ``cos(k arccos x)`` on [-1, 1] for ``k > 6``, the
-    three-term recurrence below), as accurate as the recurrence (within a few ``k`` units in the last place, checked
-    against mpmath). Written as the recurrence ``T_k = 2 x T_{k-1} - T_{k-2}`` in torch, torch.compile inlines every
-    column into the next and its compile time grows exponentially with the degree (over 200 s at degree 21).
+    three-term recurrence for ``k <= 6``), as accurate as the recurrence (within a few ``k`` units in the last place,
+    checked against mpmath). Written as the recurrence ``T_k = 2 x T_{k-1} - T_{k-2}`` in torch, torch.compile inlines
+    every column into the next and its compile time grows exponentially with the degree (over 200 s at degree 21).
     """
     orders = torch.arange(degree + 1, dtype=x.dtype, device=x.device)
     return torch.special.chebyshev_polynomial_t(x.unsqueeze(-1), orders)
@@ -49,8 +49,8 @@ def least_squares_map(basis_at_nodes: torch.Tensor, basis_at_points: torch.Tenso
     return torch.linalg.solve_triangular(r, basis_at_points, upper=True, left=False) @ q.mT
 
 
-#: Mantissas multiplied in one go: ``0.5 ** 32`` is far from float64's underflow, so a product of this many
-#: mantissas (each in [0.5, 1)) is exact in its exponent range, and the products of longer runs are split again.
+#: Mantissas multiplied in one go: each is in [0.5, 1), so a product of this many is at least ``0.5 ** 32``, far
+#: from float64's underflow; longer runs are split into such products, whose mantissas are multiplied again.
 _MANTISSAS_PER_PRODUCT = 32
 
 
@@ -87,11 +87,12 @@ def lagrange_basis(nodes: torch.Tensor, points: torch.Tensor, valid: Optional[to
 
     The same products, shared (the modified Lagrange form; Higham, IMA J. Numer. Anal. 2004):
     ``L_j(x) = l(x) / ((x - t_j) d_j)`` with ``l(x) = prod_m (x - t_m)`` and ``d_j = prod_{m != j} (t_j - t_m)``. Every
-    entry is then a product of ``2 n - 1`` correctly rounded differences and about as many roundings, so its relative
-    error is a few ``n`` units in the last place however the nodes cluster. Where a point is a node the row is that
-    node's unit row. Products are kept as mantissa and binary exponent (:func:`_product`), so none overflows or
-    underflows when the entry itself is representable. O((P + n) n) work and memory, a fixed number of steps (no loop
-    over the nodes: one graph of a few dozen ops under torch.compile, whatever ``n``).
+    entry then takes ``2 n - 1`` correctly rounded differences and about as many multiplications and divisions, each
+    rounded once, so its relative error is at most about ``4 n`` units in the last place however the nodes cluster.
+    Where a point is a node the row is that node's unit row. Products are kept as mantissa and binary exponent
+    (:func:`_product`), so none overflows or underflows when the entry itself is representable. O((P + n) n) work and
+    memory, a fixed number of steps (no loop over the nodes: one graph of a few dozen ops under torch.compile,
+    whatever ``n``).
     """
     n = nodes.shape[-1]
     differences = points.unsqueeze(-1) - nodes.unsqueeze(-2)  # (..., P, n): x_p - t_m
