@@ -9,7 +9,8 @@ def torch_threads_restored():
     """torch's intra-op thread count as it was before each test: the commands that tests run in-process set
     ``--threads`` for the whole process (tests/distributed/test_serve_bench.py runs serve-bench with ``--threads 1``),
     and a later test in the same worker would otherwise run at that count (test_decode_plan's op counts, say, depend
-    on it)."""
+    on it). Restoring it calls ``torch.set_num_threads``, after which torch's batched CPU LU (MKL) at n >= 160 hangs
+    or errs for the rest of the worker (torchgcc/functional/kernel.py): dense references use numpy or scipy."""
     threads = torch.get_num_threads()
     yield
     if torch.get_num_threads() != threads:

@@ -87,7 +87,7 @@ def test_pentadiagonal_solve_with_trace_matches_dense_inverse(m):
     )
     x, trace = solve_pentadiagonal(system, rhs, plan, trace_with=other)
     # numpy's LAPACK, one matrix at a time: torch's batched CPU LU (MKL) spins forever in a process that has called
-    # torch.set_num_threads(n > 1) before (tests/conftest.py restores the count that way; torch 2.14.1)
+    # torch.set_num_threads(n > 1) before (conftest's restore and helpers.profiled do; torchgcc/functional/kernel.py)
     inverse = torch.from_numpy(np.linalg.inv(dense(system).numpy()))
     expected = (inverse @ dense(other)).diagonal(dim1=1, dim2=2).sum(-1)
     torch.testing.assert_close(trace, expected, rtol=1e-12, atol=1e-12)

@@ -13,9 +13,10 @@ natural cubic smoothing spline, so :func:`kernel_smoother_matrix` must equal
 :func:`torchgcc.functional.smoothing_spline_matrix`; it costs a dense O(n^3) solve and serves as an independent
 check and as the mould for other kernels.
 
-On CPU the saddle-point systems are solved one at a time: torch's batched LU on CPU (``torch.linalg.solve`` /
-``lu_factor_ex`` on a batch) returns wrong solutions or fails for n >= 256 with more than one thread (an open torch
-bug), while the unbatched LU is LAPACK's ``getrf``/``getrs``.
+On CPU the saddle-point systems are solved one at a time: in a process that has called
+``torch.set_num_threads(n > 1)`` (even with the default count), torch's batched LU on CPU (``torch.linalg.solve`` /
+``lu_factor_ex`` on a batch) reports bad ``DLASWP`` arguments from n = 160 on and returns wrong solutions or never
+returns (torch 2.14.1, MKL; 128 works), while the unbatched LU is LAPACK's ``getrf``/``getrs``.
 """
 
 from __future__ import annotations
