@@ -1,5 +1,5 @@
 """LCC's Lagrange matrices against an exact product-formula reference, and the kernel smoother's CPU solves at
-n >= 256 against scipy (torch's batched CPU LU fails there)."""
+n >= 256 against scipy (torch's batched CPU LU fails there once torch.set_num_threads has been called)."""
 
 from __future__ import annotations
 

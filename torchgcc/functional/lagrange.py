@@ -4,10 +4,10 @@ The polynomial of degree ``r`` that fits data at ``n >= r + 1`` nodes in the lea
 ``n = r + 1`` or the data are a polynomial of degree <= r) is evaluated at other points.
 
 - Interpolation (``r = n - 1``, LCC at its recovery threshold) uses the Lagrange basis by its product formula,
-  ``L_j(x) = prod_{m != j} (x - t_m) / (t_j - t_m)``: every entry is a product and quotient of ``2 n - 2`` correctly
-  rounded differences, so its relative error is at most about ``4 n`` units in the last place however the nodes
-  cluster (a pseudo-inverse of a Vandermonde matrix loses digits with its condition number: 1.3e-7 relative on clustered
-  survivors where the product formula is 1e-16).
+  ``L_j(x) = prod_{m != j} (x - t_m) / (t_j - t_m)``, in the modified form of :func:`lagrange_basis`: every entry's
+  relative error is at most about ``4 n`` units in the last place however the nodes cluster (a pseudo-inverse of a
+  Vandermonde matrix loses digits with its condition number: 1.3e-7 relative on clustered survivors where the
+  product formula is 1e-16).
 - A least-squares fit (``r < n - 1``) uses the Chebyshev basis, well conditioned on [-1, 1] for spread nodes, and a
   Householder QR in float64 (backward stable, as an SVD-based pseudo-inverse is, and with no host read: torch's SVD
   checks its convergence on the host, a synchronisation on CUDA).
