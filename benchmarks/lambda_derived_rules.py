@@ -17,7 +17,12 @@ suite, and chooses one bandwidth ratio per cell from the same calibration groups
   regression points included, so no gap correction;
 - ``thinning``: two-fold thinning cross-validation: the spline of every other survivor predicts the survivors between
   them, each within one gap of the fit as the regression points are (no gap correction); the mean squared error over
-  both folds and the groups, on results normalised per group.
+  both folds and the groups, on results normalised per group;
+- ``late_results``: the calibration batch's late results (a coordinator can wait for them once): the spline of each
+  group's arrived results predicts its stragglers between the outermost arrived workers, the same knots and the same
+  gaps as the regression points meet, so no gap correction; the least squared error on results normalised per group.
+  It reads worker results only, never the uncoded outputs, and differs from the decoder's task only in where it
+  predicts: at the coded points ``beta`` of the late workers, not at the regression points ``alpha``.
 
 Beside the rules, two references that read the uncoded outputs, which no decoder has, and so are bounds rather than
 rules (:data:`REFERENCES`):
@@ -49,6 +54,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -74,26 +80,41 @@ from torchgcc.functional.loo import loo_errors, loo_scores
 #: A pooled system: the survivors' knots ``(G, W)``, their counts ``(G,)``, results ``(G, W, d)`` and ``mu`` ``(G, L)``.
 System = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a rule may read of a cell's calibration batch: the pooled ``system`` that GCV scores, the decoder's points
+    (``alpha`` ``(K,)``, ``beta`` ``(N,)``), and every worker's result ``(G, N, *out)`` with the batch's masks
+    ``(G, N)`` (True = arrived in time; the others are the late results, which only ``late_results`` reads)."""
+
+    system: System
+    alpha: torch.Tensor
+    beta: torch.Tensor
+    results: torch.Tensor
+    masks: torch.Tensor
+
+
 CANDIDATES = torch.tensor(GCV_RATIOS, dtype=torch.float64)
 
 
-def loo(system: System, alpha: torch.Tensor) -> float:
+def loo(calibration: Calibration) -> float:
     """The default's gap-corrected rule on the exact leave-one-out scores of every knot."""
-    return float(pooled_gcv_ratio(loo_scores(*system), CANDIDATES))
+    return float(pooled_gcv_ratio(loo_scores(*calibration.system), CANDIDATES))
 
 
-def loo_interior(system: System, alpha: torch.Tensor) -> float:
+def loo_interior(calibration: Calibration) -> float:
     """The default's gap-corrected rule on the leave-one-out scores of each group's interior knots."""
-    knots, counts = system[0], system[1]
+    knots, counts = calibration.system[0], calibration.system[1]
     index = torch.arange(knots.shape[1])
     interior = (index > 0) & (index < (counts - 1).unsqueeze(-1))  # (G, W)
-    errors = loo_errors(*system) * interior.unsqueeze(1)
+    errors = loo_errors(*calibration.system) * interior.unsqueeze(1)
     return float(pooled_gcv_ratio(errors.sum(-1) / interior.sum(-1, keepdim=True).clamp_min(1), CANDIDATES))
 
 
-def measured_gap(system: System, alpha: torch.Tensor) -> float:
+def measured_gap(calibration: Calibration) -> float:
     """The default's rule on the GCV scores, its gap the mean ``t_{i+1} - t_{i-1}`` over the mean survivor gap that
     holds a point of ``alpha`` (``(K,)``, clamped to the end gaps), in the groups GCV can score."""
+    system, alpha = calibration.system, calibration.alpha
     knots, counts = system[0], system[1]
     left_out, holding = [], []
     for row, count in zip(knots, counts.tolist()):
@@ -109,11 +130,12 @@ def measured_gap(system: System, alpha: torch.Tensor) -> float:
     return float(pooled_gcv_ratio(gcv_scores(*system), CANDIDATES, left_out_gap=gap))
 
 
-def gml(system: System, alpha: torch.Tensor) -> float:
+def gml(calibration: Calibration) -> float:
     """argmin over the candidates of ``sum_g (n_g - 2) log(tr(Z^T M^-1 Z)) + log det M`` (``Z = Q^T y``, ``M = R +
     mu Q^T Q``: the profile negative log-likelihood up to constants; the padding rows of ``M`` are the identity), over
     the groups whose scores depend on the smoothing (:func:`informative_groups` of their GCV scores: four knots or
     more, results not on a line)."""
+    system = calibration.system
     counts = system[1]
     plan, _, _, bands, z = candidate_systems(*system)
     factor = torch.linalg.cholesky(dense_systems(plan, bands))  # (G, L, size, size)
@@ -124,10 +146,10 @@ def gml(system: System, alpha: torch.Tensor) -> float:
     return float(CANDIDATES[int(likelihood[informative].sum(0).argmin())]) if informative.any() else 0.0
 
 
-def thinning(system: System, alpha: torch.Tensor) -> float:
+def thinning(calibration: Calibration) -> float:
     """argmin over the candidates of the squared error of the spline of every other survivor (``spacing_lambda`` of
     its own count) at the survivors between them, summed over both folds and the groups."""
-    knots, counts, y, _ = system
+    knots, counts, y, _ = calibration.system
     squared, predicted = torch.zeros(len(CANDIDATES), dtype=torch.float64), 0
     for row, count, data in zip(knots, counts.tolist(), y):
         t, values = row[:count], data[:count].reshape(count, -1)
@@ -147,13 +169,35 @@ def thinning(system: System, alpha: torch.Tensor) -> float:
     return float(CANDIDATES[int(squared.argmin())]) if predicted else 0.0
 
 
-#: Every rule: its name and what chooses its ratio from a cell's pooled calibration system and the regression points.
-RULES: dict[str, Callable[[System, torch.Tensor], float]] = {
+def late_results(calibration: Calibration) -> float:
+    """argmin over the candidates of the squared error with which each calibration group's spline of its arrived
+    results predicts its late ones, at the late workers between its outermost arrived ones (within a gap of the
+    arrived set, as the regression points are), on results normalised per group; the default's ratio (from the
+    pooled GCV scores) where no worker is late."""
+    masks = calibration.masks
+    index = torch.arange(masks.shape[1])
+    first = torch.where(masks, index, masks.shape[1]).amin(dim=1, keepdim=True)
+    last = torch.where(masks, index, -1).amax(dim=1, keepdim=True)
+    late = ~masks & (index > first) & (index < last)  # (G, N)
+    if not late.any():
+        return float(pooled_gcv_ratio(gcv_scores(*calibration.system), CANDIDATES))
+    y = calibration.results.reshape(*masks.shape, -1).double()
+    y = y / y.flatten(1).norm(dim=1).clamp_min(torch.finfo(torch.float64).tiny)[:, None, None]
+    errors = []
+    for ratio in GCV_RATIOS:  # the decoder's spline of the arrived results, evaluated at every worker point
+        spline = SplineDecoder(calibration.beta, calibration.beta, lam=None, bandwidth_ratio=ratio, min_arrived=2)
+        errors.append(float(((spline(y, masks) - y).pow(2).sum(-1) * late).sum()))
+    return GCV_RATIOS[min(range(len(errors)), key=errors.__getitem__)]
+
+
+#: Every rule: its name and what chooses its ratio from a cell's calibration batch.
+RULES: dict[str, Callable[[Calibration], float]] = {
     "loo": loo,
     "loo_interior": loo_interior,
     "measured_gap": measured_gap,
     "gml": gml,
     "thinning": thinning,
+    "late_results": late_results,
 }
 
 
@@ -190,7 +234,8 @@ def cell_rules(workload, record: dict, args) -> dict:
         default(results[:held], calibration)
         default_mse = mse(default(ys, masks), target)
         system = pooled_system(plain, results[:held], calibration)
-        chosen = {name: rule(system, plain.alpha) for name, rule in RULES.items()}
+        batch = Calibration(system, plain.alpha, plain.beta, results[:held], calibration)
+        chosen = {name: rule(batch) for name, rule in RULES.items()}
         chosen["calibration_oracle"] = least_error_ratio(plain, results[:held], calibration, truth[:held])
         chosen["hindsight"] = least_error_ratio(plain, ys, masks, target)
         errors = {name: decoded_mse(plain, ratio, ys, masks, target) for name, ratio in chosen.items()}
