@@ -24,12 +24,14 @@ suite, and chooses one bandwidth ratio per cell from the same calibration groups
   It reads worker results only, never the uncoded outputs, and differs from the decoder's task only in where it
   predicts: at the coded points ``beta`` of the late workers, not at the regression points ``alpha``.
 
-Beside the rules, two references that read the uncoded outputs, which no decoder has, and so are bounds rather than
-rules (:data:`REFERENCES`):
+Beside the rules, the default calibrated as ``CodedModule.calibrate(x)`` calibrates it (``validated``): on the
+calibration groups' results and their uncoded outputs, ``decoder.calibrate(y, mask, reference=outputs)``, GCV's choice
+validated against the decode error itself (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`). And two
+references that read more than a calibration does, bounds rather than rules (:data:`REFERENCES`):
 
 - ``calibration_oracle``: the candidate whose decode of the calibration groups is closest to their uncoded outputs
-  (mean squared error): the best any choice of one ratio from the calibration batch could do if that batch told the
-  decode error exactly. Where it fails, the batch's groups and masks do not represent the measured ones;
+  in plain mean squared error, always taken: ``validated`` without its per-group shares and without its
+  one-standard-error guard. Where it fails, the batch's groups and masks do not represent the measured ones;
 - ``hindsight``: the candidate with the least MSE on the measured groups themselves: where it fails, no single pooled
   ratio meets the criterion in that cell (the best of natural / spacing / GCV includes GCV's per-group choice).
 
@@ -233,6 +235,8 @@ def cell_rules(workload, record: dict, args) -> dict:
         default = torchgcc.GCC(k, n).decoder
         default(results[:held], calibration)
         default_mse = mse(default(ys, masks), target)
+        validated = torchgcc.GCC(k, n).decoder  # the default calibrated as coded.calibrate(x) does: with the outputs
+        validated.calibrate(results[:held], calibration, reference=truth[:held])
         system = pooled_system(plain, results[:held], calibration)
         batch = Calibration(system, plain.alpha, plain.beta, results[:held], calibration)
         chosen = {name: rule(batch) for name, rule in RULES.items()}
@@ -240,8 +244,8 @@ def cell_rules(workload, record: dict, args) -> dict:
         chosen["hindsight"] = least_error_ratio(plain, ys, masks, target)
         errors = {name: decoded_mse(plain, ratio, ys, masks, target) for name, ratio in chosen.items()}
     best = min(record["mse"][rule] for rule in BASELINES)
-    errors |= {"default_rebuilt": default_mse}
-    chosen |= {"default_rebuilt": default.ratio.item()}
+    errors |= {"validated": mse(validated(ys, masks), target), "default_rebuilt": default_mse}
+    chosen |= {"validated": validated.ratio.item(), "default_rebuilt": default.ratio.item()}
     fails = {
         name: value / best > TOLERANCE
         or (value > record["mse"]["bacc"] and record["mse"]["natural"] <= record["mse"]["bacc"])
@@ -261,7 +265,7 @@ def cell_rules(workload, record: dict, args) -> dict:
 def summarise(rows: list[dict]) -> dict:
     """Per rule, reference (and the default): the worst ratio to the best, its cell, and the cells failing."""
     summary = {}
-    for name in [*RULES, *REFERENCES, "default_rebuilt", "default"]:
+    for name in [*RULES, *REFERENCES, "validated", "default_rebuilt", "default"]:
         ratio = (
             (lambda r: r["default_ratio_to_best"])
             if name == "default"

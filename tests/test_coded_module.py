@@ -259,7 +259,7 @@ def test_calibrate_makes_the_choice_of_a_first_forward_on_the_same_samples(sigma
 
     x, mask = torch.randn(64, 3, 4, generator=torch.Generator().manual_seed(1)), random_masks(16, 10, 3, seed=4)
     calibrated, first = coded_module(), coded_module()
-    ratio = calibrated.calibrate(x, mask)
+    ratio = calibrated.calibrate(x, mask, validate=False)
     first(x, mask=mask)
     assert calibrated.code.decoder.calibrated and float(ratio) == float(first.code.decoder.ratio)
     # the decoder's own calibration on the coded results, by hand: the same choice
@@ -273,7 +273,30 @@ def test_calibrate_makes_the_choice_of_a_first_forward_on_the_same_samples(sigma
     torch.testing.assert_close(calibrated(x[:8], mask=mask[:2]), first(x[:8], mask=mask[:2]))
     if sigma is not None:  # the noise reached the choice: more smoothing than the exact results get
         exact = torchgcc.CodedModule(small_model(), torchgcc.GCC(num_inputs=4, num_workers=10))
-        assert float(ratio) > float(exact.calibrate(x, mask))
+        assert float(ratio) > float(exact.calibrate(x, mask, validate=False))
+
+
+@pytest.mark.parametrize(("sigma", "stragglers"), [(1e-1, 3), (3e-1, 5)])
+def test_calibrate_validates_against_the_models_outputs_on_the_samples_themselves(sigma, stragglers):
+    """``validate=True`` (the default): the decoder's calibration with the model's uncoded outputs on the grouped
+    samples as the reference, after the noise reached the results (not the reference). Noisy enough that the
+    validation moves GCV's choice here, so a wrong reference would show."""
+
+    def coded_module() -> torchgcc.CodedModule:  # each its own seeded noise
+        return torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10), noise=GaussianNoise(sigma, seed=5))
+
+    coded, by_hand = coded_module(), coded_module()
+    x, mask = (
+        torch.randn(64, 3, 4, generator=torch.Generator().manual_seed(1)),
+        random_masks(16, 10, stragglers, seed=4),
+    )
+    ratio = coded.calibrate(x, mask)
+    assert float(ratio) != float(coded_module().calibrate(x, mask, validate=False))
+    with torch.no_grad():
+        results = by_hand.model(by_hand.code.encoder(group_samples(x, 4)).reshape(160, 3, 4)).reshape(16, 10, 5)
+        outputs = by_hand.model(x).reshape(16, 4, 5)
+    results = by_hand.noise(torch.where(mask.unsqueeze(-1), results, 0.0), mask)
+    assert float(by_hand.code.decoder.calibrate(results, mask, reference=outputs)) == float(ratio)
 
 
 def test_calibrate_draws_its_mask_from_the_straggler_model_and_refuses_what_it_cannot_use():

@@ -9,9 +9,9 @@ from references import reinsch_condition
 from scipy.interpolate import make_smoothing_spline
 
 import torchgcc
-from torchgcc.codes.gcc import GCV_POOL, GCV_RATIOS, GCVSplineDecoder, spacing_lambda
+from torchgcc.codes.gcc import GCV_POOL, GCV_RATIOS, GCVSplineDecoder, SplineDecoder, spacing_lambda
 from torchgcc.functional import compact_survivors, survivor_layout
-from torchgcc.functional.decoder_smoothing import LEFT_OUT_GAP, pooled_gcv_ratio
+from torchgcc.functional.decoder_smoothing import LEFT_OUT_GAP, pooled_gcv_ratio, validated_ratio
 from torchgcc.functional.gcv import GRAM_JITTER, gcv_scores
 from torchgcc.stragglers import FixedStragglers
 
@@ -238,3 +238,109 @@ def test_the_choice_is_not_differentiated_the_decode_is(lambda_dec):
     assert not code.decoder.last_ratio.requires_grad
     matrices = code.decoder.matrices(y.detach(), mask).to(y.dtype)  # (B, K, N), the same choice for these results
     torch.testing.assert_close(y.grad, matrices.transpose(1, 2) @ weights, rtol=1e-5, atol=1e-6)
+
+
+def validated_reference(errors: np.ndarray, candidates: np.ndarray, proposed: int) -> float:
+    """The one-standard-error validation from its definition, group by group in numpy."""
+    kept = [row / row[0] for row in errors if row[0] > 0]
+    if len(kept) < 2:
+        return float(candidates[proposed])
+    shares = np.array(kept)
+    best = int(np.argmin(shares.mean(axis=0)))
+    gain = shares[:, proposed] - shares[:, best]
+    standard_error = gain.std(ddof=1) / np.sqrt(len(gain))
+    return float(candidates[best] if gain.mean() > standard_error else candidates[proposed])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_validated_ratio_matches_the_one_standard_error_rule_from_its_definition(seed):
+    """Random error tables, some groups decoded exactly at interpolation (no share), some with a clear winner."""
+    rng = np.random.default_rng(seed)
+    groups, candidates = int(rng.integers(1, 20)), int(rng.integers(2, 9))
+    errors = rng.gamma(2.0, size=(groups, candidates)) * rng.gamma(1.0, size=(groups, 1)) * 10.0 ** rng.normal()
+    winner = int(rng.integers(candidates))
+    errors[:, winner] *= rng.uniform(0.2, 1.0)  # a candidate better in every group, by chance more or less
+    errors[rng.random(groups) < 0.15, 0] = 0.0
+    ratios = np.sort(rng.uniform(0, 2, candidates))
+    proposed = int(rng.integers(candidates))
+    chosen = validated_ratio(torch.from_numpy(errors), torch.from_numpy(ratios), proposed)
+    assert chosen.dtype == torch.float64 and chosen.ndim == 0
+    assert chosen.item() == validated_reference(errors, ratios, proposed)
+
+
+def test_validated_ratio_keeps_the_proposal_when_the_batch_cannot_tell():
+    ratios = torch.tensor([0.0, 0.1, 0.2], dtype=torch.float64)
+    one = torch.tensor([[2.0, 1.0, 0.5]], dtype=torch.float64)  # one group: no standard error, the proposal stands
+    assert validated_ratio(one, ratios, 0).item() == 0.0
+    split = torch.tensor([[2.0, 1.0, 3.0], [2.0, 3.0, 1.0]], dtype=torch.float64)  # mean shares 1, 1, 1: no gain
+    assert validated_ratio(split, ratios, 0).item() == 0.0
+    agree = torch.tensor([[2.0, 1.0, 3.0], [4.0, 2.2, 5.0], [1.0, 0.4, 2.0]], dtype=torch.float64)
+    assert validated_ratio(agree, ratios, 2).item() == 0.1  # every group prefers 0.1, by far
+
+
+@pytest.mark.parametrize("truth_ratio", [0.0, 0.1, 0.4, 1.6])
+def test_validation_picks_the_ratio_whose_decode_the_outputs_are(truth_ratio):
+    """Outputs that are exactly what ratio ``r0`` decodes: its error is zero in every group, so validation takes it
+    (whatever GCV proposed), and later calls decode as a fixed-ratio decoder at ``r0`` does (the numba kernel)."""
+    k, n, groups = 6, 18, 16
+    code = torchgcc.GCC(k, n)
+    generator = torch.Generator().manual_seed(3)
+    y = torch.sin(2 * code.beta).view(1, n, 1) + 0.2 * torch.randn(
+        groups, n, 2, generator=generator, dtype=torch.float64
+    )
+    mask = FixedStragglers(5, seed=1).sample(groups, n)
+    fixed = SplineDecoder(code.alpha, code.beta, lam=None, bandwidth_ratio=truth_ratio, min_arrived=2)
+    outputs = fixed(y, mask)
+    assert code.decoder.calibrate(y, mask, reference=outputs).item() == truth_ratio
+    torch.testing.assert_close(code.decoder(y, mask), outputs, rtol=1e-12, atol=1e-12)
+
+
+def test_validated_calibration_scores_each_candidate_as_a_fixed_ratio_decoder_decodes():
+    """The decoder's own scoring (compacted splines, float64) against the kernel path of fixed-ratio decoders: the
+    same error table gives the same choice, GCV's proposal included as the last candidate."""
+    k, n, groups = 8, 16, 16
+    code, plain = torchgcc.GCC(k, n), torchgcc.GCC(k, n)
+    generator = torch.Generator().manual_seed(7)
+    y = torch.tanh(3 * code.beta).view(1, n, 1) + 0.05 * torch.randn(
+        groups, n, 3, generator=generator, dtype=torch.float64
+    )
+    outputs = torch.tanh(3 * code.alpha).view(1, k, 1).expand(groups, k, 3)
+    mask = FixedStragglers(6, seed=4).sample(groups, n)
+    proposed = plain.decoder.calibrate(y, mask)
+    candidates = [*GCV_RATIOS, proposed.item()]
+    errors = torch.stack(
+        [
+            (SplineDecoder(code.alpha, code.beta, lam=None, bandwidth_ratio=r, min_arrived=2)(y, mask) - outputs)
+            .pow(2)
+            .sum((1, 2))
+            for r in candidates
+        ],
+        dim=1,
+    )
+    expected = validated_ratio(errors, torch.tensor(candidates, dtype=torch.float64), len(candidates) - 1)
+    assert code.decoder.calibrate(y, mask, reference=outputs).item() == pytest.approx(expected.item(), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "reference, error, message",
+    [
+        (
+            torch.zeros(4, 5, 2, dtype=torch.float64),
+            ValueError,
+            r"reference must be the uncoded outputs \(B, K, \*out\) = \(4, 6, 2\)",
+        ),
+        (
+            torch.zeros(4, 6, 2, dtype=torch.int64),
+            TypeError,
+            r"reference must be a floating-point torch.Tensor.*torch.int64",
+        ),
+        ([[0.0]], TypeError, r"reference must be a floating-point torch.Tensor.*got list"),
+        (torch.full((4, 6, 2), float("nan"), dtype=torch.float64), ValueError, "reference has non-finite values"),
+    ],
+)
+def test_calibrate_refuses_a_reference_that_is_not_the_groups_outputs(reference, error, message):
+    code = torchgcc.GCC(6, 12)
+    y = torch.randn(4, 12, 2, dtype=torch.float64)
+    with pytest.raises(error, match=message):
+        code.decoder.calibrate(y, torch.ones(4, 12, dtype=torch.bool), reference=reference)
+    assert not code.decoder.calibrated

@@ -277,19 +277,22 @@ class CodedModule(nn.Module):
                 joined = self.attack(joined, mask.to(joined.device))
             yield members, [f.shape[2] for f in flats], joined
 
-    def calibrate(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def calibrate(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None, *, validate: bool = True) -> torch.Tensor:
         """Choose the smoothing of a calibrating decoder (GCC's default) from the model's results on samples ``x``
         ``(M, *in)`` and keep it; returns the chosen bandwidth ratio (a float64 0-d tensor).
 
-        The choice a first :meth:`forward` of ``x`` under ``mask`` would make, without decoding: ``x`` is grouped
-        and encoded, the model runs on the coded inputs in this process (also for a module on ``workers``; no
-        gradients), ``noise`` and ``attack`` apply, and the decoder calibrates on the ``(B, N, d)`` results under
-        ``mask`` (default: drawn from ``stragglers``, else every result) with
+        ``x`` is grouped and encoded, the model runs on the coded inputs in this process (also for a module on
+        ``workers``; no gradients), ``noise`` and ``attack`` apply, and the decoder calibrates on the ``(B, N, d)``
+        results under ``mask`` (default: drawn from ``stragglers``, else every result) with
         :meth:`torchgcc.codes.gcc.GCVSplineDecoder.calibrate`, from every output of the first output dtype side by
-        side. Pass ``decoder.full_pool() * K`` samples or more for the pooled choice (16 groups up to N = 64,
-        fewer above: :func:`torchgcc.codes.gcc.pooled_groups`; fewer samples: a ``CalibrationWarning``). A decoder
-        that is already calibrated chooses again. Raises ``TypeError`` for a code whose decoder does not
-        calibrate."""
+        side. With ``validate`` (the default) the model also runs on the samples themselves (``M`` more samples,
+        once) and the choice is validated against those uncoded outputs: the candidate that decodes the batch best
+        replaces GCV's choice when it is better by more than one standard error over the groups
+        (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`). ``validate=False`` makes the choice a first
+        :meth:`forward` of ``x`` under ``mask`` would make (GCV's alone). Pass ``decoder.full_pool() * K`` samples or
+        more for the pooled choice (16 groups up to N = 64, fewer above: :func:`torchgcc.codes.gcc.pooled_groups`;
+        fewer samples: a ``CalibrationWarning``). A decoder that is already calibrated chooses again. Raises
+        ``TypeError`` for a code whose decoder does not calibrate."""
         decoder = self.code.decoder
         if not isinstance(decoder, GCVSplineDecoder) or not decoder.calibrates:
             raise TypeError(
@@ -303,8 +306,20 @@ class CodedModule(nn.Module):
             _, leaves = self._results_here(batch)
             if mask is None:
                 mask = self.draw_mask(groups, leaves[0].device)
-            _, _, joined = next(self._decoder_inputs(leaves, mask))
-            return decoder.calibrate(joined, mask)
+            members, _, joined = next(self._decoder_inputs(leaves, mask))
+            reference = self._uncoded_outputs(x, batch, members) if validate else None
+            return decoder.calibrate(joined, mask, reference)
+
+    def _uncoded_outputs(self, x: torch.Tensor, batch: CodedBatch, members: list[int]) -> torch.Tensor:
+        """``(B, K, d)``: the model's outputs on ``batch``'s samples ``x`` themselves, grouped as :meth:`encode`
+        groups them, the output leaves ``members`` side by side (as the decoder reads their results)."""
+        samples = x if batch.perm is None else x[batch.perm]
+        grouped = group_samples(samples, self.code.num_inputs)
+        groups, inputs = grouped.shape[:2]
+        _, leaves = flatten_output(
+            self.run_model(grouped.reshape((groups * inputs,) + grouped.shape[2:])), groups * inputs
+        )
+        return torch.cat([leaves[i].reshape(groups, inputs, -1) for i in members], 2)
 
     def _warn_train_batchnorm(self) -> None:
         if self._warned_batchnorm or torch.compiler.is_compiling() or not isinstance(self.model, nn.Module):

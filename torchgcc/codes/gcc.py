@@ -14,7 +14,7 @@ from torchgcc.call_site import user_stacklevel
 from torchgcc.checks import check_integer
 from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
-from torchgcc.functional.decoder_smoothing import informative_groups, pooled_gcv_ratio
+from torchgcc.functional.decoder_smoothing import informative_groups, pooled_gcv_ratio, validated_ratio
 from torchgcc.functional.gcv import gcv_scores
 from torchgcc.functional.spline import padded_spline_matrices, smoothing_spline_matrix, spline_plan
 from torchgcc.functional.survivors import Survivors
@@ -235,9 +235,12 @@ class GCVSplineDecoder(SplineDecoder):
         self.calibrated = self.calibrates and bool(torch.isfinite(self.ratio))
         self.refresh_smoothing()
 
-    def calibrate(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def calibrate(self, y: torch.Tensor, mask: torch.Tensor, reference: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Choose the ratio from results ``y`` ``(B, N, *out)`` under ``mask`` (pooled GCV) and keep it for every later
-        call; returns it (a float64 0-d tensor)."""
+        call; returns it (a float64 0-d tensor). With ``reference`` ``(B, K, *out)``, the uncoded outputs of the same
+        groups, the choice is validated against the decode error itself
+        (:func:`~torchgcc.functional.decoder_smoothing.validated_ratio`: the candidate of ``ratios`` that decodes
+        these groups best replaces GCV's choice when it is better by more than one standard error)."""
         if not self.calibrates:
             raise TypeError("this decoder scores every call (calibrate=False); build it with calibrate=True")
         y, mask = self.check_inputs(y, mask)
@@ -249,10 +252,31 @@ class GCVSplineDecoder(SplineDecoder):
             raise ValueError(f"calibrate needs results with values to choose from, got y of shape {tuple(y.shape)}")
         if not torch.isfinite(flat[mask]).all():
             raise ValueError("calibrate: non-finite result from an arrived worker; calibrate on finite results")
+        outputs = None if reference is None else self._check_reference(reference, y)
         with CALIBRATION_LOCK:
-            return self._calibrate(flat, mask)
+            return self._calibrate(flat, mask, outputs)
 
-    def _calibrate(self, flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _check_reference(self, reference: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``reference`` as ``(B, K, d)``, after checking it is ``(B, K, *out)`` for results ``y`` ``(B, N, *out)``,
+        finite and on ``y``'s device."""
+        if not isinstance(reference, torch.Tensor) or not reference.is_floating_point():
+            got = type(reference).__name__ if not isinstance(reference, torch.Tensor) else f"a {reference.dtype} tensor"
+            raise TypeError(f"reference must be a floating-point torch.Tensor (B, K, *out), got {got}")
+        expected = (y.shape[0], self.num_inputs) + tuple(y.shape[2:])
+        if tuple(reference.shape) != expected:
+            raise ValueError(
+                f"reference must be the uncoded outputs (B, K, *out) = {expected} of the groups whose results y "
+                f"{tuple(y.shape)} are, got {tuple(reference.shape)}"
+            )
+        if reference.device != y.device:
+            raise ValueError(f"reference must be on y's device {y.device}, got {reference.device}")
+        if not torch.isfinite(reference).all():
+            raise ValueError("reference has non-finite values; calibrate against finite outputs")
+        return reference.reshape(expected[:2] + (-1,))
+
+    def _calibrate(
+        self, flat: torch.Tensor, mask: torch.Tensor, reference: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
         if torch.compiler.is_compiling():  # the choice reads the results once: no graph holds it
             raise RuntimeError(UNCALIBRATED_UNDER_COMPILE)
         full = self.full_pool()
@@ -268,11 +292,28 @@ class GCVSplineDecoder(SplineDecoder):
             )
         survivors = self.survivors(mask)
         ratio, lam = self._choose(flat, mask, survivors)
+        if reference is not None:
+            ratio = self._validated(flat, survivors, reference, ratio)
+            lam = spacing_lambda(survivors.counts, ratio)
         self.last_ratio, self.last_lambda = ratio, lam
         self.ratio.copy_(ratio)
         self.refresh_smoothing()
         self.calibrated = True
         return self.ratio.clone()
+
+    def _validated(
+        self, flat: torch.Tensor, survivors: Survivors, reference: torch.Tensor, proposed: torch.Tensor
+    ) -> torch.Tensor:
+        """:func:`validated_ratio` of GCV's ``proposed`` ratio among :attr:`ratios`: every candidate decodes the
+        ``(B, N, d)`` results ``flat`` in float64 and is scored against ``reference`` ``(B, K, d)``."""
+        candidates = torch.cat([self.ratios, proposed.reshape(1).to(self.ratios)])
+        results, outputs = flat.detach().to(torch.float64), reference.detach().to(torch.float64)
+        errors = []
+        for ratio in candidates:  # once per calibration: a decode of the batch per candidate
+            mu = survivors.counts * spacing_lambda(survivors.counts, ratio)
+            estimate = self.scatter(self.spline(survivors, mu), survivors).to(torch.float64) @ results
+            errors.append((estimate - outputs).pow(2).sum(dim=(1, 2)))
+        return validated_ratio(torch.stack(errors, dim=1), candidates, len(candidates) - 1)
 
     def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.calibrates and not self.calibrated:

@@ -26,13 +26,22 @@ Only groups whose scores depend on ``lam`` count: with fewer than four results t
 spline does not depend on ``lam`` (the fit has at most one interior second derivative), nor for results on a line.
 Without any such group the rule interpolates (``r = 0``): for exact results the interpolating natural spline is the
 optimal recovery in the second-order Sobolev space, GCC's own setting.
+
+GCV scores the fit at the workers' coded points; the decoder is read at the regression points, where the results are
+the model's outputs at the data themselves. When a calibration batch's uncoded outputs are known (a ``CodedModule``
+has the model: :meth:`torchgcc.CodedModule.calibrate` computes them), :func:`validated_ratio` checks the choice
+against the decode error itself: each group's squared error at every candidate, as a share of its error at
+interpolation (natural-spline GCC), so that each group weighs alike; the candidate with the least mean share replaces
+the GCV choice when it improves on it by more than one standard error of the paired differences over the groups (the
+one-standard-error rule; Breiman, Friedman, Olshen and Stone, 1984), so a batch too small or too noisy to tell keeps
+the GCV choice.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["LEFT_OUT_GAP", "SAME_SCORE", "informative_groups", "pooled_gcv_ratio"]
+__all__ = ["LEFT_OUT_GAP", "SAME_SCORE", "informative_groups", "pooled_gcv_ratio", "validated_ratio"]
 
 #: The gap, in worker spacings, across which GCV predicts a left-out result (the decoder predicts within one).
 LEFT_OUT_GAP = 2.0
@@ -69,3 +78,31 @@ def pooled_gcv_ratio(
     removed = (1 - mean[best] / mean[0]).clamp(0.0, 1.0)  # mean[0]: the score at interpolation (ratio 0)
     chosen = ratios.to(torch.float64)[best] / left_out_gap ** (1 - removed)
     return torch.where(informative.any(), chosen, torch.zeros((), dtype=torch.float64, device=scores.device))
+
+
+def validated_ratio(errors: torch.Tensor, candidates: torch.Tensor, proposed: int) -> torch.Tensor:
+    """The ratio a calibration batch with known outputs validates (module docstring).
+
+    Args:
+        errors: ``(G, L)`` each group's squared decode error against its uncoded outputs at each candidate.
+        candidates: ``(L,)`` the candidate ratios; the first is interpolation (ratio 0) or stands in for it: each
+            group's errors are taken as shares of its error there.
+        proposed: the index of the choice made without the outputs (GCV's).
+
+    Returns:
+        A float64 0-d tensor: the candidate with the least mean share over the groups if its mean improvement on
+        ``candidates[proposed]`` exceeds one standard error of the ``G`` paired differences, else
+        ``candidates[proposed]``. Groups decoded exactly at interpolation (error 0: no share) do not count; with
+        fewer than two counting groups the proposed ratio stands. No host reads.
+    """
+    errors = errors.to(torch.float64)
+    counted = errors[:, 0] > 0  # (G,)
+    shares = torch.where(counted.unsqueeze(-1), errors / torch.where(counted, errors[:, 0], 1.0).unsqueeze(-1), 0.0)
+    count = counted.sum()
+    best = (shares.sum(dim=0) / count.clamp_min(1)).argmin()
+    gain = torch.where(counted, shares[:, proposed] - shares[:, best], 0.0)  # (G,) paired improvements
+    mean = gain.sum() / count.clamp_min(1)
+    spread = torch.where(counted, gain - mean, 0.0).pow(2).sum() / (count - 1).clamp_min(1)
+    significant = (count >= 2) & (mean > (spread / count.clamp_min(1)).sqrt())
+    values = candidates.to(device=errors.device, dtype=torch.float64)
+    return torch.where(significant, values[best], values[proposed])

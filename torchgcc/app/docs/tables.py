@@ -187,7 +187,7 @@ def lambda_derived_rules(data: Data) -> str:
     default) and suite, the worst ratio to the best of natural / spacing / GCV and the cells failing the criterion, and
     the failing cells over all suites."""
     suites = data["config"]["suites"]
-    names = [*data["config"]["rules"], *data["config"]["references"], "default_rebuilt", "default"]
+    names = [*data["config"]["rules"], *data["config"]["references"], "validated", "default_rebuilt", "default"]
     header = ["rule", *(f"{_suite_name(path)}: worst (cells failing)" for path in suites), "cells failing, all"]
     rows = []
     for name in names:
