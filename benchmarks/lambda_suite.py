@@ -25,7 +25,13 @@ digits MLP run at other noise levels and seeds):
   looked at before: MLPs 20 -> 64 -> 10 with leaky ReLU (slope 0.1: ``leaky_relu``), SELU with noise 1e-2
   (``selu_noise1e-2``), tanhshrink (``tanhshrink``), a 20 -> 32 -> 10 CELU MLP with noise 3e-3
   (``celu_narrow_noise3e-3``), a two-hidden-layer softplus MLP (``deep_softplus``), and LeNet5 and the ViT trained
-  under these seeds with noise 3e-3 and 3e-2 on their logits (``lenet5_noise3e-3``, ``vit_noise3e-2``).
+  under these seeds with noise 3e-3 and 3e-2 on their logits (``lenet5_noise3e-3``, ``vit_noise3e-2``);
+- ``--split fresh2`` (seeds 10 and 11), added after the fresh split's verdict, with nothing changed in between, for
+  a second measurement on data the validated calibration never saw: MLPs 20 -> 64 -> 10 with hardswish
+  (``hardswish``), log-sigmoid (``logsigmoid``), a 20 -> 256 -> 10 softsign MLP with noise 3e-2
+  (``softsign_wide_noise3e-2``), a two-hidden-layer ReLU6 MLP with noise 1e-3 (``deep_relu6_noise1e-3``), a
+  20 -> 16 -> 10 GELU MLP (``gelu_narrow``), the digits MLP classifier with noise 3e-2 (``mlp_noise3e-2``) and the ViT
+  with bfloat16 workers and noise 1e-2 (``vit_bf16_noise1e-2``).
 
 Settings (K, N): every workload at (4, 8) and (8, 16) with S = 0, 1, ..., N - K stragglers, and at its large
 setting, (10, 40) for the MLPs and (8, 32) for the classifiers, with S in {0, N/8, N/4, N/2}. A cell is one
@@ -55,6 +61,7 @@ cell, every rule's worst ratio, the failing cells), progress on stderr:
     python benchmarks/lambda_suite.py --split held-out    # ./torchgcc-results/lambda_suite/held-out.json
     python benchmarks/lambda_suite.py --split unseen      # ./torchgcc-results/lambda_suite/unseen.json
     python benchmarks/lambda_suite.py --split fresh       # ./torchgcc-results/lambda_suite/fresh.json
+    python benchmarks/lambda_suite.py --split fresh2      # ./torchgcc-results/lambda_suite/fresh2.json
     python benchmarks/lambda_suite.py --quick             # seconds: 400 MLP inputs, one mask per group, one seed
     python benchmarks/lambda_suite.py --split held-out --calibration-groups 1 --out held-out-pool1.json  # a first
                                                           # batch of one group (the default pools 16 when it can)
@@ -157,6 +164,11 @@ def _mlps(seed: int, samples: int) -> tuple[dict[str, torch.nn.Module], torch.Te
         "tanhshrink": mlp(64, torch.nn.Tanhshrink()),
         "celu_narrow": mlp(32, torch.nn.CELU()),
         "deep_softplus": mlp(64, torch.nn.Softplus(), layers=2),
+        "hardswish": mlp(64, torch.nn.Hardswish()),
+        "softsign_wide": mlp(256, torch.nn.Softsign()),
+        "logsigmoid": mlp(64, torch.nn.LogSigmoid()),
+        "deep_relu6": mlp(64, torch.nn.ReLU6(), layers=2),
+        "gelu_narrow": mlp(16, torch.nn.GELU()),
     }
     x = torch.randn(samples, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
     return models, x
@@ -199,6 +211,13 @@ WORKLOADS = {
     "deep_softplus": ("deep_softplus", 0.0, False),
     "lenet5_noise3e-3": ("digits:lenet5", 3e-3, False),
     "vit_noise3e-2": ("digits:vit", 3e-2, False),
+    "hardswish": ("hardswish", 0.0, False),
+    "softsign_wide_noise3e-2": ("softsign_wide", 3e-2, False),
+    "logsigmoid": ("logsigmoid", 0.0, False),
+    "deep_relu6_noise1e-3": ("deep_relu6", 1e-3, False),
+    "gelu_narrow": ("gelu_narrow", 0.0, False),
+    "mlp_noise3e-2": ("digits:mlp", 3e-2, False),
+    "vit_bf16_noise1e-2": ("digits:vit", 1e-2, True),
 }
 
 #: The two halves: their workloads and seeds (disjoint).
@@ -221,6 +240,11 @@ SPLITS = {
         ("leaky_relu", "selu_noise1e-2", "tanhshrink", "celu_narrow_noise3e-3", "deep_softplus")
         + ("lenet5_noise3e-3", "vit_noise3e-2"),
         (8, 9),
+    ),
+    "fresh2": (
+        ("hardswish", "softsign_wide_noise3e-2", "logsigmoid", "deep_relu6_noise1e-3", "gelu_narrow")
+        + ("mlp_noise3e-2", "vit_bf16_noise1e-2"),
+        (10, 11),
     ),
 }
 
