@@ -718,8 +718,9 @@ def draw_decode_matrix(rng: random.Random, seed: int) -> Case:
 
 
 def draw_calibrate(rng: random.Random, seed: int) -> Case:
-    """The data-adaptive rules' own entry points: ``calibrate(y, mask)`` of the default rule and ``matrices(y,
-    mask)`` of per-group GCV (the call ``decode_matrix``'s TypeError recommends)."""
+    """The data-adaptive rules' own entry points: ``calibrate(y, mask)`` of the default rule, with or without the
+    groups' uncoded outputs ``reference`` (the validated choice), and ``matrices(y, mask)`` of per-group GCV (the call
+    ``decode_matrix``'s TypeError recommends)."""
     rule = rng.choice(["adaptive", "gcv"])
     k = rng.choice([2, 3, 4, 8])
     n = k + rng.choice([1, 4, 12])
@@ -744,7 +745,22 @@ def draw_calibrate(rng: random.Random, seed: int) -> Case:
     meta_mask_alone = "device='meta'" in mask_line and shape_kind != "meta"  # a meta mask needs meta results
     invalid += mask_invalid + (["mask", "meta"] if meta_mask_alone else [])
     method = "calibrate" if rule == "adaptive" else "matrices"
-    call = [f"out = code.decoder.{method}(y, mask)"]
+    reference = (
+        rng.choice(["none"] * 4 + ["ok"] * 3 + ["wrong_k", "int", "nan", "list"]) if method == "calibrate" else "none"
+    )
+    if reference != "none":
+        ref_shape = (b, k + 1, 3) if reference == "wrong_k" else (b, k, 3)
+        ref_dtype = "int64" if reference == "int" else "float64"
+        setup.append(data_source(rng, "outputs", repr(ref_shape), ref_dtype, seed + 2, allow_special=False)[0])
+        setup.append(
+            {"nan": "outputs[0, 0, 0] = float('nan')", "list": "outputs = outputs.tolist()"}.get(reference, "")
+        )
+        if shape_kind == "two_dim" and reference in ("ok", "nan"):  # the outputs' shape follows y's: (B, K)
+            setup.append("outputs = outputs[..., 0]")
+        invalid += {"wrong_k": ["reference"], "int": ["reference"], "nan": ["reference"], "list": ["reference"]}.get(
+            reference, []
+        )
+    call = [f"out = code.decoder.{method}(y, mask{', reference=outputs' if reference != 'none' else ''})"]
 
     def oracle(ns: dict) -> Optional[str]:
         code, mask = ns["code"], ns["mask"]
@@ -759,6 +775,11 @@ def draw_calibrate(rng: random.Random, seed: int) -> Case:
             between = bool(((ratios / 2 <= out) & (out <= ratios)).any()) or float(out) == 0.0
             if not (out.ndim == 0 and between and code.decoder.calibrated):
                 return f"calibrate returned {out}, not within [r / 2, r] of a candidate r in {ratios.tolist()}"
+            if reference == "ok":  # validated: GCV's own choice (a fresh decoder without outputs) or a candidate
+                gcv = float(torchgcc.GCC(k, n).decoder.calibrate(y, mask))
+                CHECKED["validated choice is GCV's or a candidate"] += 1
+                if float(out) != gcv and not bool((ratios == out).any()):
+                    return f"validated calibrate returned {float(out)}: neither GCV's choice {gcv} nor a candidate"
             return None
         if tuple(out.shape) != (mask.shape[0], k, n):
             return f"matrices shape {tuple(out.shape)}, expected {(mask.shape[0], k, n)}"
