@@ -752,14 +752,14 @@ def draw_calibrate(rng: random.Random, seed: int) -> Case:
         ref_shape = (b, k + 1, 3) if reference == "wrong_k" else (b, k, 3)
         ref_dtype = "int64" if reference == "int" else "float64"
         setup.append(data_source(rng, "outputs", repr(ref_shape), ref_dtype, seed + 2, allow_special=False)[0])
-        setup.append(
-            {"nan": "outputs[0, 0, 0] = float('nan')", "list": "outputs = outputs.tolist()"}.get(reference, "")
-        )
+        if reference == "nan":
+            setup.append("outputs[0, 0, 0] = float('nan')")
+        if reference == "list":
+            setup.append("outputs = outputs.tolist()")
         if shape_kind == "two_dim" and reference in ("ok", "nan"):  # the outputs' shape follows y's: (B, K)
             setup.append("outputs = outputs[..., 0]")
-        invalid += {"wrong_k": ["reference"], "int": ["reference"], "nan": ["reference"], "list": ["reference"]}.get(
-            reference, []
-        )
+        if reference != "ok":
+            invalid.append("reference")
     call = [f"out = code.decoder.{method}(y, mask{', reference=outputs' if reference != 'none' else ''})"]
 
     def oracle(ns: dict) -> Optional[str]:

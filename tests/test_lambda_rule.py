@@ -272,8 +272,10 @@ def test_validated_ratio_keeps_the_proposal_when_the_batch_cannot_tell():
     ratios = torch.tensor([0.0, 0.1, 0.2], dtype=torch.float64)
     one = torch.tensor([[2.0, 1.0, 0.5]], dtype=torch.float64)  # one group: no standard error, the proposal stands
     assert validated_ratio(one, ratios, 0).item() == 0.0
-    split = torch.tensor([[2.0, 1.0, 3.0], [2.0, 3.0, 1.0]], dtype=torch.float64)  # mean shares 1, 1, 1: no gain
-    assert validated_ratio(split, ratios, 0).item() == 0.0
+    # mean shares 1, 0.9, 1: 0.1 is best on average, but its gains on the proposed 0.2 (0.5 and -0.3) are within
+    # one standard error (0.4) of zero
+    split = torch.tensor([[2.0, 1.0, 2.0], [2.0, 2.6, 2.0]], dtype=torch.float64)
+    assert validated_ratio(split, ratios, 2).item() == 0.2
     agree = torch.tensor([[2.0, 1.0, 3.0], [4.0, 2.2, 5.0], [1.0, 0.4, 2.0]], dtype=torch.float64)
     assert validated_ratio(agree, ratios, 2).item() == 0.1  # every group prefers 0.1, by far
 
