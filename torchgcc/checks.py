@@ -18,7 +18,10 @@ import math
 import numbers
 from typing import Optional
 
-__all__ = ["check_integer", "check_real"]
+__all__ = ["SEED_RANGE", "check_integer", "check_real", "check_seed"]
+
+#: The seeds ``torch.Generator.manual_seed`` takes: a signed or unsigned 64-bit integer.
+SEED_RANGE = (-(2**63), 2**64 - 1)
 
 
 def _not_a_number(name: str, what: str, value: object) -> TypeError:
@@ -26,14 +29,18 @@ def _not_a_number(name: str, what: str, value: object) -> TypeError:
     return TypeError(f"{name} must be {what}, got {value!r} ({type(value).__name__}){hint}")
 
 
+def _bound(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"  # an integer bound exactly, however large
+
+
 def _interval(low: Optional[float], high: Optional[float], low_open: bool, high_open: bool) -> str:
     if low is None and high is None:
         return ""
     if high is None:
-        return f" {'>' if low_open else '>='} {low:g}"
+        return f" {'>' if low_open else '>='} {_bound(low)}"
     if low is None:
-        return f" {'<' if high_open else '<='} {high:g}"
-    return f" in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        return f" {'<' if high_open else '<='} {_bound(high)}"
+    return f" in {'(' if low_open else '['}{_bound(low)}, {_bound(high)}{')' if high_open else ']'}"
 
 
 def check_integer(name: str, value: object, *, minimum: Optional[int] = None, maximum: Optional[int] = None) -> int:
@@ -74,3 +81,12 @@ def check_real(
     if not math.isfinite(value) or below or above:
         raise ValueError(f"{name} must be {what}, got {value!r}")
     return value
+
+
+def check_seed(name: str, value: object, *, optional: bool = False) -> Optional[int]:
+    """``value`` as an ``int`` seed for ``torch.Generator.manual_seed`` (an integer in :data:`SEED_RANGE`), or
+    ``None`` when ``optional`` and ``value`` is ``None`` (an unseeded stream); else a one-line ``TypeError`` /
+    ``ValueError`` naming ``name``."""
+    if optional and value is None:
+        return None
+    return check_integer(name, value, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1])
