@@ -34,13 +34,13 @@ def _bound(value: float) -> str:
 
 
 def _interval(low: Optional[float], high: Optional[float], low_open: bool, high_open: bool) -> str:
-    if low is None and high is None:
-        return ""
-    if high is None:
+    if low is not None and high is not None:
+        return f" in {'(' if low_open else '['}{_bound(low)}, {_bound(high)}{')' if high_open else ']'}"
+    if low is not None:
         return f" {'>' if low_open else '>='} {_bound(low)}"
-    if low is None:
+    if high is not None:
         return f" {'<' if high_open else '<='} {_bound(high)}"
-    return f" in {'(' if low_open else '['}{_bound(low)}, {_bound(high)}{')' if high_open else ']'}"
+    return ""
 
 
 def check_integer(name: str, value: object, *, minimum: Optional[int] = None, maximum: Optional[int] = None) -> int:
