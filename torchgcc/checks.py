@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Optional
+from typing import Literal, Optional, overload
 
 __all__ = ["SEED_RANGE", "check_integer", "check_real", "check_seed"]
 
@@ -81,6 +81,14 @@ def check_real(
     if not math.isfinite(value) or below or above:
         raise ValueError(f"{name} must be {what}, got {value!r}")
     return value
+
+
+@overload
+def check_seed(name: str, value: object, *, optional: Literal[False] = False) -> int: ...
+
+
+@overload
+def check_seed(name: str, value: object, *, optional: bool) -> Optional[int]: ...
 
 
 def check_seed(name: str, value: object, *, optional: bool = False) -> Optional[int]:
