@@ -280,3 +280,36 @@ def test_serve_bench_calibrates_the_default_on_its_calibration_groups_before_it_
         parser.add_argument("--quick", action="store_true")
         parser.add_argument("--seed", type=int, default=0)
         serving_study.configure(parser.parse_args(["--calibration-groups", "-1"]))
+
+
+def test_serve_bench_validates_its_calibration_on_the_images_uncoded_outputs():
+    """With ``validate_calibration`` (the default) serve-bench's calibration equals the decoder's own calibration
+    with the calibration images' uncoded outputs as ``reference``; without it, GCV's choice alone. The case is one
+    where the two differ, so a calibration that dropped the reference would fail."""
+    from dataclasses import replace
+
+    from torchgcc.app.code_names import named_code
+    from torchgcc.app.experiments import serving_study
+    from torchgcc.stragglers import FixedStragglers
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 5)).eval()
+    images = torch.randn(200, 6)
+    config = replace(serving_study.DEFAULT, num_workers=8, num_inputs=4)
+
+    def calibrated(validate):
+        named = named_code("gcc:S=2", num_inputs=4, num_workers=8, num_stragglers=0, timeout_s=60.0)
+        serving_study.calibrate_before_serving(named, model, images, replace(config, validate_calibration=validate), 5)
+        return named.code.decoder.ratio.item()
+
+    picked = torch.randperm(200, generator=torch.Generator().manual_seed(5))[: config.calibration_groups * 4]
+    groups = images[picked].reshape(-1, 4, 6)
+    code = torchgcc.GCC(4, 8)
+    with torch.no_grad():
+        results, outputs = model(code.encoder(groups)), model(groups)
+    masks = FixedStragglers(2, seed=5).sample(len(groups), 8)
+    expected = code.decoder.calibrate(results, masks, reference=outputs).item()
+    unvalidated = torchgcc.GCC(4, 8).decoder.calibrate(results, masks).item()
+    assert expected != unvalidated
+    assert calibrated(True) == expected
+    assert calibrated(False) == unvalidated

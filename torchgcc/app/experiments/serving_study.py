@@ -12,8 +12,9 @@ the results its scheme needs (:func:`torchgcc.serving.serve_open_loop`). Every s
 - ``gcc``, ``natural`` (natural-spline GCC), ``bacc`` at two S, ``(N - K) / 2`` and ``N - K``: groups of K queries
   coded into N inputs, decoded from the fastest ``N - S``. GCC's default decoder chooses its smoothing once from
   results (it calibrates): before a code serves, it is calibrated on ``calibration_groups`` groups of training
-  images under random masks of its S, as a server would before taking traffic (0: on the first batch it serves,
-  one or two groups here).
+  images under random masks of its S, as a server would before taking traffic, and the choice is validated on
+  those images' uncoded outputs (``decoder.calibrate(y, mask, reference=...)``; ``--no-validate-calibration``:
+  GCV's choice alone; ``calibration_groups`` 0: on the first batch it serves, one or two groups here).
 
 Worker slowdowns are injected delays (each worker stays busy ``delay`` seconds after its model ran; the latency
 model is seeded per rate and trial, and every scheme of a trial gets the same arrivals and the same delays),
@@ -91,7 +92,8 @@ class Config:
     trial, ``latency`` a registered latency model with ``latency_params`` (seconds), drawn once per batch and
     worker; ``worker_threads`` torch threads per worker; ``virtual_service_s`` the model time of one task on the
     virtual clock (``engine="virtual"`` only); ``calibration_groups`` the groups of training images a calibrating
-    decoder (GCC's default) is calibrated on before it serves (0: on its first served batch).
+    decoder (GCC's default) is calibrated on before it serves (0: on its first served batch), and
+    ``validate_calibration`` whether that choice is validated on their uncoded outputs.
     """
 
     model: str = "lenet5"
@@ -114,6 +116,7 @@ class Config:
     worker_threads: int = 1
     virtual_service_s: float = 0.001
     calibration_groups: int = GCV_POOL
+    validate_calibration: bool = True
     seed: int = 0
 
 
@@ -200,6 +203,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="groups of training images GCC's default decoder is calibrated on before it serves "
         "(0: on the first batch it serves)",
     )
+    parser.add_argument(
+        "--no-validate-calibration",
+        dest="validate_calibration",
+        action="store_false",
+        help="keep GCV's choice of smoothing instead of validating it on the calibration images' uncoded outputs",
+    )
 
 
 def configure(args: argparse.Namespace) -> Config:
@@ -227,6 +236,7 @@ def configure(args: argparse.Namespace) -> Config:
         worker_threads=args.worker_threads,
         virtual_service_s=args.virtual_service_s,
         calibration_groups=args.calibration_groups,
+        validate_calibration=args.validate_calibration,
         seed=args.seed,
     )
     if config.batch_size < 1 or config.batch_size % k:
@@ -292,8 +302,10 @@ def calibrate_before_serving(
 ) -> None:
     """Calibrate ``named``'s decoder if it calibrates (GCC's default) on ``config.calibration_groups`` groups of
     ``images`` (drawn with ``seed``), coded and run through ``model`` here, under random masks of the code's S:
-    the smoothing then comes from as many groups as the rule was chosen on, not from the first served batch. Other
-    codes, and ``calibration_groups = 0``, are left as they are."""
+    the smoothing then comes from as many groups as the rule was chosen on, not from the first served batch. With
+    ``config.validate_calibration`` the model also runs on the images themselves and the choice is validated on
+    those outputs (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`). Other codes, and
+    ``calibration_groups = 0``, are left as they are."""
     decoder = named.code.decoder
     if config.calibration_groups == 0 or not getattr(decoder, "calibrates", False):
         return
@@ -304,8 +316,9 @@ def calibrate_before_serving(
     with torch.no_grad():
         coded = named.code.encoder(groups)
         results = model(coded.flatten(0, 1)).reshape(len(groups), n, -1)
+        reference = model(groups.flatten(0, 1)).reshape(len(groups), k, -1) if config.validate_calibration else None
     stragglers = named.wait.num_stragglers or 0
-    decoder.calibrate(results, FixedStragglers(stragglers, seed=seed).sample(len(groups), n))
+    decoder.calibrate(results, FixedStragglers(stragglers, seed=seed).sample(len(groups), n), reference=reference)
 
 
 def _trial_seed(config: Config, rate_index: int, trial: int) -> int:
