@@ -278,6 +278,73 @@ def test_readme_snippets_run_as_doctests() -> None:
     assert attempted >= 10 and failures == 0
 
 
+# --- the docs' Python snippets, run ---------------------------------------------------------------------------
+
+
+def _python_blocks(doc: str, marker: str) -> list[str]:
+    """The ``python`` blocks of a committed doc that contain ``marker``."""
+    text = (ROOT / doc).read_text()
+    return [body for language, body in _code_blocks(text) if language == "python" and marker in body]
+
+
+def _run_snippet(body: str, namespace: dict) -> None:
+    """Run a doc's Python block in ``namespace``, warnings as errors. A ``name = ...`` line is a placeholder: the
+    namespace's value of ``name`` stands for it."""
+    import ast
+    import warnings
+
+    tree = ast.parse(body)
+    tree.body = [
+        node
+        for node in tree.body
+        if not (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and node.value.value is Ellipsis
+            and all(isinstance(target, ast.Name) and target.id in namespace for target in node.targets)
+        )
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        exec(compile(tree, "<doc snippet>", "exec"), namespace)
+
+
+def test_the_snippet_runner_fills_placeholders_and_raises_warnings() -> None:
+    namespace = {"x": 2}
+    _run_snippet("x = ...  # given\ny = x + 1\n", namespace)
+    assert namespace["y"] == 3
+    with pytest.raises(UserWarning, match="loud"):
+        _run_snippet("import warnings\nwarnings.warn('loud')\n", {})
+
+
+def test_control_wait_count_snippets_run() -> None:
+    """control.md's ``WaitCountController`` blocks (the construction, then ``observe`` in a ``CodedModule`` loop)
+    run against the real signatures, with the names they take as given filled in here."""
+    import torch
+
+    import torchgcc
+    from torchgcc.stragglers import LatencyStragglers
+
+    blocks = _python_blocks("docs/control.md", "policy.")
+    assert len(blocks) == 2
+    num_workers = 24
+    namespace = {
+        "agreement_by_S": {s: 1 - s / 32 for s in range(num_workers - 8 + 1)},
+        "latencies": torch.full((num_workers,), 1.0),
+        "LatencyStragglers": LatencyStragglers,
+        "N": num_workers,
+        "deadline": 1.6,
+        "num_groups": 2,
+        "coded_module": torchgcc.CodedModule(
+            torch.nn.Linear(3, 2), torchgcc.GCC(num_inputs=8, num_workers=num_workers, lambda_dec="spacing")
+        ),
+        "batches": [torch.randn(16, 3), torch.randn(16, 3)],
+    }
+    for body in blocks:
+        _run_snippet(body, namespace)
+    assert namespace["y"].shape == (16, 2)
+
+
 # --- the documented commands ----------------------------------------------------------------------------------
 
 
