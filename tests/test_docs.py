@@ -272,9 +272,13 @@ def test_readme_is_short_and_its_quickstart_is_two_commands_ci_runs() -> None:
 
 
 def test_readme_snippets_run_as_doctests() -> None:
+    """Warnings are errors: doctest does not see stderr, so a warning the example triggers would pass unseen."""
     import doctest
+    import warnings
 
-    failures, attempted = doctest.testfile(str(ROOT / "README.md"), module_relative=False, verbose=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        failures, attempted = doctest.testfile(str(ROOT / "README.md"), module_relative=False, verbose=False)
     assert attempted >= 10 and failures == 0
 
 
@@ -343,6 +347,13 @@ def test_control_wait_count_snippets_run() -> None:
     for body in blocks:
         _run_snippet(body, namespace)
     assert namespace["y"].shape == (16, 2)
+
+
+def test_api_cnn_example_runs_without_warnings() -> None:
+    (block,) = _python_blocks("docs/api.md", "cnn = ")
+    namespace: dict = {}
+    _run_snippet(block, namespace)
+    assert namespace["estimates"].shape == (*namespace["images"].shape[:2], 10)
 
 
 # --- the documented commands ----------------------------------------------------------------------------------
