@@ -356,6 +356,15 @@ def test_api_cnn_example_runs_without_warnings() -> None:
     assert namespace["estimates"].shape == (*namespace["images"].shape[:2], 10)
 
 
+def test_training_md_names_the_gradient_coding_modules() -> None:
+    """training.md's "**Part** (`module.py`)" bullets name modules of ``torchgcc.gradient_coding``."""
+    text = (ROOT / "docs" / "training.md").read_text()
+    named = re.findall(r"^- \*\*[^*]+\*\* \(`(\w+\.py)`\)", text, re.M)
+    assert len(named) >= 5
+    package = ROOT / "torchgcc" / "gradient_coding"
+    assert [name for name in named if not (package / name).is_file()] == []
+
+
 # --- the documented commands ----------------------------------------------------------------------------------
 
 
