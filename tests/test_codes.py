@@ -441,6 +441,33 @@ def test_uncoded_is_the_identity_on_k_workers():
         torchgcc.make_code("uncoded", num_inputs=4, num_workers=8)
 
 
+@pytest.mark.parametrize("name", torchgcc.list_codes())
+def test_decodable_checks_the_mask_as_the_decoder_does(name):
+    """Against a count and a coverage written here: a (B, N) bool mask is decodable when at least min_arrived
+    arrived and (replication, uncoded) every input has an arrived copy; a mask the decoder refuses (other N, no batch
+    dimension, an integer or float dtype, a list) raises the same error type naming ``mask``, never an answer."""
+    code = torchgcc.make_code(name, num_inputs=K) if name == "uncoded" else build(name)
+    n = code.num_workers
+    masks = torch.cat([random_masks(3, n, s, seed=s) for s in range(n + 1)])
+    copies = code.decoder.copies.tolist() if name in ("replication", "uncoded") else [[True] * n]
+    expected = [
+        sum(row) >= code.min_arrived and all(any(a and c for a, c in zip(row, held)) for held in copies)
+        for row in masks.tolist()
+    ]
+    assert code.decodable(masks).tolist() == expected
+    bad = [
+        (torch.ones(2, n - 1, dtype=torch.bool), ValueError),
+        (torch.ones(2, n + 3, dtype=torch.bool), ValueError),
+        (torch.ones(n, dtype=torch.bool), ValueError),
+        (torch.full((2, n), 2), TypeError),
+        (torch.ones(2, n), TypeError),
+        ([[True] * n], TypeError),
+    ]
+    for mask, error in bad:
+        with pytest.raises(error, match="^mask must"):
+            code.decodable(mask)
+
+
 # --- state dicts, odd inputs, tracing -------------------------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from torchgcc.checks import check_integer
-from torchgcc.codes.maps import Decoder, Encoder
+from torchgcc.codes.maps import Decoder, Encoder, check_mask
 from torchgcc.points import PointSpec, resolve_points
 
 __all__ = ["Code", "DecoderOptions", "check_sizes"]
@@ -116,8 +116,12 @@ class Code(nn.Module):
     def decodable(self, mask: torch.Tensor) -> torch.Tensor:
         """``(B,)`` bool: which groups of the ``(B, N)`` bool ``mask`` this code decodes fully (every estimate from
         enough arrived results). The default: at least :attr:`min_arrived` arrived; codes whose needs depend on
-        *which* workers arrived (replication) override it. Engines end a wait once every group is decodable."""
-        return mask.sum(dim=-1) >= self.min_arrived
+        *which* workers arrived (replication) override it, checking ``mask`` with the same
+        :func:`~torchgcc.codes.maps.check_mask`. Engines end a wait once every group is decodable.
+
+        Raises ``TypeError`` (not a bool tensor) or ``ValueError`` (not ``(B, N)``) naming ``mask``, as the decoder
+        does."""
+        return check_mask(mask, self.num_workers).sum(dim=-1) >= self.min_arrived
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors):
         """Before anything is loaded: a ``ValueError`` naming the first entry that does not fit (another shape, or

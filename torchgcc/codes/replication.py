@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from torchgcc.codes.base import Code
-from torchgcc.codes.maps import Decoder, Encoder
+from torchgcc.codes.maps import Decoder, Encoder, check_mask
 from torchgcc.functional.survivors import Survivors
 
 __all__ = ["CopyMeanDecoder", "Replication", "copy_owners"]
@@ -77,7 +77,9 @@ class Replication(Code):
         self.decoder = CopyMeanDecoder(alpha, beta, owners=owners, min_arrived=1, **self._decoder_options)
 
     def decodable(self, mask: torch.Tensor) -> torch.Tensor:
-        """``(B,)`` bool: every input of the group has an arrived copy under the ``(B, N)`` ``mask``."""
+        """``(B,)`` bool: every input of the group has an arrived copy under the ``(B, N)`` bool ``mask`` (checked as
+        :meth:`Code.decodable` checks it)."""
+        mask = check_mask(mask, self.num_workers)
         copies = self.decoder.copies
         return (
             (mask.unsqueeze(1) & (copies if copies.device == mask.device else copies.to(mask.device))).any(-1).all(-1)
