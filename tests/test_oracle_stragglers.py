@@ -170,5 +170,64 @@ def test_block_masks_and_argument_checks():
         worst_stragglers(code.decoder, results, reference, 7)
     with pytest.raises(ValueError, match="starts"):
         worst_stragglers(code.decoder, results, reference, 2, starts=0)
-    with pytest.raises(ValueError, match="exhaustive_limit"):
+    with pytest.raises(TypeError, match="exhaustive_limit"):  # bool is not a number (torchgcc.checks)
         worst_stragglers(code.decoder, results, reference, 2, exhaustive_limit=True)
+
+
+def _reference_cases(reference):
+    """References that are not the exact outputs of shape (B, K, *out), each with the error it must raise."""
+    nan, inf = reference.clone(), reference.clone()
+    nan[0, 0, 0], inf[-1, -1, -1] = float("nan"), float("inf")
+    other_k = torch.cat([reference, reference[:, :1]], dim=1)
+    return [
+        (reference[:, :1], ValueError),  # K = 1: broadcast over the K estimates
+        (reference[..., :1], ValueError),  # one output entry instead of 3: broadcast over them
+        (other_k, ValueError),  # K + 1
+        (reference[0], ValueError),  # no batch dimension: group 0's outputs for every group
+        (reference[:1], ValueError),  # B = 1 of 2: broadcast over the groups
+        (nan, ValueError),  # used to give a mask without stragglers, error -inf, exact=True
+        (inf, ValueError),
+        (reference.to(torch.int64), TypeError),
+        (reference.tolist(), TypeError),
+    ]
+
+
+@pytest.mark.parametrize("name", ["natural", "bacc", "gcc"])
+def test_a_reference_that_is_not_the_exact_outputs_is_refused_naming_it(name):
+    """A reference of another K, B or output shape used to be broadcast against the estimates (numbers against
+    other outputs, and a worst set found from them), a NaN one gave a set without stragglers: each is now a one-line
+    error naming ``reference``; an empty batch one naming ``results``. The valid reference gives the brute force."""
+    code = torchgcc.make_code(name, num_inputs=4, num_workers=8)
+    results, reference = _workload(code, samples=8)
+    found = worst_stragglers(code.decoder, results, reference, 2)
+    brute = _per_group_errors(code, results, reference, _every_set(8, 2)).max(dim=1).values
+    torch.testing.assert_close(found.errors, brute, rtol=1e-12, atol=0)
+    for bad, error in _reference_cases(reference):
+        with pytest.raises(error, match="^reference must"):
+            worst_stragglers(code.decoder, results, bad, 2)
+        with pytest.raises(error, match="^reference must"):
+            decode_errors(code.decoder, results, bad, block_masks(8, 2))
+    with pytest.raises(ValueError, match="^results is an empty batch"):
+        worst_stragglers(code.decoder, results[:0], reference[:0], 2)
+    with pytest.raises(TypeError, match="^masks must be a bool tensor"):
+        decode_errors(code.decoder, results, reference, block_masks(8, 2).long())
+
+
+def test_a_set_that_leaves_an_input_without_a_copy_is_the_worst():
+    """Replication (K = 3 on N = 6, copies on workers 2k and 2k + 1): two stragglers on the same input leave its
+    estimate NaN, the worst an adversary can do. The search used to skip NaN errors (``>`` never holds for NaN) and
+    return its placeholder, a set of no stragglers with error -inf marked exact. Now: a set of exactly S stragglers,
+    its error the one recomputed by the decoder, the worst of every set in a loop here (NaN first)."""
+    code = torchgcc.make_code("replication", num_inputs=3, num_workers=6)
+    results, reference = _workload(code, samples=6)
+    found = worst_stragglers(code.decoder, results, reference, 2)
+    assert found.exact
+    assert ((~found.masks).sum(dim=1) == 2).all()
+    for group in range(len(results)):
+        per_set = [
+            (code.decoder(results[group : group + 1], mask.unsqueeze(0)) - reference[group]).pow(2).mean().item()
+            for mask in _every_set(6, 2)
+        ]
+        assert any(math.isnan(e) for e in per_set)  # the worst is an undecodable set
+        mine = (code.decoder(results[group : group + 1], found.masks[group : group + 1]) - reference[group]).pow(2)
+        assert math.isnan(mine.mean().item()) and math.isnan(found.errors[group].item())

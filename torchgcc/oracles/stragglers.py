@@ -18,10 +18,12 @@ What it guarantees, per group:
   No claim of a global maximum is made there (``exact`` is False).
 
 The error of a group is the mean squared error of its ``K`` estimates over every output entry,
-``mean_{k, j} (decoded - reference)^2``. Candidate masks are decoded by the decoder itself: a mask-only
-:class:`~torchgcc.codes.maps.Decoder` (its matrices depend on the mask only, as the calibrated default's do) by its
-``decode_matrix``, one matrix per candidate shared by every group that tries it; any other decoder (data-adaptive
-ones such as GCV per group, or a wrapper) by its forward, so it is searched as it serves. Batches hold at most
+``mean_{k, j} (decoded - reference)^2``; a set under which the decoder returns a NaN estimate (it cannot make it:
+replication without a copy of an input) has a NaN error, and counts as worse than every finite one. Candidate
+masks are decoded by the decoder itself: a mask-only :class:`~torchgcc.codes.maps.Decoder` (its matrices depend on
+the mask only, as the calibrated default's do) by its ``decode_matrix``, one matrix per candidate shared by every
+group that tries it; any other torchgcc decoder (data-adaptive ones such as GCV per group, or a wrapper with the
+decoder's ``num_inputs`` and ``num_workers``) by its forward, so it is searched as it serves. Batches hold at most
 ``max_elements`` entries.
 """
 
@@ -34,7 +36,9 @@ from typing import Callable, Iterator
 
 import torch
 
+from torchgcc.checks import check_integer
 from torchgcc.codes.maps import Decoder
+from torchgcc.oracles.inputs import check_outputs, worse
 
 __all__ = [
     "EXHAUSTIVE_LIMIT",
@@ -58,8 +62,8 @@ class WorstStragglers:
     """What :func:`worst_stragglers` found, per group (``B`` groups, ``N`` workers).
 
     Attributes:
-        masks: ``(B, N)`` bool, True = arrived: the worst straggler set found.
-        errors: ``(B,)`` float64: each group's MSE under ``masks``.
+        masks: ``(B, N)`` bool, True = arrived: the worst straggler set found, ``S`` stragglers per group.
+        errors: ``(B,)`` float64: each group's MSE under ``masks`` (NaN: the decoder returned a NaN estimate).
         block_errors: ``(B,)`` float64: the largest MSE over the contiguous blocks.
         block_starts: ``(B,)`` int64: the first straggler of that block.
         exact: whether ``masks`` is the worst set over all ``C(N, S)`` (the exhaustive search ran).
@@ -130,27 +134,34 @@ def decode_errors(
     *,
     max_elements: int = MAX_ELEMENTS,
 ) -> torch.Tensor:
-    """``(B, C)`` float64 MSE of every group under each of its ``C`` candidate masks.
+    """``(B, C)`` float64 MSE of every group under each of its ``C`` candidate masks (NaN where the decoder returns
+    a NaN estimate).
 
     Args:
-        decoder: a decoder ``(G, N, *out), (G, N) mask -> (G, K, *out)``.
-        results: ``(B, N, *out)`` the workers' results.
-        reference: ``(B, K, *out)`` the exact outputs.
+        decoder: a torchgcc decoder ``(G, N, *out), (G, N) mask -> (G, K, *out)`` (``code.decoder``).
+        results: ``(B, N, *out)`` floating point, ``B >= 1``: the workers' results.
+        reference: ``(B, K, *out)`` finite, floating point: the exact outputs.
         masks: ``(B, C, N)`` bool candidate masks per group, or ``(C, N)`` shared by every group (a mask-only
             decoder then builds each candidate's matrix once for all groups).
-        max_elements: the most entries one batch holds.
+        max_elements: the most entries one batch holds, an integer >= 1.
+
+    Raises:
+        TypeError, ValueError: one line naming the argument that is not as above (:func:`check_outputs`).
     """
+    results, reference = check_outputs(decoder, results, reference)
+    max_elements = check_integer("max_elements", max_elements, minimum=1)
     b, n = results.shape[:2]
+    if not isinstance(masks, torch.Tensor) or masks.dtype != torch.bool:
+        found = masks.dtype if isinstance(masks, torch.Tensor) else type(masks).__name__
+        raise TypeError(f"masks must be a bool tensor (True = arrived), got {found}")
     shared = masks.dim() == 2
+    if masks.dim() not in (2, 3) or masks.shape[-1] != n or not (shared or masks.shape[0] == b):
+        raise ValueError(f"masks must be (B={b}, C, N={n}) or (C, N), got {tuple(masks.shape)}")
     if shared:
-        if masks.shape[1] != n:
-            raise ValueError(f"masks must be (B={b}, C, N={n}) or (C, N), got {tuple(masks.shape)}")
         # a mask-only torchgcc decoder's estimates are decode_matrix(mask) @ results: one matrix per candidate
         if isinstance(decoder, Decoder) and not decoder.depends_on_results and bool(torch.isfinite(results).all()):
             return _shared_matrix_errors(decoder, results, reference, masks, max_elements)
         masks = masks.unsqueeze(0).expand(b, -1, -1)
-    if masks.shape[0] != b or masks.shape[2] != n:
-        raise ValueError(f"masks must be (B={b}, C, N={n}) or (C, N), got {tuple(masks.shape)}")
     c = masks.shape[1]
     flat = results.reshape(b, n, -1)
     truth = reference.reshape(b, reference.shape[1], -1).to(torch.float64)
@@ -200,30 +211,32 @@ def worst_stragglers(
     improved by single-straggler moves to a local maximum from ``starts`` starting sets (module docstring).
 
     Args:
-        decoder: the decoder under attack (``code.decoder``).
-        results: ``(B, N, *out)`` every worker's result (all of them: the oracle chooses who straggles).
-        reference: ``(B, K, *out)`` the exact outputs ``f(x_k)``.
-        num_stragglers: S, with ``0 <= S`` and ``N - S`` at least the decoder's ``min_arrived``.
-        exhaustive_limit: the most sets searched exhaustively.
+        decoder: the decoder under attack (``code.decoder``: a torchgcc decoder, with ``num_inputs`` and
+            ``num_workers``).
+        results: ``(B, N, *out)`` floating point, ``B >= 1``: every worker's result (all of them: the oracle chooses
+            who straggles).
+        reference: ``(B, K, *out)`` finite, floating point: the exact outputs ``f(x_k)``, of the results' ``B`` and
+            ``*out`` and the decoder's ``K``.
+        num_stragglers: S, an integer with ``0 <= S`` and ``N - S`` at least the decoder's ``min_arrived``.
+        exhaustive_limit: the most sets searched exhaustively, an integer >= 1.
         starts: how many of each group's worst blocks and block pairs the hill climbing starts from above the
-            limit (besides the greedy set).
-        max_elements: the most entries one batch holds (memory bound).
+            limit (besides the greedy set), an integer >= 1.
+        max_elements: the most entries one batch holds (memory bound), an integer >= 1.
 
     Returns:
         a :class:`WorstStragglers`; ``masks`` and ``errors`` are the worst set found per group.
+
+    Raises:
+        TypeError, ValueError: one line naming the argument that is not as above.
     """
-    for name, value in (("starts", starts), ("exhaustive_limit", exhaustive_limit)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if results.dim() < 2 or reference.dim() < 2 or reference.shape[0] != results.shape[0]:
-        raise ValueError(
-            f"results must be (B, N, *out) and reference (B, K, *out), got {tuple(results.shape)} and "
-            f"{tuple(reference.shape)}"
-        )
+    starts = check_integer("starts", starts, minimum=1)
+    exhaustive_limit = check_integer("exhaustive_limit", exhaustive_limit, minimum=1)
+    max_elements = check_integer("max_elements", max_elements, minimum=1)
+    results, reference = check_outputs(decoder, results, reference)
     b, n = results.shape[:2]
-    s = num_stragglers
+    s = check_integer("num_stragglers", num_stragglers, minimum=0)
     needed = getattr(decoder, "min_arrived", 1)
-    if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= n - needed:
+    if s > n - needed:
         raise ValueError(
             f"num_stragglers must be an integer in [0, N - min_arrived] = [0, {n - needed}] (N={n}), got {s!r}"
         )
@@ -247,19 +260,20 @@ def worst_stragglers(
     masks, errors = _climb(errors_of, *found[0])  # from the worst shape: at least as bad as every shape
     for start in found[1:]:
         candidate, candidate_errors = _climb(errors_of, *start)
-        better = candidate_errors > errors
+        better = worse(candidate_errors, errors)
         masks = torch.where(better.unsqueeze(1), candidate, masks)
         errors = torch.where(better, candidate_errors, errors)
     return WorstStragglers(masks, errors, block_errors, block_starts, False, shapes.shape[0])
 
 
 def _exhaustive(errors_of: Callable, b: int, n: int, s: int, chunk: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The worst of every ``C(N, S)`` set per group."""
+    """The worst of every ``C(N, S)`` set per group (the first chunk replaces the placeholder: every MSE, NaN
+    included, is :func:`worse` than ``-inf``; ``max`` ranks NaN first)."""
     errors = torch.full((b,), -math.inf, dtype=torch.float64, device=device)
     masks = torch.ones(b, n, dtype=torch.bool, device=device)
     for candidates in subset_masks(n, s, chunk=chunk, device=device):
         scores, at = errors_of(candidates).max(dim=1)
-        better = scores > errors
+        better = worse(scores, errors)
         masks = torch.where(better.unsqueeze(1), candidates[at], masks)
         errors = torch.where(better, scores, errors)
     return masks, errors
@@ -279,8 +293,8 @@ def _greedy(errors_of: Callable, b: int, n: int, s: int, device) -> tuple[torch.
 
 def _climb(errors_of: Callable, masks: torch.Tensor, errors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Hill climbing over single moves: each round tries moving every straggler to every arrived worker and keeps
-    the best move while it increases the error; stops at a local maximum (the error grows strictly every round, so
-    it ends)."""
+    the best move while it makes the error :func:`worse`; stops at a local maximum (the error grows strictly every
+    round, and nothing is worse than NaN, so it ends)."""
     b, n = masks.shape
     rows = torch.arange(b, device=masks.device)
     while True:
@@ -293,7 +307,7 @@ def _climb(errors_of: Callable, masks: torch.Tensor, errors: torch.Tensor) -> tu
         valid = masks.view(b, 1, n).expand(b, s, n)  # the target must be an arrived worker
         scores = errors_of(candidates.view(b, s * n, n)).masked_fill(~valid.reshape(b, -1), -math.inf)
         best, pick = scores.max(dim=1)
-        improved = best > errors
+        improved = worse(best, errors)
         if not improved.any():
             return masks, errors
         masks = torch.where(improved.unsqueeze(1), candidates.view(b, s * n, n)[rows, pick], masks)
