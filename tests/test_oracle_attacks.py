@@ -6,9 +6,9 @@ import torch
 from references import natural_spline_reference
 
 import torchgcc
-from torchgcc.attacks import ConcentratedAttack, ShiftAttack
+from torchgcc.attacks import ConcentratedAttack, ShiftAttack, SignFlipAttack
 from torchgcc.codes.robust import RobustGCC
-from torchgcc.oracles.attacks import SHIFT_FRACTIONS, worst_attacks
+from torchgcc.oracles.attacks import SHIFT_FRACTIONS, attack_errors, worst_attacks
 
 
 def _xsinx(code):
@@ -123,3 +123,76 @@ def test_agreement_under_the_worst_attack_and_the_lowest_over_every_attack():
     by_hand = (decoded.argmax(-1) == reference.argmax(-1)).double().mean(dim=1)
     assert found.agreement[0] == pytest.approx(float(by_hand[0]))
     assert found.errors[0] == pytest.approx(float((decoded[0] - reference[0]).pow(2).mean()))
+
+
+def _tanh_case():
+    """GCC (K = 3, N = 10) on tanh of two groups, worker 2 straggling: ``(code, results, mask, reference)``."""
+    code = torchgcc.GCC(3, 10, lambda_dec=1e-3)
+    x = torch.randn(2, 3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 10, dtype=torch.bool)
+    mask[:, 2] = False
+    return code, torch.tanh(code.encoder(x)), mask, torch.tanh(x)
+
+
+def test_a_reference_or_mask_that_does_not_fit_is_refused_naming_it():
+    """A reference of another K, B or output shape used to be broadcast against the estimates (group 1 scored against
+    group 0's outputs without a batch dimension), a NaN one scored nothing: each is now an error naming ``reference``,
+    in worst_attacks and attack_errors alike; a bad mask names ``mask``, an empty batch ``results``. The valid
+    reference's signflip error is the one recomputed by hand from the decoder."""
+    code, y, mask, reference = _tanh_case()
+    found = worst_attacks(code.decoder, y, mask, reference, q=1, bound=1.0, families=("signflip",), draws=2)
+    flips = [SignFlipAttack(1, seed=s) for s in range(2)]
+    by_hand = torch.stack([(code.decoder(a(y, mask), mask) - reference).pow(2).mean(dim=(1, 2)) for a in flips])
+    torch.testing.assert_close(found.errors, by_hand.max(dim=0).values, rtol=1e-12, atol=0)
+    nan = reference.clone()
+    nan[1, 2, 3] = float("nan")
+    cases = [
+        (reference[:, :1], ValueError),
+        (reference[..., :1], ValueError),
+        (reference[0], ValueError),
+        (reference[:1], ValueError),
+        (nan, ValueError),
+        (reference.to(torch.int32), TypeError),
+    ]
+    for bad, error in cases:
+        with pytest.raises(error, match="^reference must"):
+            worst_attacks(code.decoder, y, mask, bad, q=1, bound=1.0, families=("signflip",))
+        with pytest.raises(error, match="^reference must"):
+            attack_errors(code.decoder, y, mask, bad, [SignFlipAttack(1, seed=0)])
+    for bad, error in [(mask.long(), TypeError), (mask[:, :9], ValueError), (mask[:1], ValueError)]:
+        with pytest.raises(error, match="^mask must"):
+            worst_attacks(code.decoder, y, bad, reference, q=1, bound=1.0, families=("signflip",))
+    with pytest.raises(ValueError, match="^results is an empty batch"):
+        worst_attacks(code.decoder, y[:0], mask[:0], reference[:0], q=1, bound=1.0, families=("signflip",))
+
+
+@pytest.mark.parametrize(
+    "argument, value, error",
+    [
+        ("draws", 0, ValueError),
+        ("shift_fractions", (), ValueError),
+        ("shift_fractions", (0.5, float("nan")), ValueError),
+        ("max_starts", 0, ValueError),
+        ("seed", "1", TypeError),
+    ],
+)
+def test_edge_arguments_of_the_search_are_named(argument, value, error):
+    """They used to give raw torch errors (an empty max, an empty stack) or a search of NaN shifts."""
+    code, y, mask, reference = _tanh_case()
+    options = {"q": 1, "bound": 1.0, "families": ("shift", "signflip"), argument: value}
+    with pytest.raises(error, match=f"^{argument}"):
+        worst_attacks(code.decoder, y, mask, reference, **options)
+
+
+def test_an_attack_on_a_group_that_cannot_be_decoded_is_reported_as_nan():
+    """Replication with both copies of input 0 straggling: every estimate of input 0 is NaN (the decoder's answer,
+    recomputed here), so every attack's error is NaN, the worst; the search used to skip NaN and report -inf and no
+    attack."""
+    code = torchgcc.make_code("replication", num_inputs=3, num_workers=6)
+    x = torch.randn(2, 3, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    y, reference = torch.sin(code.encoder(x)), torch.sin(x)
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[:, :2] = False
+    assert torch.isnan(code.decoder(SignFlipAttack(1, seed=0)(y, mask), mask)[:, 0]).all()
+    found = worst_attacks(code.decoder, y, mask, reference, q=1, bound=1.0, families=("signflip",), draws=2)
+    assert torch.isnan(found.errors).all() and found.attacks == ["signflip draw 0"] * 2

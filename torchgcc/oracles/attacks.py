@@ -14,7 +14,8 @@ model of arXiv 2502.08058: ``q`` arrived results arbitrary, bounded by ``M``). A
   ``q`` random arrived workers, ``draws`` draws each;
 - ``"greedy"``: :class:`~torchgcc.attacks.GreedyAttack` (the sister paper's greedy push).
 
-The error of a group is the MSE of its ``K`` estimates over every output entry. For decoders that locate
+The error of a group is the MSE of its ``K`` estimates over every output entry (NaN where the decoder returns a NaN
+estimate, which counts as worse than every finite error). For decoders that locate
 (``last_flagged``), :class:`WorstAttacks` also says whether the worst attacks were detected (all their workers
 flagged); with ``classification=True`` it also gives the argmax agreement with the reference (RelAcc) under the
 worst-MSE attack and the lowest agreement over every attack tried.
@@ -29,6 +30,9 @@ from typing import Callable, Optional
 import torch
 
 from torchgcc.attacks import Attack, ConstantAttack, GreedyAttack, RandomAttack, ShiftAttack, SignFlipAttack
+from torchgcc.checks import check_integer, check_real, check_seed
+from torchgcc.codes.maps import check_mask
+from torchgcc.oracles.inputs import check_outputs, worse
 
 __all__ = ["FAMILIES", "SHIFT_FRACTIONS", "AttackErrors", "WorstAttacks", "attack_errors", "worst_attacks"]
 
@@ -83,7 +87,7 @@ class WorstAttacks:
                 self.agreement, self.min_agreement = torch.ones(len(best), dtype=torch.float64), lowest
             self.min_agreement = torch.minimum(self.min_agreement, lowest)
         for group in groups.tolist():
-            if best[group] > self.errors[group]:
+            if worse(best[group], self.errors[group]):
                 self.errors[group] = best[group]
                 self.attacks[group] = describe(int(index[group]), group)
                 if found.detected is not None and self.detected is not None:
@@ -136,9 +140,14 @@ def attack_errors(
     """The MSE of every group under each of ``C`` attacks, whether the decoder flagged all of each attack's workers,
     and (``classification``) the argmax agreement of the estimates with the reference over the last dimension.
 
-    ``results`` ``(B, N, *out)``, ``mask`` ``(B, N)`` bool (True = arrived), ``reference`` ``(B, K, *out)``; the
-    attacked results of several attacks are decoded in one call, ``max_elements`` result entries at most.
+    ``results`` ``(B, N, *out)`` floating point (``B >= 1``), ``mask`` ``(B, N)`` bool (True = arrived),
+    ``reference`` ``(B, K, *out)`` finite, floating point (``N`` and ``K`` the decoder's); the attacked results of
+    several attacks are decoded in one call, ``max_elements`` (an integer >= 1) result entries at most. Anything else
+    raises a one-line ``TypeError`` / ``ValueError`` naming the argument.
     """
+    results, reference = check_outputs(decoder, results, reference)
+    mask = check_mask(mask, results.shape[1], results.shape[0])
+    max_elements = check_integer("max_elements", max_elements, minimum=1)
     b = results.shape[0]
     truth = reference.to(torch.float64)
     per_call = max(1, max_elements // max(1, results.numel()))
@@ -187,26 +196,43 @@ def worst_attacks(
     """Search the attacks of :data:`FAMILIES` for the worst per group (see the module docstring).
 
     Args:
-        decoder: the decoder under attack (``code.decoder``).
-        results: ``(B, N, *out)`` the honest results (straggler slots are never read).
+        decoder: the decoder under attack (``code.decoder``: a torchgcc decoder, with ``num_inputs`` and
+            ``num_workers``).
+        results: ``(B, N, *out)`` floating point, ``B >= 1``: the honest results (straggler slots are never read).
         mask: ``(B, N)`` bool, True = arrived.
-        reference: ``(B, K, *out)`` the exact outputs.
-        q: adversaries per group, from 1 to the fewest arrived results.
-        bound: ``M``, the bound on what an adversary returns.
-        families: a non-empty subset of :data:`FAMILIES`.
-        shift_fractions: shift magnitudes as fractions of ``bound``.
-        max_starts: block positions tried per shift before the refinement around the worst.
-        draws: random draws per random family.
-        seed: seed of the random families.
+        reference: ``(B, K, *out)`` finite, floating point: the exact outputs, of the results' ``B`` and ``*out`` and
+            the decoder's ``K``.
+        q: adversaries per group, an integer from 1 to the fewest arrived results.
+        bound: ``M > 0``, the bound on what an adversary returns.
+        families: a non-empty tuple or list, a subset of :data:`FAMILIES`.
+        shift_fractions: a non-empty tuple or list of shift magnitudes as fractions of ``bound`` (finite, > 0).
+        max_starts: block positions tried per shift before the refinement around the worst, an integer >= 1.
+        draws: random draws per random family, an integer >= 1.
+        seed: seed of the random families (:func:`~torchgcc.checks.check_seed`).
         classification: also report the argmax agreement (over the last output dimension) with the reference.
-        max_elements: memory bound of one decoder call.
+        max_elements: memory bound of one decoder call, an integer >= 1.
+
+    Raises:
+        TypeError, ValueError: one line naming the argument that is not as above.
     """
+    results, reference = check_outputs(decoder, results, reference)
+    mask = check_mask(mask, results.shape[1], results.shape[0])
+    families = _non_empty("families", families)
     unknown = set(families) - set(FAMILIES)
-    if unknown or not families:
+    if unknown:
         raise ValueError(f"families must be a non-empty subset of {FAMILIES}, got {families!r}")
-    arrived = mask.count_nonzero(dim=1)
-    if isinstance(q, bool) or not isinstance(q, int) or not 1 <= q <= int(arrived.min()):
-        raise ValueError(f"q must be an integer in [1, fewest arrived = {int(arrived.min())}], got {q!r}")
+    fewest = int(mask.count_nonzero(dim=1).min())
+    q = check_integer("q", q, minimum=1)
+    if q > fewest:
+        raise ValueError(f"q must be an integer in [1, fewest arrived = {fewest}], got {q!r}")
+    bound = check_real("bound", bound, low=0, low_open=True)
+    shift_fractions = tuple(
+        check_real(f"shift_fractions[{i}]", value, low=0, low_open=True)
+        for i, value in enumerate(_non_empty("shift_fractions", shift_fractions))
+    )
+    max_starts = check_integer("max_starts", max_starts, minimum=1)
+    draws = check_integer("draws", draws, minimum=1)
+    check_seed("seed", seed)
     b = results.shape[0]
 
     def evaluate(attacks: list[Attack]) -> AttackErrors:
@@ -232,6 +258,15 @@ def worst_attacks(
     if "greedy" in families:
         found.fold("greedy", evaluate([GreedyAttack(q, bound)]), lambda c, g: "greedy")
     return found
+
+
+def _non_empty(name: str, value: object) -> tuple:
+    """``value`` as a tuple if it is a non-empty tuple or list, else a one-line error naming ``name``."""
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"{name} must be a tuple or list, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{name} must not be empty")
+    return tuple(value)
 
 
 def _search_shifts(evaluate, found: WorstAttacks, mask, q: int, bound: float, fractions, max_starts: int) -> None:
