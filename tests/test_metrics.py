@@ -90,3 +90,64 @@ def test_argmax_agreement_torchmetrics_metric():
     assert result["accuracy"].item() == pytest.approx(1 / 3) and result["reference_accuracy"].item() == pytest.approx(
         2 / 3
     )
+
+
+@pytest.mark.parametrize(
+    "dtype, decoded, reference",
+    [
+        (torch.int8, [100, -128, 127], [-100, 127, -128]),  # int8 differences wrap modulo 256
+        (torch.uint8, [1, 10, 0], [2, 0, 200]),
+        (torch.int16, [30000, -30000], [-30000, 30000]),
+        (torch.float16, [60000.0, -1.5], [-60000.0, 2.25]),  # the fp16 difference overflows at 65504
+        (torch.bfloat16, [3.0e38, 1.0], [-3.0e38, 2.0]),
+    ],
+)
+def test_mse_takes_the_difference_in_float64_whatever_the_input_dtype(dtype, decoded, reference):
+    decoded, reference = torch.tensor(decoded, dtype=dtype), torch.tensor(reference, dtype=dtype)
+    expected = np.mean((decoded.double().numpy() - reference.double().numpy()) ** 2)  # numpy float64
+    value = mse(decoded, reference)
+    assert value.dtype == torch.float64 and value.ndim == 0
+    assert value.item() == pytest.approx(expected, rel=1e-12) and math.isfinite(value.item())
+    metrics = CodedMetrics(2, classification=False)
+    metrics.update(decoded.view(-1, 1), reference.view(-1, 1))
+    assert metrics.compute()["mse"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_mse_of_half_precision_outputs_is_a_float64_loss_with_its_gradient():
+    decoded = torch.tensor([60000.0, 1.0, 0.0, 0.0], dtype=torch.float16, requires_grad=True)
+    reference = torch.tensor([-60000.0, 0.5, 0.0, 0.0], dtype=torch.float16)
+    loss = mse(decoded, reference)
+    assert loss.dtype == torch.float64 and loss.item() == pytest.approx((120000.0**2 + 0.25) / 4)
+    loss.backward()
+    # d/dx mean((x - r)^2) = 2 (x - r) / n, in float64 before it is cast back to the input's float16
+    assert decoded.grad.dtype == torch.float16 and decoded.grad.tolist() == [60000.0, 0.25, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.complex64])
+@pytest.mark.parametrize("bad", ["decoded", "reference"])
+def test_metrics_refuse_bool_and_complex_naming_the_argument(dtype, bad):
+    good = torch.ones(2, 3)
+    wrong = torch.ones(2, 3, dtype=dtype)
+    args = {"decoded": good, "reference": good, bad: wrong}
+    for call in (mse, argmax_agreement, CodedMetrics(2).update):
+        with pytest.raises(TypeError, match=f"^{bad} must be a real .*{str(dtype)[6:]}"):
+            call(**args)
+    with pytest.raises(TypeError, match=f"^{bad} must be a torch.Tensor, got list.*torch.as_tensor"):
+        mse(**{**args, bad: [[1.0, 1.0, 1.0]] * 2})
+
+
+@pytest.mark.parametrize("shape", [(3,), (), (3, 0), (0, 4), (2, 3, 4)])
+def test_argmax_agreement_needs_m_by_c_logits(shape):
+    x = torch.zeros(shape)
+    with pytest.raises(ValueError, match="decoded and reference must be \\(M, C\\) logits"):
+        argmax_agreement(x, x)
+    with pytest.raises(ValueError, match="decoded and reference must be \\(M, C\\) logits"):
+        CodedMetrics(2).update(x, x)
+
+
+def test_group_size_takes_numpy_integers_and_refuses_bool():
+    assert CodedMetrics(np.int64(2)).group_size == 2 and type(CodedMetrics(np.int64(2)).group_size) is int
+    with pytest.raises(TypeError, match="^group_size .* got True"):
+        CodedMetrics(True)
+    with pytest.raises(ValueError, match="^group_size .* got 2.5"):
+        CodedMetrics(2.5)

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from torchgcc.checks import check_integer
+
 __all__ = ["CodedMetrics", "Z95", "accuracy", "argmax_agreement", "mean_ci", "mse"]
 
 #: Two-sided 95% normal quantile (the number of groups is in the tens or more).
@@ -28,19 +30,24 @@ Z95 = 1.959963984540054
 
 
 def mse(decoded: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    """``mean((decoded - reference)^2)`` over every element, a float64 scalar tensor (differentiable)."""
-    _check_same_shape(decoded, reference)
-    return (decoded - reference).double().pow(2).mean()
+    """``mean((decoded - reference)^2)`` over every element, a float64 scalar tensor (differentiable).
+
+    Integer and floating-point inputs of any precision are converted to float64 before they are subtracted, so
+    int8 differences do not wrap and float16 ones do not overflow; bool and complex inputs raise ``TypeError``.
+    """
+    _check_inputs(decoded, reference)
+    return _squared_error(decoded, reference).mean()
 
 
 def argmax_agreement(decoded: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    """The fraction of samples whose decoded argmax equals the uncoded argmax; inputs ``(M, C)``, float64 scalar.
+    """The fraction of samples whose decoded argmax equals the uncoded argmax; inputs ``(M, C)`` real logits with
+    ``M >= 1`` and ``C >= 1`` (else ``ValueError``), float64 scalar.
 
     >>> reference = torch.tensor([[2.0, 1.0], [0.0, 3.0], [1.0, 0.0], [0.0, 1.0]])
     >>> argmax_agreement(reference + torch.tensor([[0.0, 0.5], [0.0, 0.0], [0.0, 2.0], [0.0, 0.0]]), reference)
     tensor(0.7500, dtype=torch.float64)
     """
-    _check_same_shape(decoded, reference)
+    _check_inputs(decoded, reference, classification=True)
     return (decoded.argmax(dim=-1) == reference.argmax(dim=-1)).double().mean()
 
 
@@ -66,7 +73,8 @@ def mean_ci(values: torch.Tensor) -> tuple[float, float]:
 class CodedMetrics:
     """MSE, argmax agreement and (given labels) accuracy of decoded outputs, with 95% CIs over groups.
 
-    ``update(decoded, reference, labels=None)`` takes one decode of ``M`` samples, ``(M, *out)`` each, whose
+    ``update(decoded, reference, labels=None)`` takes one decode of ``M`` samples, ``(M, *out)`` each (``(M, C)``
+    logits when ``classification``; real dtypes, squared errors taken in float64 as :func:`mse` does), whose
     consecutive runs of ``group_size`` (= K) samples were coded together (the last run may be shorter): the layout of
     :func:`torchgcc.coded_module.ungroup_samples`. Every call adds ``ceil(M / K)`` groups; call it once per straggler
     mask (repeat). ``compute()`` returns floats:
@@ -94,9 +102,8 @@ class CodedMetrics:
     _STATES = ("squared_error", "elements", "samples", "agree", "correct", "reference_correct")
 
     def __init__(self, group_size: int, *, classification: bool = True) -> None:
-        if not isinstance(group_size, int) or group_size < 1:
-            raise ValueError(f"group_size must be a positive int (K, the inputs per group), got {group_size!r}")
-        self.group_size, self.classification = group_size, classification
+        self.group_size = check_integer("group_size (K, the inputs per group)", group_size, minimum=1)
+        self.classification = classification
         self.reset()
 
     def reset(self) -> None:
@@ -107,7 +114,7 @@ class CodedMetrics:
     @torch.no_grad()
     def update(self, decoded: torch.Tensor, reference: torch.Tensor, labels: torch.Tensor | None = None) -> None:
         """Add the groups of one decode (see the class docstring)."""
-        _check_same_shape(decoded, reference)
+        _check_inputs(decoded, reference, classification=self.classification)
         if decoded.dim() == 0 or len(decoded) == 0:
             raise ValueError(f"decoded must be (M, *out) with M >= 1, got shape {tuple(decoded.shape)}")
         if labels is not None and labels.shape != decoded.shape[:1]:
@@ -120,7 +127,7 @@ class CodedMetrics:
             sums = torch.zeros(num_groups, dtype=torch.float64, device=values.device)
             return sums.index_add_(0, group, values.double()).cpu()
 
-        squared = (decoded - reference).double().pow(2).reshape(samples, -1).sum(dim=1)
+        squared = _squared_error(decoded, reference).reshape(samples, -1).sum(dim=1)
         self._state["squared_error"].append(per_group(squared))
         self._state["elements"].append(per_group(torch.full_like(squared, decoded[0].numel())))
         self._state["samples"].append(per_group(torch.ones_like(squared)))
@@ -165,9 +172,28 @@ class CodedMetrics:
         return out
 
 
-def _check_same_shape(decoded: torch.Tensor, reference: torch.Tensor) -> None:
+def _check_inputs(decoded: torch.Tensor, reference: torch.Tensor, *, classification: bool = False) -> None:
+    """Raise unless ``decoded`` and ``reference`` are real (integer or floating-point) tensors of one shape, and
+    ``(M, C)`` with ``M, C >= 1`` when ``classification`` (an argmax over ``C`` per sample)."""
+    for name, value in (("decoded", decoded), ("reference", reference)):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(
+                f"{name} must be a torch.Tensor, got {type(value).__name__}; convert it with torch.as_tensor(...)"
+            )
+        if value.dtype == torch.bool or value.is_complex():
+            raise TypeError(f"{name} must be a real (integer or floating-point) tensor, got {value.dtype}")
     if decoded.shape != reference.shape:
         raise ValueError(f"decoded {tuple(decoded.shape)} and reference {tuple(reference.shape)} shapes differ")
+    if classification and (decoded.ndim != 2 or 0 in decoded.shape):
+        raise ValueError(
+            f"decoded and reference must be (M, C) logits with M >= 1 samples and C >= 1 classes, "
+            f"got shape {tuple(decoded.shape)}"
+        )
+
+
+def _squared_error(decoded: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Elementwise ``(decoded - reference)^2`` in float64, converted BEFORE the subtraction (differentiable)."""
+    return (decoded.double() - reference.double()).pow(2)
 
 
 def _argmax_agreement_metric() -> type:
@@ -189,7 +215,7 @@ def _argmax_agreement_metric() -> type:
                 self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
         def update(self, decoded: torch.Tensor, reference: torch.Tensor, labels: torch.Tensor | None = None) -> None:
-            _check_same_shape(decoded, reference)
+            _check_inputs(decoded, reference)
             predicted, expected = decoded.argmax(dim=-1), reference.argmax(dim=-1)
             self.agree += (predicted == expected).sum()
             self.total += predicted.numel()
