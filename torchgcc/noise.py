@@ -17,6 +17,9 @@ from typing import Optional
 import torch
 from torch import nn
 
+from torchgcc.checks import check_real, check_seed
+from torchgcc.codes.maps import check_mask
+
 __all__ = ["GaussianNoise", "LowPrecisionWorkers"]
 
 
@@ -24,17 +27,17 @@ class GaussianNoise:
     """``y + sigma * scale * z`` with ``z`` standard normal, drawn from the model's own generator.
 
     Args:
-        sigma: relative standard deviation, ``>= 0``.
-        relative: True (default) multiplies by each group's result scale ``sqrt(mean(y^2))`` over its workers and
-            outputs; False makes ``sigma`` absolute.
-        seed: seed of the generator.
+        sigma: relative standard deviation, a finite number ``>= 0``.
+        relative: True (default) multiplies by each group's result scale ``sqrt(mean(y^2))`` over its ARRIVED
+            workers and all their outputs (straggler slots are never read: their values, even NaN, change nothing);
+            False makes ``sigma`` absolute.
+        seed: seed of the generator (an integer; None draws a fresh one).
     """
 
     def __init__(self, sigma: float, *, relative: bool = True, seed: Optional[int] = None) -> None:
-        if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0 <= sigma < float("inf"):
-            raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
-        self.sigma = float(sigma)
+        self.sigma = check_real("sigma", sigma, low=0)
         self.relative = relative
+        seed = check_seed("seed", seed, optional=True)
         self.generator = torch.Generator()
         if seed is None:
             self.generator.seed()
@@ -42,12 +45,22 @@ class GaussianNoise:
             self.generator.manual_seed(seed)
 
     def __call__(self, results: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Noisy copy of ``results`` ``(B, N, *out)`` (``mask`` is unused: straggler values are never read)."""
+        """Noisy copy of ``results`` ``(B, N, *out)``; ``mask`` ``(B, N)`` (True = arrived, None = every worker
+        arrived) picks the workers whose results set the relative scale."""
         z = torch.randn(results.shape, generator=self.generator, dtype=torch.float64).to(results)
         scale: float | torch.Tensor = self.sigma
         if self.relative:
-            flat = results.detach().reshape(results.shape[0], -1).to(torch.float64)
-            scale = self.sigma * flat.pow(2).mean(dim=1).sqrt().view((-1,) + (1,) * (results.ndim - 1)).to(results)
+            batch, workers = results.shape[:2]
+            arrived = (
+                torch.ones(batch, workers, dtype=torch.bool, device=results.device)
+                if mask is None
+                else check_mask(mask, workers, batch).to(results.device)
+            )
+            flat = results.detach().reshape(batch, workers, -1).to(torch.float64)
+            squares = torch.where(arrived.unsqueeze(-1), flat.pow(2), 0.0)  # where, not a product: NaN * 0 is NaN
+            count = (arrived.sum(dim=1) * flat.shape[-1]).clamp(min=1)
+            rms = (squares.sum(dim=(1, 2)) / count).sqrt()
+            scale = self.sigma * rms.view((-1,) + (1,) * (results.ndim - 1)).to(results)
         return results + scale * z
 
     def __repr__(self) -> str:
