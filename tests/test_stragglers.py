@@ -2,15 +2,21 @@ import math
 
 import pytest
 import torch
+from helpers import requires_cuda
 
 from torchgcc.points import chebyshev_second_kind, equispaced
 from torchgcc.stragglers import (
+    LATENCY_MODELS,
     BernoulliStragglers,
     Bimodal,
+    Exponential,
     FixedStragglers,
     LatencyStragglers,
     Pareto,
+    PersistentSlow,
     ShiftedExponential,
+    TailChange,
+    TraceReplay,
     make_latency_model,
 )
 
@@ -141,6 +147,24 @@ def test_no_stragglers_need_no_points_whatever_the_placement():
         (lambda: BernoulliStragglers(0.1, min_arrived="2"), TypeError, "min_arrived must be an integer"),
         (lambda: FixedStragglers("2"), TypeError, "num_stragglers must be an integer >= 0, got '2'"),
         (lambda: FixedStragglers(1, seed="0"), TypeError, "seed must be an integer"),
+        (
+            lambda: FixedStragglers(1, seed=2**70),
+            ValueError,
+            "^seed must be an integer in .*, got 1180591620717411303424",
+        ),
+        (lambda: BernoulliStragglers(0.1, seed=-(2**63) - 1), ValueError, "^seed must be an integer in \\[-9223372036"),
+        (lambda: LatencyStragglers(seed=1.5), ValueError, "^seed must be an integer in .*, got 1.5"),
+        (lambda: FixedStragglers(1, seed=0).sample(2, 4, device="meta"), ValueError, "^device='meta' holds no values"),
+        (lambda: TraceReplay([[1.0, 2.0]], start="1"), TypeError, "^start must be an integer >= 0, got '1'"),
+        (lambda: TraceReplay([[1.0, 2.0]], start=1.5), ValueError, "^start must be an integer >= 0, got 1.5"),
+        (lambda: TraceReplay([[1.0, 2.0]], start=-1), ValueError, "^start must be an integer >= 0, got -1"),
+        (lambda: PersistentSlow(slow=1), TypeError, "^slow must be a sequence of worker indices, got 1 \\(int\\)"),
+        (lambda: PersistentSlow(slow=(0, 1.5)), ValueError, "^slow \\(worker indices\\) must be an integer"),
+        (
+            lambda: PersistentSlow(slow=(-10, 1)).sample((2, 4), torch.Generator()),
+            ValueError,
+            "^slow \\(worker indices\\) \\[-10\\] out of range \\[-4, 4\\)",
+        ),
         (lambda: FixedStragglers(1).sample("3", 8), TypeError, "num_groups must be an integer"),
         (lambda: LatencyStragglers(deadline="1"), TypeError, "deadline \\(seconds\\) must be a positive"),
         (lambda: LatencyStragglers(num_stragglers=1.5), ValueError, "num_stragglers must be an integer"),
@@ -149,3 +173,62 @@ def test_no_stragglers_need_no_points_whatever_the_placement():
 def test_numbers_given_otherwise_are_named(make, error, message):
     with pytest.raises(error, match=message):
         make()
+
+
+def test_seeds_across_the_whole_64_bit_range_are_taken():
+    for seed in (-(2**63), 2**64 - 1):
+        assert torch.equal(FixedStragglers(2, seed=seed).sample(3, 6), FixedStragglers(2, seed=seed).sample(3, 6))
+    assert TraceReplay([[1.0], [2.0], [3.0]], start=4).sample((2, 1), torch.Generator()).flatten().tolist() == [2, 3]
+
+
+def _every_latency_model():
+    trace = TraceReplay([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    return [LATENCY_MODELS[name]() for name in LATENCY_MODELS.names() if name != "trace"] + [
+        PersistentSlow(base=Exponential()),
+        TailChange(change_at=0),
+        trace,
+    ]
+
+
+def test_latency_models_draw_on_the_generators_device_not_the_default_device():
+    """Exponential and PersistentSlow(base=None) drew on the default device: under ``torch.device('meta')`` their
+    CPU generator gave meta tensors (on a GPU, a CUDA generator gave CPU delays or a raw device mismatch)."""
+    generator = torch.Generator().manual_seed(0)
+    for model in _every_latency_model():
+        with torch.device("meta"):
+            delays = model.sample((2, 3), generator)
+        assert delays.device == generator.device and delays.dtype == torch.float64, model
+        assert torch.isfinite(delays).all() and (delays >= 0).all(), model
+
+
+@requires_cuda
+def test_latency_models_draw_on_the_cuda_generators_device():
+    for model in _every_latency_model():
+        delays = LatencyStragglers(model, seed=0).sample_delays(2, 3, device="cuda")
+        assert delays.device.type == "cuda" and delays.dtype == torch.float64, model
+
+
+@pytest.mark.parametrize(
+    "delays, error, message",
+    [
+        ([[1.0, 2.0]], TypeError, "^delays must be a torch.Tensor of shape \\(B, N\\).*got list.*torch.as_tensor"),
+        (torch.tensor(1.0), ValueError, "^delays must have shape \\(B, N\\), got \\(\\)$"),
+        (torch.tensor([1.0, 2.0, 3.0]), ValueError, "^delays must have shape \\(B, N\\), got \\(3,\\); .*unsqueeze"),
+        (torch.ones(2, 3, 1), ValueError, "^delays must have shape \\(B, N\\), got \\(2, 3, 1\\)$"),
+        (torch.ones(2, 3, dtype=torch.complex64), TypeError, "^delays must be floating point .*complex64"),
+        (torch.ones(2, 3, dtype=torch.long), TypeError, "^delays must be floating point .*int64"),
+        (torch.tensor([[1.0, float("nan"), 2.0]]), ValueError, "^delays must not be NaN"),
+    ],
+)
+def test_mask_from_delays_names_bad_delays(delays, error, message):
+    with pytest.raises(error, match=message):
+        LatencyStragglers(num_stragglers=1).mask_from_delays(delays)
+
+
+def test_mask_from_delays_keeps_empty_batches_and_never_arriving_workers():
+    model = LatencyStragglers(num_stragglers=1, deadline=10.0)
+    mask, latency = model.mask_from_delays(torch.tensor([[1.0, float("inf"), 3.0]]))
+    assert mask.tolist() == [[True, False, True]] and latency.tolist() == [3.0]
+    mask, latency = model.mask_from_delays(torch.zeros(0, 3))
+    assert mask.shape == (0, 3) and latency.shape == (0,)
+    assert model.sample(0, 3).shape == (0, 3)

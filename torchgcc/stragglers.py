@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
 from typing import Callable, Optional, Union
 
 import torch
 
-from torchgcc.checks import check_integer, check_real
+from torchgcc.checks import check_integer, check_real, check_seed
 from torchgcc.points import PointSpec, resolve_points
 from torchgcc.registry import Registry
 
@@ -57,7 +58,7 @@ class StragglerModel(ABC):
     """A seeded sampler of straggler masks."""
 
     def __init__(self, seed: Optional[int] = None) -> None:
-        self.seed = None if seed is None else check_integer("seed", seed)
+        self.seed = check_seed("seed", seed, optional=True)
         self.generator = self._new_generator(torch.device("cpu"))
         self._device_generators: dict[torch.device, torch.Generator] = {}
 
@@ -70,8 +71,11 @@ class StragglerModel(ABC):
         return generator
 
     def generator_for(self, device: Device) -> torch.Generator:
-        """The generator that draws on ``device``: :attr:`generator` for the CPU, else one per device (seeded alike)."""
+        """The generator that draws on ``device``: :attr:`generator` for the CPU, else one per device (seeded alike);
+        ``ValueError`` for the ``meta`` device, which holds no values to draw."""
         device = torch.device("cpu" if device is None else device)
+        if device.type == "meta":
+            raise ValueError("device='meta' holds no values, so nothing random can be drawn on it; sample on the CPU")
         if device.type == "cpu":
             return self.generator
         if device.type == "cuda" and device.index is None:
@@ -271,7 +275,7 @@ class Exponential(LatencyModel):
         self.mean = mean
 
     def sample(self, shape, generator):
-        u = torch.rand(shape, generator=generator, dtype=torch.float64)
+        u = torch.rand(shape, generator=generator, dtype=torch.float64, device=generator.device)
         return -self.mean * torch.log1p(-u)
 
     def __repr__(self) -> str:
@@ -279,18 +283,27 @@ class Exponential(LatencyModel):
 
 
 class PersistentSlow(LatencyModel):
-    """A fixed slow set: the workers ``slow`` (indices along the last dimension) get ``delay`` extra seconds at
-    every step, on top of ``base``'s latencies (0 when ``base`` is None)."""
+    """A fixed slow set: the workers ``slow`` (a sequence of indices along the last dimension, each in ``[-N, N)``)
+    get ``delay`` extra seconds at every step, on top of ``base``'s latencies (0 when ``base`` is None)."""
 
-    def __init__(self, slow: tuple[int, ...] = (0,), delay: float = 3.0, base: Optional[LatencyModel] = None) -> None:
+    def __init__(self, slow: Sequence[int] = (0,), delay: float = 3.0, base: Optional[LatencyModel] = None) -> None:
         _check_positive(delay=delay)
-        slow = tuple(check_integer("slow (worker indices)", i) for i in slow)
-        self.slow, self.delay, self.base = slow, delay, base
+        if isinstance(slow, (str, bytes)) or not isinstance(slow, Iterable):
+            raise TypeError(f"slow must be a sequence of worker indices, got {slow!r} ({type(slow).__name__})")
+        self.slow = tuple(check_integer("slow (worker indices)", i) for i in slow)
+        self.delay, self.base = delay, base
 
     def sample(self, shape, generator):
-        out = torch.zeros(shape, dtype=torch.float64) if self.base is None else self.base.sample(shape, generator)
-        if self.slow and not -shape[-1] <= max(self.slow) < shape[-1]:
-            raise ValueError(f"slow workers {self.slow} out of range for {shape[-1]} workers")
+        workers = shape[-1]
+        outside = [i for i in self.slow if not -workers <= i < workers]
+        if outside:
+            raise ValueError(
+                f"slow (worker indices) {outside} out of range [-{workers}, {workers}) for {workers} workers"
+            )
+        if self.base is None:
+            out = torch.zeros(shape, dtype=torch.float64, device=generator.device)
+        else:
+            out = self.base.sample(shape, generator)
         out[..., list(self.slow)] += self.delay
         return out
 
@@ -346,7 +359,7 @@ class TraceReplay(LatencyModel):
         delays_s: ``(T, N)`` seconds, finite and non-negative.
         censored: ``(T, N)`` bool, True where a value is only a lower bound (default: none).
         source: where the numbers came from.
-        start: the first row replayed.
+        start: the first row replayed, an integer ``>= 0`` (counted from the first again after the last).
     """
 
     def __init__(self, delays_s, censored=None, *, source: str = "", start: int = 0) -> None:
@@ -360,7 +373,7 @@ class TraceReplay(LatencyModel):
         if not (torch.isfinite(self.delays_s).all() and (self.delays_s >= 0).all()):
             raise ValueError("trace delays must be finite and non-negative seconds")
         self.source = source
-        self.position = start % len(self.delays_s)
+        self.position = check_integer("start", start, minimum=0) % len(self.delays_s)
 
     @property
     def num_workers(self) -> int:
@@ -385,7 +398,7 @@ class TraceReplay(LatencyModel):
         if workers != self.num_workers:
             raise ValueError(f"the trace has {self.num_workers} workers, asked for {workers}")
         count = math.prod(batch)
-        rows = (self.position + torch.arange(count)) % len(self.delays_s)
+        rows = (self.position + torch.arange(count, device=self.delays_s.device)) % len(self.delays_s)
         if count:
             self.position = int(rows[-1] + 1) % len(self.delays_s)
         return self.delays_s[rows].reshape(*batch, workers).to(generator.device)
@@ -450,7 +463,25 @@ class LatencyStragglers(StragglerModel):
         return self.latency.sample((num_groups, num_workers), self.generator_for(device))
 
     def mask_from_delays(self, delays: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The arrival mask ``(B, N)`` and step latency ``(B,)`` for given worker latencies ``(B, N)``."""
+        """The arrival mask ``(B, N)`` and step latency ``(B,)`` for given worker latencies ``(B, N)``: a
+        floating-point tensor of seconds, ``inf`` for a result that never arrives, no NaN (else a one-line
+        ``TypeError`` / ``ValueError`` naming ``delays``)."""
+        if not isinstance(delays, torch.Tensor):
+            raise TypeError(
+                f"delays must be a torch.Tensor of shape (B, N) (seconds), got {type(delays).__name__}; "
+                "convert it with torch.as_tensor(..., dtype=torch.float64)"
+            )
+        if not delays.is_floating_point():
+            raise TypeError(f"delays must be floating point (seconds), got {delays.dtype}; cast it with .double()")
+        if delays.ndim != 2:
+            hint = "; a single step's (N,) delays are delays.unsqueeze(0)" if delays.ndim == 1 else ""
+            raise ValueError(f"delays must have shape (B, N), got {tuple(delays.shape)}{hint}")
+        if delays.isnan().any():
+            raise ValueError("delays must not be NaN (use inf for a result that never arrives)")
+        return self._mask_from_delays(delays)
+
+    def _mask_from_delays(self, delays: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`mask_from_delays` without the checks (and their host synchronisation) for the model's own draws."""
         n = delays.shape[-1]
         s = 0 if self.num_stragglers is None else self.num_stragglers
         if s >= n:
@@ -464,7 +495,7 @@ class LatencyStragglers(StragglerModel):
         self, num_groups: int, num_workers: int, device: Device = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A mask ``(B, N)`` and the simulated step latency ``(B,)`` in seconds, on ``device``."""
-        return self.mask_from_delays(self.sample_delays(num_groups, num_workers, device))
+        return self._mask_from_delays(self.sample_delays(num_groups, num_workers, device))
 
     def sample(self, num_groups: int, num_workers: int, device: Device = None) -> torch.Tensor:
         return self.sample_with_latency(num_groups, num_workers, device)[0]
