@@ -126,3 +126,29 @@ def test_adversarial_lambda_and_coded_module_attack():
     with torch.no_grad():
         reference = model(x)
         assert (robust(x) - reference).abs().max() < 0.05 and (plain(x) - reference).abs().max() > 1.0
+
+
+@pytest.mark.parametrize(
+    "make, error, message",
+    [
+        (lambda: RandomAttack(1, 1.0, seed="1"), TypeError, "^seed must be an integer in .*, got '1'"),
+        (
+            lambda: SignFlipAttack(1, seed=2**70),
+            ValueError,
+            "^seed must be an integer in .*, got 1180591620717411303424",
+        ),
+        (lambda: ConcentratedAttack(1, 1.0, seed=1.5), ValueError, "^seed must be an integer in .*, got 1.5"),
+        (lambda: RandomAttack("1", 1.0), TypeError, "^q must be an integer >= 0, got '1'"),
+        (lambda: RandomAttack(1, "2"), TypeError, "^bound \\(M\\) must be a positive finite number, got '2'"),
+    ],
+)
+def test_attack_arguments_given_otherwise_are_named(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_attack_takes_numpy_integers_as_q():
+    y, mask = _setup()
+    attack = RandomAttack(np.int64(3), 7.0, seed=0)
+    assert type(attack.q) is int and torch.equal(attack(y, mask), RandomAttack(3, 7.0, seed=0)(y, mask))
+    assert attack.last_corrupted.sum(dim=1).tolist() == [3] * len(mask)

@@ -38,6 +38,56 @@ def test_shift_attack_moves_a_block_of_arrived_workers_and_clips():
         ShiftAttack(3, 1.0, start=8)(y, mask)
 
 
+def test_shift_attack_refuses_a_start_or_shift_that_does_not_fit_naming_it():
+    y = torch.arange(10, dtype=torch.float64).view(1, 10, 1).repeat(2, 1, 1)
+    mask = torch.ones(2, 10, dtype=torch.bool)
+    cases = [
+        (
+            lambda: ShiftAttack(1, 0.5, start=torch.tensor([0, 1, 2])),
+            ValueError,
+            "^start has 3 entries, one per group, but the batch has 2 groups$",
+        ),
+        (
+            lambda: ShiftAttack(1, torch.tensor([1.0, 2.0, 3.0]), start=0),
+            ValueError,
+            "^shift has 3 entries, one per group, but the batch has 2 groups$",
+        ),
+        (lambda: ShiftAttack(1, 0.5, start=1.7), ValueError, "^start must be an integer >= 0, got 1.7"),
+        (
+            lambda: ShiftAttack(1, 0.5, start=torch.tensor([1.7, 0.0])),
+            TypeError,
+            "^start must be a number or a \\(B,\\) integer tensor .*float32",
+        ),
+        (
+            lambda: ShiftAttack(1, 0.5, start=torch.tensor([[0, 1]])),
+            ValueError,
+            "^start must be a number or a \\(B,\\) tensor .*\\(1, 2\\)",
+        ),
+        (
+            lambda: ShiftAttack(1, 0.5, start=torch.tensor([0, -1])),
+            ValueError,
+            "^start must hold integers >= 0, got -1 in it",
+        ),
+        (lambda: ShiftAttack(1, "0.5"), TypeError, "^shift must be a finite number, got '0.5'"),
+        (
+            lambda: ShiftAttack(1, torch.tensor([float("nan"), 1.0])),
+            ValueError,
+            "^shift must hold finite numbers, got nan",
+        ),
+        (
+            lambda: ShiftAttack(1, torch.tensor([1j, 1.0])),
+            TypeError,
+            "^shift must be a number or a \\(B,\\) real tensor",
+        ),
+    ]
+    for make, error, message in cases:
+        with pytest.raises(error, match=message):
+            make()(y, mask)
+    # numpy and 0-d integer starts are integers: the same block as start=2 (y + 0.5 at the 3rd arrived worker)
+    for start in (np.int64(2), torch.tensor(2)):
+        assert ShiftAttack(1, 0.5, start=start)(y, mask)[:, :, 0].tolist() == [[0, 1, 2.5, 3, 4, 5, 6, 7, 8, 9]] * 2
+
+
 def _brute_force_shift(code, y, truth, q, bound, starts=None):
     """Every shift magnitude of SHIFT_FRACTIONS, both signs, every block position (or ``starts``): scipy's natural
     spline."""

@@ -27,6 +27,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from torchgcc.checks import check_integer, check_real, check_seed
 from torchgcc.functional import smoothing_spline_matrix
 from torchgcc.points import PointSpec, resolve_points
 
@@ -48,9 +49,8 @@ class Attack:
     (:meth:`values`)."""
 
     def __init__(self, q: int, *, seed: Optional[int] = None) -> None:
-        if isinstance(q, bool) or not isinstance(q, int) or q < 0:
-            raise ValueError(f"q must be a non-negative integer (the number of adversarial workers), got {q!r}")
-        self.q = q
+        self.q = check_integer("q", q, minimum=0)  # the number of adversarial workers
+        seed = check_seed("seed", seed, optional=True)
         self.generator = torch.Generator()
         if seed is None:
             self.generator.seed()
@@ -166,10 +166,13 @@ class ShiftAttack(Attack):
 
     Args:
         q: the block's length.
-        shift: ``delta``, a number or a ``(B,)`` tensor (one per group).
-        start: the block's first worker, counted among the arrived workers of each group: an int or a ``(B,)``
-            tensor (one per group); ``None`` centres the block, as :class:`ConcentratedAttack`. Deterministic.
+        shift: ``delta``, a finite number or a ``(B,)`` real tensor (one per group).
+        start: the block's first worker, counted among the arrived workers of each group: an integer ``>= 0`` or a
+            ``(B,)`` integer tensor (one per group); ``None`` centres the block, as :class:`ConcentratedAttack`.
+            Deterministic.
         bound: ``M``; None leaves the shifted results unclipped.
+
+    A ``(B,)`` tensor must match the batch it is called on (``ValueError`` naming ``shift`` / ``start`` otherwise).
     """
 
     def __init__(
@@ -182,8 +185,8 @@ class ShiftAttack(Attack):
         seed: Optional[int] = None,
     ) -> None:
         super().__init__(q, seed=seed)
-        self.shift = shift
-        self.start = start
+        self.shift = _check_per_group("shift", shift, integer=False)
+        self.start = None if start is None else _check_per_group("start", start, integer=True)
         self.bound = None if bound is None else _check_bound(bound)
 
     def positions(self, mask):
@@ -191,13 +194,13 @@ class ShiftAttack(Attack):
         if self.start is None:
             start = (arrived - self.q) // 2
         else:
-            start = torch.as_tensor(self.start, dtype=torch.long).expand(len(mask))
+            start = _one_per_group("start", self.start, len(mask)).to(torch.long).expand(len(mask))
             if ((start < 0) | (start > arrived - self.q)).any():
                 raise ValueError(f"start must lie in [0, arrived - q] for every group, got {self.start!r}")
         return block_positions(mask, self.q, start)
 
     def values(self, results, corrupted):
-        shift = torch.as_tensor(self.shift, dtype=results.dtype, device=results.device)
+        shift = _one_per_group("shift", self.shift, len(results)).to(results.device, results.dtype)
         if shift.dim() == 1:  # one per group
             shift = shift.view((-1,) + (1,) * (results.ndim - 1))
         shifted = results + shift
@@ -303,6 +306,31 @@ ATTACKS = {
 
 
 def _check_bound(bound: float) -> float:
-    if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not 0 < bound < float("inf"):
-        raise ValueError(f"bound (M) must be a finite number > 0, got {bound!r}")
-    return float(bound)
+    return check_real("bound (M)", bound, low=0, low_open=True)
+
+
+def _check_per_group(name: str, value: object, *, integer: bool) -> float | int | torch.Tensor:
+    """``value`` if it is one number or a ``(B,)`` tensor of them (integers ``>= 0`` when ``integer``, else finite
+    reals), else a one-line ``TypeError`` / ``ValueError`` naming ``name``; the batch size is checked per call
+    (:func:`_one_per_group`)."""
+    if not isinstance(value, torch.Tensor):
+        return check_integer(name, value, minimum=0) if integer else check_real(name, value)
+    what = "integer" if integer else "real"
+    if value.dtype == torch.bool or value.is_complex() or (integer and value.is_floating_point()):
+        raise TypeError(f"{name} must be a number or a (B,) {what} tensor (one per group), got {value.dtype}")
+    if value.ndim > 1:
+        raise ValueError(f"{name} must be a number or a (B,) tensor (one per group), got shape {tuple(value.shape)}")
+    entries = value.detach().reshape(-1).cpu()
+    bad = (entries < 0) if integer else ~torch.isfinite(entries)
+    if bad.any():
+        first = entries[bad][0].item()
+        raise ValueError(f"{name} must hold {'integers >= 0' if integer else 'finite numbers'}, got {first!r} in it")
+    return value
+
+
+def _one_per_group(name: str, value: float | int | torch.Tensor, groups: int) -> torch.Tensor:
+    """``value`` (checked by :func:`_check_per_group`) as a tensor on the CPU, one entry or ``groups`` of them."""
+    value = torch.as_tensor(value).cpu()
+    if value.ndim == 1 and len(value) != groups:
+        raise ValueError(f"{name} has {len(value)} entries, one per group, but the batch has {groups} groups")
+    return value
