@@ -355,3 +355,62 @@ def test_wait_count_controller_raises_s_at_once_when_the_tail_gets_heavier():
     assert first_late <= 152  # detected on the first or second heavy step, then raised past max_step at once
     assert policy.controller.changes >= 1
     assert policy.controller.event_rate <= budget + 0.02
+
+
+@pytest.mark.parametrize("event", [float("nan"), 7, -0.5, float("inf")])
+def test_dual_variable_refuses_an_event_outside_unit_interval(event):
+    dual = DualVariable(0.1, value=5.0)
+    with pytest.raises(ValueError, match="event"):
+        dual.update(event)
+    assert dual.value == 5.0  # the accumulated price is kept, not reset to 0
+    # a fraction in [0, 1] is the closed-form projected step
+    assert dual.update(0.25) == pytest.approx(max(0.0, 5.0 + 1.0 * (0.25 - 0.1)))
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "name"),
+    [
+        (lambda: DualVariable("0.1"), TypeError, "budget"),
+        (lambda: DualVariable(0.1, eta="1"), TypeError, "eta"),
+        (lambda: DualVariable(0.1, value=float("inf")), ValueError, "value"),
+        (lambda: BetaTailRisk(("1", 1.0)), TypeError, "prior"),
+        (lambda: BetaTailRisk((float("inf"), 1.0)), ValueError, "prior"),
+        (lambda: BetaTailRisk(1.0), TypeError, "prior"),
+        (lambda: BetaTailRisk(discount="0.5"), TypeError, "discount"),
+        (lambda: BetaTailRisk().update(0, float("inf")), ValueError, "total"),
+        (lambda: BetaTailRisk().update(0.5, 2), ValueError, "exceeded"),
+        (lambda: DeadlineThreshold("2"), TypeError, "deadline"),
+        (lambda: RelativeThreshold("2"), TypeError, "kappa"),
+    ],
+)
+def test_control_parts_name_their_bad_argument(make, error, name):
+    with pytest.raises(error, match=name) as info:
+        make()
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("at_least", "trials", "alpha", "beta", "name"),
+    [
+        (1, 3, -0.5, 1.0, "alpha"),
+        (1, 3, 0.0, 1.0, "alpha"),
+        (1, 3, float("nan"), 1.0, "alpha"),
+        (1, 3, 1.0, float("inf"), "beta"),
+        (1.0, 2.5, 1.0, 1.0, "trials"),
+        (0, -3, 1.0, 1.0, "trials"),
+        (0, float("nan"), 1.0, 1.0, "trials"),
+        (float("nan"), 3, 1.0, 1.0, "at_least"),
+        (1.5, 3, 1.0, 1.0, "at_least"),
+    ],
+)
+def test_beta_binomial_tail_refuses_what_is_not_a_beta_binomial(at_least, trials, alpha, beta, name):
+    with pytest.raises(ValueError, match=name):
+        beta_binomial_sf(torch.tensor(at_least), torch.tensor(trials), alpha, beta)
+
+
+def test_beta_binomial_tail_edges_match_scipy():
+    # negative at_least, zero trials and float tensors holding integers are valid
+    at_least = torch.tensor([-2.0, 0.0, 1.0, 4.0, 0.0, 1.0])
+    trials = torch.tensor([3.0, 3.0, 3.0, 3.0, 0.0, 0.0])
+    expected = [scipy.stats.betabinom.sf(m - 1, n, 0.7, 2.5) for m, n in zip(at_least.tolist(), trials.tolist())]
+    assert torch.allclose(beta_binomial_sf(at_least, trials, 0.7, 2.5), torch.tensor(expected, dtype=torch.float64))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchgcc.checks import check_real
+
 __all__ = ["DualVariable"]
 
 
@@ -22,17 +24,19 @@ class DualVariable:
     """
 
     def __init__(self, budget: float, *, eta: float = 1.0, value: float = 0.0) -> None:
-        if not 0 <= budget < 1:
-            raise ValueError(f"budget must be in [0, 1), got {budget!r}")
-        if not eta > 0:
-            raise ValueError(f"eta must be > 0, got {eta!r}")
-        if not value >= 0:
-            raise ValueError(f"the initial lambda must be >= 0, got {value!r}")
-        self.budget, self.eta, self.value = float(budget), float(eta), float(value)
+        self.budget = check_real("budget", budget, low=0, high=1, high_open=True)
+        self.eta = check_real("eta", eta, low=0, low_open=True)
+        self.value = check_real("value", value, low=0)
 
     def update(self, event: bool | float) -> float:
-        """Apply one step with the observed ``event`` (1 or 0; a fraction is allowed) and return the new lambda."""
-        self.value = max(0.0, self.value + self.eta * (float(event) - self.budget))
+        """Apply one step with the observed ``event`` and return the new lambda.
+
+        ``event`` is a ``bool`` or a number in ``[0, 1]`` (1 or 0; a fraction is allowed); anything else (NaN, 7,
+        a string) raises, since a NaN would silently reset lambda to 0 (``max(0, nan)`` is 0) and a value above 1
+        would overcharge the budget.
+        """
+        step = float(event) if isinstance(event, bool) else check_real("event", event, low=0, high=1)
+        self.value = max(0.0, self.value + self.eta * (step - self.budget))
         return self.value
 
     def state_dict(self) -> dict[str, Any]:

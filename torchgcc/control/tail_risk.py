@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sized
 from typing import Any
 
 import torch
+
+from torchgcc.checks import check_integer, check_real
 
 __all__ = ["BetaTailRisk", "beta_binomial_sf"]
 
@@ -15,9 +18,16 @@ def beta_binomial_sf(at_least: torch.Tensor, trials: torch.Tensor, alpha: float,
 
     ``pmf(x) = C(n, x) B(x + alpha, n - x + beta) / B(alpha, beta)``, summed in log space up to ``max(trials)``.
     ``at_least <= 0`` gives 1 and ``at_least > trials`` gives 0.
+
+    Raises:
+        ValueError: ``alpha`` or ``beta`` is not a finite number > 0, ``trials`` holds a value that is not an
+            integer >= 0, or ``at_least`` one that is not an integer (NaN included).
+        TypeError: ``alpha`` or ``beta`` is not a real number.
     """
-    at_least = torch.as_tensor(at_least, dtype=torch.float64)
-    trials = torch.as_tensor(trials, dtype=torch.float64)
+    alpha = check_real("alpha", alpha, low=0, low_open=True)
+    beta = check_real("beta", beta, low=0, low_open=True)
+    at_least = _integer_counts("at_least", at_least)
+    trials = _integer_counts("trials", trials, minimum=0)
     at_least, trials = torch.broadcast_tensors(at_least, trials)
     x = torch.arange(int(trials.max().item()) + 1 if trials.numel() else 1, dtype=torch.float64)
     n = trials.unsqueeze(-1)
@@ -33,6 +43,16 @@ def beta_binomial_sf(at_least: torch.Tensor, trials: torch.Tensor, alpha: float,
     )
     keep = (x <= n) & (x >= at_least.unsqueeze(-1))
     return torch.where(keep, log_pmf.exp(), torch.zeros((), dtype=torch.float64)).sum(-1).clamp(0.0, 1.0)
+
+
+def _integer_counts(name: str, value: torch.Tensor, minimum: float = -math.inf) -> torch.Tensor:
+    """``value`` as a float64 tensor if every entry is an integer >= ``minimum``, else a ValueError naming ``name``."""
+    counts = torch.as_tensor(value, dtype=torch.float64)
+    bad = counts[(counts != counts.round()) | (counts < minimum) | ~torch.isfinite(counts)]
+    if bad.numel():
+        bound = "" if minimum == -math.inf else f" >= {minimum:g}"
+        raise ValueError(f"{name} must hold integers{bound}, got {float(bad[0]):g} among its values")
+    return counts
 
 
 class BetaTailRisk:
@@ -53,12 +73,13 @@ class BetaTailRisk:
     """
 
     def __init__(self, prior: tuple[float, float] = (1.0, 1.0), *, discount: float = 0.98) -> None:
-        if len(prior) != 2 or not all(value > 0 for value in prior):
-            raise ValueError(f"prior must be two positive pseudo-counts (alpha0, beta0), got {prior!r}")
-        if not 0 < discount <= 1:
-            raise ValueError(f"discount must be in (0, 1], got {discount!r}")
-        self.prior = (float(prior[0]), float(prior[1]))
-        self.discount = float(discount)
+        if isinstance(prior, (str, bytes)) or not isinstance(prior, Sized) or len(prior) != 2:
+            raise TypeError(f"prior must be two positive pseudo-counts (alpha0, beta0), got {prior!r}")
+        self.prior = (
+            check_real("prior[0] (alpha0)", prior[0], low=0, low_open=True),
+            check_real("prior[1] (beta0)", prior[1], low=0, low_open=True),
+        )
+        self.discount = check_real("discount", discount, low=0, low_open=True, high=1)
         self.exceeded = 0.0  # discounted data counts
         self.within = 0.0
 
@@ -81,9 +102,10 @@ class BetaTailRisk:
         return self.exceeded + self.within
 
     def update(self, exceeded: int, total: int) -> None:
-        """Add one step's observation: ``exceeded`` of ``total`` units were over the threshold."""
-        if not 0 <= exceeded <= total:
-            raise ValueError(f"need 0 <= exceeded <= total, got exceeded={exceeded}, total={total}")
+        """Add one step's observation: ``exceeded`` of ``total`` units were over the threshold (integers,
+        ``0 <= exceeded <= total``)."""
+        total = check_integer("total", total, minimum=0)
+        exceeded = check_integer("exceeded", exceeded, minimum=0, maximum=total)
         self.exceeded = self.discount * self.exceeded + exceeded
         self.within = self.discount * self.within + (total - exceeded)
 

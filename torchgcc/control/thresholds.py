@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from typing import Any, Callable
 
 import torch
 
+from torchgcc.checks import check_real
 from torchgcc.registry import Registry
 
 __all__ = ["DeadlineThreshold", "RelativeThreshold", "StragglerThreshold", "THRESHOLDS", "make_threshold"]
@@ -27,9 +27,7 @@ class DeadlineThreshold(StragglerThreshold):
     """A unit straggles when its duration exceeds ``deadline`` seconds."""
 
     def __init__(self, deadline: float) -> None:
-        if not (deadline > 0 and math.isfinite(deadline)):
-            raise ValueError(f"deadline must be a positive number of seconds, got {deadline!r}")
-        self.deadline = float(deadline)
+        self.deadline = check_real("deadline (seconds)", deadline, low=0, low_open=True)
 
     def __call__(self, durations: torch.Tensor) -> float:
         return self.deadline
@@ -49,9 +47,7 @@ class RelativeThreshold(StragglerThreshold):
     """
 
     def __init__(self, kappa: float) -> None:
-        if not (kappa > 1 and math.isfinite(kappa)):
-            raise ValueError(f"kappa must be a finite number > 1 (a multiple of the median), got {kappa!r}")
-        self.kappa = float(kappa)
+        self.kappa = check_real("kappa (a multiple of the median)", kappa, low=1, low_open=True)
 
     def __call__(self, durations: torch.Tensor) -> float:
         return self.kappa * float(durations.double().median())
