@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import scipy.stats
 import torch
@@ -414,3 +415,51 @@ def test_beta_binomial_tail_edges_match_scipy():
     trials = torch.tensor([3.0, 3.0, 3.0, 3.0, 0.0, 0.0])
     expected = [scipy.stats.betabinom.sf(m - 1, n, 0.7, 2.5) for m, n in zip(at_least.tolist(), trials.tolist())]
     assert torch.allclose(beta_binomial_sf(at_least, trials, 0.7, 2.5), torch.tensor(expected, dtype=torch.float64))
+
+
+_T = DeadlineThreshold(1.0)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "name"),
+    [
+        (lambda: StragglerAwareController((2.5, 4.7), budget=0.1, threshold=_T), ValueError, "sizes"),
+        (lambda: StragglerAwareController(("2", "4"), budget=0.1, threshold=_T), TypeError, "sizes"),
+        (lambda: StragglerAwareController(4, budget=0.1, threshold=_T), TypeError, "sizes"),
+        (lambda: StragglerAwareController((2, 4), budget=0.1, threshold=_T, hold=True), TypeError, "hold"),
+        (
+            lambda: StragglerAwareController((2, 4), budget=0.1, threshold=_T, change_level="0.01"),
+            TypeError,
+            "change_level",
+        ),
+        (lambda: StragglerAwareController((2, 4), budget=0.1, threshold=_T, fallback=4.0), ValueError, "fallback"),
+        (lambda: StragglerAwareController((2, 4), budget=0.1, threshold=_T, risk_cap="0.1"), TypeError, "risk_cap"),
+        (lambda: StragglerAwareController((2, 4), budget=0.1, threshold=_T, seed="a"), TypeError, "seed"),
+        (lambda: StragglerAwareController((2, 4), budget="0.1", threshold=_T), TypeError, "budget"),
+        (lambda: StragglerAwareController((2, 4), budget=0.1, threshold=None), TypeError, "threshold"),
+        (lambda: WaitCountController(4, deadline=1.0, candidates=[0.5, 1.5]), ValueError, "candidates"),
+        (lambda: WaitCountController(4.0, deadline=1.0), ValueError, "num_workers"),
+        (lambda: WaitCountController("4", deadline=1.0), TypeError, "num_workers"),
+        (lambda: WaitCountController(4, deadline="1"), TypeError, "deadline"),
+        (lambda: WaitCountController(4, deadline=1.0, accuracy={0: 0.9}, min_accuracy=0.5), ValueError, "accuracy"),
+    ],
+)
+def test_controllers_name_a_bad_argument_instead_of_truncating_it(make, error, name):
+    with pytest.raises(error, match=name) as info:
+        make()
+    assert "\n" not in str(info.value)
+
+
+def test_observe_refuses_a_fractional_size_or_s_and_records_nothing():
+    controller = StragglerAwareController((2, 4), budget=0.1, threshold=_T, warmup=0)
+    with pytest.raises(ValueError, match="size"):
+        controller.observe([0.5] * 4, size=4.9)
+    policy = WaitCountController(4, deadline=1.0)
+    with pytest.raises(ValueError, match="num_stragglers"):
+        policy.observe([0.1] * 4, num_stragglers=2.6)
+    assert controller.steps == policy.controller.steps == 0
+    # numpy integers are integers: recorded at the size they name
+    controller.observe([0.5] * 4, size=np.int64(4))
+    policy.observe([0.1] * 4, num_stragglers=np.int64(2))
+    assert controller.size_distribution() == {2: 0.0, 4: 1.0}
+    assert policy.stragglers_distribution()[2] == 1.0

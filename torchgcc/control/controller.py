@@ -35,10 +35,11 @@ Two optional safeguards, both off by default:
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import torch
 
+from torchgcc.checks import check_integer, check_real, check_seed
 from torchgcc.control.dual import DualVariable
 from torchgcc.control.event_models import AllMustFinish, EventModel, make_event_model
 from torchgcc.control.tail_risk import BetaTailRisk
@@ -72,6 +73,11 @@ class StragglerAwareController:
             constraint, in ``[0, 1)``).
         change_level: if set, the significance level of the change test on each observed step (in ``(0, 1)``).
         seed: seed of the generator that breaks ties between equally scored sizes.
+
+    Raises:
+        TypeError / ValueError: one line naming the argument, for a size, count or seed that is not an integer
+            (``2.5``, ``"4"``, ``True``; numpy integers are integers), a number out of its range, or a
+            ``threshold`` / ``event_model`` of the wrong kind. Nothing is rounded.
     """
 
     def __init__(
@@ -93,21 +99,29 @@ class StragglerAwareController:
         change_level: Optional[float] = None,
         seed: int = 0,
     ) -> None:
-        values = sorted({int(size) for size in sizes})
-        if not values or len(values) != len(list(sizes)):
-            raise ValueError(f"sizes must be distinct integers, at least one, got {list(sizes)!r}")
+        if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Iterable):
+            raise TypeError(f"sizes must be a sequence of distinct integers, got {sizes!r}")
+        given = [check_integer("sizes", size) for size in sizes]
+        values = sorted(set(given))
+        if not values or len(values) != len(given):
+            raise ValueError(f"sizes must be distinct integers, at least one, got {given!r}")
+        if not isinstance(threshold, StragglerThreshold):
+            raise TypeError(
+                f"threshold must be a StragglerThreshold (DeadlineThreshold, RelativeThreshold), got {threshold!r}"
+            )
+        if event_model is not None and not isinstance(event_model, EventModel):
+            raise TypeError(f"event_model must be an EventModel (AllMustFinish, WaitForFastest), got {event_model!r}")
         self.event_model = event_model if event_model is not None else AllMustFinish()
         for size in values:
             self.event_model.check_size(size)
-        if not isinstance(hold, int) or hold < 1 or not isinstance(max_step, int) or max_step < 1:
-            raise ValueError(f"hold and max_step must be positive integers, got hold={hold!r}, max_step={max_step!r}")
-        if not isinstance(warmup, int) or warmup < 0:
-            raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
-        if risk_cap is not None and not 0 <= risk_cap < 1:
-            raise ValueError(f"risk_cap must be in [0, 1) or None, got {risk_cap!r}")
-        if change_level is not None and not 0 < change_level < 1:
-            raise ValueError(f"change_level must be in (0, 1) or None, got {change_level!r}")
-        fallback = values[0] if fallback is None else fallback
+        hold = check_integer("hold", hold, minimum=1)
+        max_step = check_integer("max_step", max_step, minimum=1)
+        warmup = check_integer("warmup", warmup, minimum=0)
+        if risk_cap is not None:
+            risk_cap = check_real("risk_cap", risk_cap, low=0, high=1, high_open=True)
+        if change_level is not None:
+            change_level = check_real("change_level", change_level, low=0, high=1, low_open=True, high_open=True)
+        fallback = values[0] if fallback is None else check_integer("fallback", fallback)
         if fallback not in values:
             raise ValueError(f"fallback={fallback!r} is not one of the sizes {values}")
         self.sizes = torch.tensor(values, dtype=torch.int64)
@@ -126,7 +140,7 @@ class StragglerAwareController:
         self.steps = 0
         self.events = 0
         self.size_counts = [0] * len(values)
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator().manual_seed(check_seed("seed", seed))
 
     @property
     def size(self) -> int:
@@ -180,13 +194,13 @@ class StragglerAwareController:
     ) -> bool:
         """Record one step's unit durations ``(units,)`` in seconds; returns whether it was a straggler event.
 
-        ``size`` is the size the step ran with (default: the current size). Units whose result was not seen by
-        ``watched_until`` seconds (default: the largest finite duration, i.e. the end of the step) are given as
-        ``inf``: they count as exceedances when ``watched_until`` reached the threshold and are left out of the
-        posterior otherwise (their exceedance is unknown). An executor that records late arrivals up to the
-        deadline passes ``watched_until=deadline`` and loses no information.
+        ``size`` is the size the step ran with (default: the current size; an integer, never rounded). Units whose
+        result was not seen by ``watched_until`` seconds (default: the largest finite duration, i.e. the end of the
+        step) are given as ``inf``: they count as exceedances when ``watched_until`` reached the threshold and are
+        left out of the posterior otherwise (their exceedance is unknown). An executor that records late arrivals up
+        to the deadline passes ``watched_until=deadline`` and loses no information.
         """
-        size = self.size if size is None else int(size)
+        size = self.size if size is None else check_integer("size", size)
         if size not in self.sizes.tolist():
             raise ValueError(f"size={size} is not one of the candidate sizes {self.sizes.tolist()}")
         durations = torch.as_tensor(durations, dtype=torch.float64).flatten()

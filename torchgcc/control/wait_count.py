@@ -24,10 +24,11 @@ Callers (a coded-inference loop, the distributed executor, a gradient-coding run
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import torch
 
+from torchgcc.checks import check_integer, check_real
 from torchgcc.control.controller import StragglerAwareController
 from torchgcc.control.event_models import WaitForFastest
 from torchgcc.control.thresholds import DeadlineThreshold
@@ -56,6 +57,11 @@ class WaitCountController:
             are the distributed executor's and the gradient-coding runtime's: with change detection handling abrupt
             changes, a long memory, one warm-up step and moves of up to 4.
         options: further :class:`StragglerAwareController` options (``hold``, ``prior``, ``seed``).
+
+    Raises:
+        TypeError / ValueError: one line naming the argument, for a ``num_workers``, candidate S or ``fallback``
+            that is not an integer (``4.0``, ``"4"``, ``0.5``; numpy integers are integers), a value out of range,
+            or ``accuracy`` lacking a candidate S (checked before ``min_accuracy`` filters on it).
     """
 
     def __init__(
@@ -76,23 +82,29 @@ class WaitCountController:
         max_step: int = 4,
         **options: Any,
     ) -> None:
-        candidates = sorted(set(range(num_workers)) if candidates is None else {int(s) for s in candidates})
+        num_workers = check_integer("num_workers", num_workers, minimum=1)
+        if candidates is None:
+            candidates = range(num_workers)
+        elif isinstance(candidates, (str, bytes)) or not isinstance(candidates, Iterable):
+            raise TypeError(f"candidates must be a sequence of integers S (stragglers tolerated), got {candidates!r}")
+        candidates = sorted({check_integer("candidates", s) for s in candidates})
         if not candidates or candidates[0] < 0 or candidates[-1] >= num_workers:
             raise ValueError(f"candidates (values of S) must lie in [0, N - 1 = {num_workers - 1}], got {candidates}")
-        if min_accuracy is not None:
-            if accuracy is None:
-                raise ValueError("min_accuracy needs accuracy={S: value} to know which S meet it")
-            candidates = [s for s in candidates if accuracy[s] >= min_accuracy]
-            if not candidates:
-                raise ValueError(f"no S has accuracy >= min_accuracy={min_accuracy}; lower the floor")
         if accuracy is not None:
             missing = [s for s in candidates if s not in accuracy]
             if missing:
                 raise ValueError(f"accuracy lacks the candidate S values {missing}")
+        if min_accuracy is not None:
+            if accuracy is None:
+                raise ValueError("min_accuracy needs accuracy={S: value} to know which S meet it")
+            min_accuracy = check_real("min_accuracy", min_accuracy)
+            candidates = [s for s in candidates if accuracy[s] >= min_accuracy]
+            if not candidates:
+                raise ValueError(f"no S has accuracy >= min_accuracy={min_accuracy}; lower the floor")
         self.num_workers = num_workers
         waits = [num_workers - s for s in reversed(candidates)]  # ascending wait counts
         utility = "linear" if accuracy is None else [float(accuracy[num_workers - k]) for k in waits]
-        fallback = candidates[-1] if fallback is None else fallback
+        fallback = candidates[-1] if fallback is None else check_integer("fallback", fallback)
         if fallback not in candidates:
             raise ValueError(f"fallback={fallback} is not one of the candidate S values {candidates}")
         self.controller = StragglerAwareController(
@@ -132,13 +144,14 @@ class WaitCountController:
         *,
         watched_until: Optional[float] = None,
     ) -> bool:
-        """Record the ``(N,)`` worker latencies of a step run with ``num_stragglers`` (default: the current S).
+        """Record the ``(N,)`` worker latencies of a step run with ``num_stragglers`` (an integer, default: the
+        current S).
 
         Results not seen by ``watched_until`` seconds (default: the end of the step) are ``inf``; an executor that
         keeps recording late arrivals until the deadline passes ``watched_until=deadline``. Returns whether the step
         missed the deadline.
         """
-        size = None if num_stragglers is None else self.num_workers - int(num_stragglers)
+        size = None if num_stragglers is None else self.num_workers - check_integer("num_stragglers", num_stragglers)
         return self.controller.observe(latencies, size=size, watched_until=watched_until)
 
     def use_fallback(self, enabled: bool = True) -> None:
