@@ -76,6 +76,37 @@ def test_batches_are_full_or_leave_at_the_timeout():
         form_batches(times.flip(0), batch_size=2, timeout_s=0.1)
 
 
+@pytest.mark.parametrize(
+    ("call", "error", "name"),
+    [
+        (lambda t: form_batches(t, batch_size=2.5, timeout_s=10.0), ValueError, "batch_size"),
+        (lambda t: form_batches(t, batch_size=np.float64(2.0), timeout_s=10.0), ValueError, "batch_size"),
+        (lambda t: form_batches(t, batch_size=2, timeout_s="1"), TypeError, "timeout_s"),
+        (lambda t: form_batches(t.tolist(), batch_size=2, timeout_s=1.0), TypeError, "arrival_s"),
+        (lambda t: form_batches(t.clone().fill_(math.nan), batch_size=2, timeout_s=1.0), ValueError, "arrival_s"),
+        (lambda t: form_batches(t.view(2, 3), batch_size=2, timeout_s=1.0), ValueError, "arrival_s"),
+        (lambda t: PoissonArrivals(math.inf, seed=0), ValueError, "rate"),
+        (lambda t: PoissonArrivals(1.0, seed="a"), TypeError, "seed"),
+        (lambda t: PoissonArrivals(1.0, seed=1.5), ValueError, "seed"),
+        (lambda t: PoissonArrivals(1.0, seed=0).times(2.5), ValueError, "num_queries"),
+    ],
+)
+def test_batching_and_arrivals_name_a_bad_argument(call, error, name):
+    times = torch.tensor([0.0, 0.1, 0.2, 0.3, 0.4, 0.5], dtype=torch.float64)
+    with pytest.raises(error, match=name) as info:
+        call(times)
+    assert "\n" not in str(info.value)
+
+
+def test_nan_arrival_is_refused_not_batched():
+    with pytest.raises(ValueError, match="arrival_s"):
+        form_batches(torch.tensor([0.0, math.nan, 0.2], dtype=torch.float64), batch_size=2, timeout_s=1.0)
+    # numpy integers are integers: the same batches as the rule replayed event by event
+    times = PoissonArrivals(30.0, seed=np.int64(4)).times(np.int64(200))
+    mine = [(b.queries, b.formed_s) for b in form_batches(times, batch_size=np.int64(3), timeout_s=np.float64(0.05))]
+    assert mine == _reference_batches(times.tolist(), 3, 0.05)
+
+
 def test_hedge_threshold_is_the_percentile_of_the_recent_window():
     policy = HedgePolicy(0.9, window=50, warmup=10)
     latencies = np.random.default_rng(0).exponential(0.1, size=80)

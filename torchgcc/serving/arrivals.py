@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from torchgcc.checks import check_integer, check_real, check_seed
+
 __all__ = ["PoissonArrivals"]
 
 
@@ -15,20 +17,18 @@ class PoissonArrivals:
     """Queries arriving at ``rate`` per second with independent exponential gaps (a Poisson process).
 
     Args:
-        rate: mean arrivals per second (> 0).
-        seed: seed of the generator; the same seed gives the same arrival times.
+        rate: mean arrivals per second (finite, > 0).
+        seed: seed of the generator (an integer); the same seed gives the same arrival times.
     """
 
     def __init__(self, rate: float, *, seed: int) -> None:
-        if not rate > 0:
-            raise ValueError(f"rate must be a positive number of queries per second, got {rate!r}")
-        self.rate = float(rate)
-        self.seed = seed
+        self.rate = check_real("rate (queries per second)", rate, low=0, low_open=True)
+        self.seed = check_seed("seed", seed)
 
     def times(self, num_queries: int) -> torch.Tensor:
-        """``(num_queries,)`` float64 arrival times in seconds after the start, increasing; the first is one gap in."""
-        if num_queries < 1:
-            raise ValueError(f"num_queries must be at least 1, got {num_queries}")
+        """``(num_queries,)`` float64 arrival times in seconds after the start, increasing; the first is one gap in.
+        ``num_queries`` is an integer >= 1."""
+        num_queries = check_integer("num_queries", num_queries, minimum=1)
         generator = torch.Generator().manual_seed(self.seed)
         uniform = torch.rand(num_queries, generator=generator, dtype=torch.float64)
         return (-torch.log1p(-uniform) / self.rate).cumsum(0)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from torchgcc.checks import check_integer, check_real
+
 __all__ = ["Batch", "form_batches"]
 
 
@@ -36,11 +38,25 @@ def form_batches(arrival_s: torch.Tensor, *, batch_size: int, timeout_s: float) 
     A batch starts at the first query not yet batched and takes every later query that arrives no more than
     ``timeout_s`` after it, up to ``batch_size``; it is formed at the arrival of its ``batch_size``-th query, or at
     the timeout when fewer came (``timeout_s = inf``: always full, except the last).
+
+    Raises:
+        TypeError / ValueError: one line naming the argument, when ``arrival_s`` is not a 1-D tensor of finite,
+            increasing times, ``batch_size`` is not an integer >= 1 (``2.5`` is not rounded) or ``timeout_s`` is
+            not a number >= 0 (or ``inf``).
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if not timeout_s >= 0:
-        raise ValueError(f"timeout_s must be >= 0 seconds, got {timeout_s!r}")
+    batch_size = check_integer("batch_size", batch_size, minimum=1)
+    if not (isinstance(timeout_s, float) and timeout_s == math.inf):
+        timeout_s = check_real("timeout_s (seconds; math.inf: no timeout)", timeout_s, low=0)
+    if not isinstance(arrival_s, torch.Tensor):
+        raise TypeError(
+            f"arrival_s must be a 1-D torch.Tensor of arrival times, got {type(arrival_s).__name__}; "
+            "convert it with torch.as_tensor(...)"
+        )
+    if arrival_s.ndim != 1 or arrival_s.is_complex() or not torch.isfinite(arrival_s).all():
+        raise ValueError(
+            f"arrival_s must be a 1-D tensor (Q,) of finite real seconds, got shape {tuple(arrival_s.shape)}, "
+            f"{arrival_s.dtype}, finite: {bool(torch.isfinite(arrival_s).all())}"
+        )
     times = arrival_s.double().tolist()
     if any(later < earlier for earlier, later in zip(times, times[1:])):
         raise ValueError("arrival_s must be increasing")
