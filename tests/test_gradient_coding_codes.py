@@ -15,6 +15,8 @@ from torchgcc.gradient_coding import (
     IgnoreStragglersGCCode,
     UncodedCode,
     UndecodableError,
+    apply_update,
+    combine,
     list_gradient_codes,
     make_gradient_code,
     weighted_gradient,
@@ -187,3 +189,51 @@ def test_one_backward_pass_equals_the_weighted_sum_of_partition_gradients():
         reference = reference + w * torch.cat([p.grad.reshape(-1) for p in model.parameters()])
     one_pass = weighted_gradient(model, batches, torch.tensor(weights, dtype=torch.float64))
     torch.testing.assert_close(one_pass, reference, rtol=1e-10, atol=1e-12)
+
+
+def _linear_batches(sizes):
+    torch.manual_seed(1)
+    model = torch.nn.Linear(2, 3).double()
+    return model, [(torch.randn(m, 2, dtype=torch.float64), torch.randint(0, 3, (m,))) for m in sizes]
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda model, batches: weighted_gradient(model, batches, [1.0, 1.0, 5.0]), "weights"),
+        (lambda model, batches: weighted_gradient(model, batches, [1.0]), "weights"),
+        (lambda model, batches: weighted_gradient(model, [], []), "batches"),
+        (
+            lambda model, batches: weighted_gradient(
+                model, [batches[0], (batches[1][0][:0], batches[1][1][:0])], [1.0, 1.0]
+            ),
+            "batches",
+        ),
+        (lambda model, batches: apply_update(model, torch.ones(10), lr=0.1, num_partitions=1), "gradient_sum"),
+        (lambda model, batches: apply_update(model, torch.ones(5), lr=0.1, num_partitions=1), "gradient_sum"),
+        (lambda model, batches: apply_update(model, torch.ones(9), lr=0.1, num_partitions=0), "num_partitions"),
+        (lambda model, batches: apply_update(model, torch.ones(9), lr=0.1, num_partitions=2.5), "num_partitions"),
+        (lambda model, batches: combine({0: torch.ones(3)}, torch.zeros(2, dtype=torch.float64)), "a"),
+    ],
+)
+def test_gradient_helpers_refuse_entries_they_would_drop(call, name):
+    model, batches = _linear_batches([2, 2])
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match=rf"\b{name}\b"):
+        call(model, batches)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))  # nothing applied
+
+
+def test_apply_update_is_sgd_on_the_partition_mean():
+    model, _ = _linear_batches([1])
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    step = torch.arange(9, dtype=torch.float64)
+    apply_update(model, step, lr=0.3, num_partitions=np.int64(3))
+    torch.testing.assert_close(torch.cat([p.detach().reshape(-1) for p in model.parameters()]), flat - 0.1 * step)
+
+
+@pytest.mark.parametrize(("seed", "error"), [("a", TypeError), (1.5, ValueError), (2**70, ValueError)])
+def test_cr_seed_must_be_an_integer(seed, error):
+    with pytest.raises(error, match="seed"):
+        CyclicRepetitionCode(4, 1, seed=seed)
+    assert torch.equal(CyclicRepetitionCode(4, 1, seed=np.int64(3)).B, CyclicRepetitionCode(4, 1, seed=3).B)

@@ -232,3 +232,18 @@ def test_exact_codes_follow_the_uncoded_trajectory():
         final[name] = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
     torch.testing.assert_close(final["gc-fr"], final["dgd"], rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(final["gc-cr"], final["dgd"], rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("step", "slots", "error", "name"),
+    [
+        (2.5, 3, ValueError, "step"),
+        ("2", 3, TypeError, "step"),
+        (2, 1.5, ValueError, "num_slots"),
+    ],
+)
+def test_staleness_takes_integer_steps_only(step, slots, error, name):
+    with pytest.raises(error, match=name):
+        staleness(step, slots)
+    # numpy integers are integers: the closed form min(step, (step - k) mod slots)
+    assert staleness(np.int64(5), np.int64(3)).tolist() == [min(5, (5 - k) % 3) for k in range(3)]

@@ -26,9 +26,11 @@ from __future__ import annotations
 import itertools
 import operator
 from abc import ABC, abstractmethod
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, cast
 
 import torch
+
+from torchgcc.checks import check_seed
 
 __all__ = [
     "CyclicRepetitionCode",
@@ -235,7 +237,7 @@ class CyclicRepetitionCode(GradientCode):
     Args:
         num_workers: n (= k partitions).
         num_stragglers: s, with ``s < n``.
-        seed: seed of the random ``H``.
+        seed: seed of the random ``H`` (an integer).
     """
 
     def __init__(self, num_workers: int, num_stragglers: int, *, seed: int = 0) -> None:
@@ -243,7 +245,7 @@ class CyclicRepetitionCode(GradientCode):
         _check_count("num_stragglers", num_stragglers, 0)
         if num_stragglers >= num_workers:
             raise ValueError(f"num_stragglers must be < num_workers={num_workers}, got {num_stragglers}")
-        self.seed = seed
+        self.seed = seed = cast(int, check_seed("seed", seed))  # not optional: never None
         super().__init__(num_workers, num_stragglers, self._construct(num_workers, num_stragglers, seed))
         self._cache: dict[frozenset, torch.Tensor] = {}
 

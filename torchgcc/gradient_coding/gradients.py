@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from torchgcc.checks import check_integer
 from torchgcc.gradient_coding.codes import GradientCode
 from torchgcc.gradient_coding.partitions import PartitionedData
 from torchgcc.gradient_coding.pipelined import PipelinedGradientCode
@@ -51,10 +52,16 @@ def weighted_gradient(
 ) -> torch.Tensor:
     """``(d,)`` ``grad_w sum_j weights[j] * mean(loss_fn(model(x_j), y_j))`` with one forward and one backward pass.
 
-    ``batches`` are ``(x_j, y_j)`` pairs; their samples are concatenated and sample ``m`` of batch ``j`` gets the
-    weight ``weights[j] / len(y_j)``.
+    ``batches`` are ``(x_j, y_j)`` pairs, at least one, none empty; their samples are concatenated and sample ``m``
+    of batch ``j`` gets the weight ``weights[j] / len(y_j)``. ``weights`` has exactly one entry per batch (a
+    ValueError naming it otherwise; extra weights are not ignored).
     """
+    sizes = [len(b[1]) for b in batches]
+    if not sizes or 0 in sizes:
+        raise ValueError(f"batches must be non-empty (x, y) pairs, at least one; got batch sizes {sizes}")
     weights = torch.as_tensor(weights, dtype=torch.float64)
+    if weights.shape != (len(batches),):
+        raise ValueError(f"weights must hold one weight per batch ({len(batches)}), got shape {tuple(weights.shape)}")
     x = torch.cat([b[0] for b in batches])
     y = torch.cat([b[1] for b in batches])
     sample_weights = torch.cat(
@@ -107,8 +114,11 @@ def combine(messages: dict[int, torch.Tensor], a: torch.Tensor) -> torch.Tensor:
 
     Raises:
         KeyError: a worker with ``a_i != 0`` has no message.
+        ValueError: ``a`` is not 1-D or has no nonzero entry (nothing to combine).
     """
-    support = a.nonzero().flatten().tolist()
+    support = a.nonzero().flatten().tolist() if a.ndim == 1 else []
+    if not support:
+        raise ValueError(f"a must be a 1-D decoding vector with a nonzero entry, got shape {tuple(a.shape)}")
     missing = [i for i in support if i not in messages]
     if missing:
         raise KeyError(f"decoding needs the messages of workers {missing}")
@@ -119,7 +129,18 @@ def combine(messages: dict[int, torch.Tensor], a: torch.Tensor) -> torch.Tensor:
 
 
 def apply_update(model: nn.Module, gradient_sum: torch.Tensor, *, lr: float, num_partitions: int) -> None:
-    """Plain SGD on the mean over partitions: ``w <- w - lr * gradient_sum / num_partitions``."""
+    """Plain SGD on the mean over partitions: ``w <- w - lr * gradient_sum / num_partitions``.
+
+    ``gradient_sum`` is the ``(d,)`` flat vector of :func:`flat_parameters` order (exactly ``d`` entries: a longer
+    or shorter one is a ValueError naming it) and ``num_partitions`` an integer >= 1.
+    """
+    num_partitions = check_integer("num_partitions", num_partitions, minimum=1)
+    size = sum(p.numel() for p in model.parameters())
+    if gradient_sum.shape != (size,):
+        raise ValueError(
+            f"gradient_sum must be the ({size},) flat gradient of the model's parameters, got shape "
+            f"{tuple(gradient_sum.shape)}"
+        )
     with torch.no_grad():
         offset = 0
         for p in model.parameters():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from torchgcc.checks import check_integer
 from torchgcc.gradient_coding.codes import CyclicRepetitionCode, FractionalRepetitionCode, GradientCode
 
 __all__ = ["DECODERS", "PipelinedGradientCode", "staleness"]
@@ -34,9 +35,10 @@ DECODERS = ("exact", "uniform", "lstsq")
 
 
 def staleness(step: int, num_slots: int) -> torch.Tensor:
-    """``(num_slots,)`` int64: ``tau_k(step) = min(step, (step - k) mod num_slots)`` for every slot ``k``."""
-    if step < 0 or num_slots < 1:
-        raise ValueError(f"need step >= 0 and num_slots >= 1, got {step}, {num_slots}")
+    """``(num_slots,)`` int64: ``tau_k(step) = min(step, (step - k) mod num_slots)`` for every slot ``k``
+    (``step`` an integer >= 0, ``num_slots`` one >= 1)."""
+    step = check_integer("step", step, minimum=0)
+    num_slots = check_integer("num_slots", num_slots, minimum=1)
     slots = torch.arange(num_slots)
     return torch.minimum((step - slots) % num_slots, torch.tensor(step))
 
