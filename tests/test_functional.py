@@ -261,3 +261,68 @@ def test_lagrange_reproduces_polynomials_exactly(degree):
 def test_lagrange_needs_enough_nodes():
     with pytest.raises(ValueError, match="at least 4 nodes"):
         lagrange_matrix(chebyshev_second_kind(3), torch.zeros(1), degree=3)
+
+
+NAN, INF = float("nan"), float("inf")
+KNOTS = torch.linspace(-1, 1, 6, dtype=torch.float64)
+POINTS = torch.tensor([-0.5, 0.3, 0.9], dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    "call, error, name",
+    [
+        (lambda: lagrange_matrix(KNOTS, POINTS, degree=2.5), ValueError, "degree"),  # was silently degree 3
+        (lambda: lagrange_matrix(KNOTS, POINTS, degree=True), TypeError, "degree"),  # was silently degree 1
+        (lambda: lagrange_matrix(KNOTS, POINTS, degree="2"), TypeError, "degree"),
+        (lambda: lagrange_matrix(KNOTS, POINTS, degree=6), ValueError, "degree=6"),
+        (lambda: lagrange_matrix(torch.tensor([0.0, NAN, 1.0]), POINTS), ValueError, "nodes"),  # was all NaN
+        (lambda: lagrange_matrix(KNOTS, torch.tensor([0.0, INF])), ValueError, "points"),
+        (lambda: lagrange_matrix(torch.tensor(0.5), POINTS), ValueError, "nodes"),
+        (lambda: lagrange_matrix(torch.zeros(0), POINTS), ValueError, "nodes"),
+        (lambda: kernel_smoother_matrix(KNOTS, POINTS, -1.0), ValueError, "lam"),  # was an indefinite "smoother"
+        (lambda: kernel_smoother_matrix(KNOTS, POINTS, NAN), ValueError, "lam"),  # was all NaN
+        (lambda: kernel_smoother_matrix(KNOTS, POINTS, torch.tensor([0.0, -1e-3])), ValueError, "lam"),
+        (lambda: kernel_smoother_matrix(torch.tensor([0.0, NAN, 1.0]), POINTS), ValueError, "knots"),  # was NaN
+        (lambda: kernel_smoother_matrix(torch.tensor([0.0, 0.0, 1.0]), POINTS), ValueError, "knots"),
+        (lambda: kernel_smoother_matrix(torch.tensor([0.5]), POINTS), ValueError, "knots"),
+        (lambda: kernel_smoother_matrix(KNOTS, POINTS, "1e-3"), TypeError, "lam"),
+        (lambda: kernel_smoother_matrix(KNOTS, POINTS, null_space_degree=1.5), ValueError, "null_space_degree"),
+        (lambda: berrut_matrix(KNOTS, torch.tensor([INF])), ValueError, "points"),  # was a row of NaN
+        (lambda: berrut_matrix(KNOTS.to(torch.complex128) + 1j, POINTS), TypeError, "nodes"),  # was the real part
+        (lambda: berrut_matrix(KNOTS, POINTS.to(torch.complex128)), TypeError, "points"),
+        (lambda: berrut_matrix(torch.tensor(0.5), POINTS), ValueError, "nodes"),
+        (lambda: berrut_matrix(KNOTS.tolist(), POINTS), TypeError, "nodes"),
+        (lambda: berrut_matrix(KNOTS.expand(2, 6), POINTS.expand(3, 3)), ValueError, "nodes \\(2,\\), points \\(3,\\)"),
+        (lambda: smoothing_spline_matrix(KNOTS, torch.tensor([NAN])), ValueError, "points"),  # was a row of NaN
+        (lambda: smoothing_spline_matrix(KNOTS, torch.tensor(0.5)), ValueError, "points"),
+        (lambda: smoothing_spline_matrix(torch.tensor([-INF, 0.0, 1.0]), POINTS), ValueError, "knots"),
+        (lambda: smoothing_spline_matrix(KNOTS, POINTS.to(torch.complex64)), TypeError, "points"),
+        (lambda: smoothing_spline_matrix(KNOTS, POINTS, "0.1"), TypeError, "lam"),
+        (lambda: smoothing_spline_matrix(KNOTS.expand(2, 6), POINTS, torch.zeros(3)), ValueError, "lam \\(3,\\)"),
+    ],
+)
+def test_functional_builders_refuse_bad_arguments_naming_them(call, error, name):
+    with pytest.raises(error, match=name) as raised:
+        call()
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("degree", [np.int64(2), 2])
+def test_lagrange_matrix_takes_integer_degrees_and_matches_numpys_least_squares(degree):
+    nodes, points = KNOTS.numpy(), POINTS.numpy()
+    design = np.polynomial.chebyshev.chebvander(nodes, 2)
+    reference = np.polynomial.chebyshev.chebvander(points, 2) @ np.linalg.pinv(design)
+    np.testing.assert_allclose(lagrange_matrix(KNOTS, POINTS, degree).numpy(), reference, rtol=0, atol=1e-14)
+
+
+def test_no_evaluation_points_give_an_empty_matrix():
+    for build in (berrut_matrix, lagrange_matrix, smoothing_spline_matrix, kernel_smoother_matrix):
+        assert build(KNOTS, torch.zeros(0)).shape == (0, 6)
+
+
+def test_kernel_smoother_at_its_fewest_knots_is_the_line_through_them():
+    """Two knots (the fewest with lines unpenalised): the line through the data, whatever lam."""
+    knots = torch.tensor([-0.5, 0.5], dtype=torch.float64)
+    line = torch.stack([(0.5 - POINTS), (POINTS + 0.5)], dim=-1)  # the Lagrange weights of a line
+    for lam in (0.0, 1e-2):
+        torch.testing.assert_close(kernel_smoother_matrix(knots, POINTS, lam), line, rtol=0, atol=1e-14)

@@ -131,3 +131,10 @@ def test_kernel_smoother_batched_on_cpu_at_n_256_and_more_matches_scipy(threads)
         expected = scipy_kernel_smoother(knots[b].numpy(), points[b].numpy(), lam)
         np.testing.assert_allclose(matrices[b].numpy(), expected, rtol=0, atol=1e-8 * np.abs(expected).max())
     assert cubic_spline_kernel(knots, knots).shape == (3, 300, 300)
+
+
+@pytest.mark.parametrize("degree, error", [(-1, ValueError), (2.5, ValueError), (True, TypeError), ("3", TypeError)])
+def test_chebyshev_vandermonde_refuses_a_degree_that_is_not_a_nonnegative_integer(degree, error):
+    """-1 gave an empty (P, 0) matrix and 2.5 four columns (degree 3) before."""
+    with pytest.raises(error, match="degree must be an integer >= 0"):
+        chebyshev_vandermonde(torch.linspace(-1, 1, 6, dtype=torch.float64), degree)

@@ -85,3 +85,15 @@ def test_decoders_built_directly_check_their_points():
 def test_rules_reject_counts_that_are_not_integers(count):
     with pytest.raises((TypeError, ValueError), match="the number of points must be an integer"):
         chebyshev_first_kind(count)
+
+
+def test_points_must_be_real_and_hold_values():
+    """Complex points lost their imaginary part (resolve_points feeds alpha= and beta= of every code); meta tensors
+    hold no values to check."""
+    with pytest.raises(TypeError, match="beta must hold real numbers, got a torch.complex64 tensor"):
+        resolve_points(torch.tensor([0.1 + 1j, 0.2 + 0j]), 2, name="beta")
+    with pytest.raises(TypeError, match="alpha"):
+        torchgcc.GCC(2, 4, alpha=torch.tensor([-0.5, 0.5], dtype=torch.complex128))
+    with pytest.raises(ValueError, match="points is on the meta device"):
+        torchgcc.points.check_points(torch.tensor([0.1, 0.2], device="meta"))
+    assert resolve_points(torch.tensor([-1, 0, 1]), 3).tolist() == [-1.0, 0.0, 1.0]  # integers are real numbers

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from torchgcc.points import batch_shape, check_nodes
+
 __all__ = ["berrut_matrix", "padded_berrut_matrices"]
 
 
@@ -19,18 +21,20 @@ def berrut_matrix(nodes: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
     """Matrix mapping data at ``nodes`` to Berrut's interpolant at ``points``.
 
     Args:
-        nodes: ``(..., n)`` strictly increasing nodes, ``n >= 1``.
-        points: ``(..., P)`` evaluation points.
+        nodes: ``(..., n)`` finite, strictly increasing nodes, ``n >= 1``.
+        points: ``(..., P)`` finite evaluation points.
 
     Returns:
         ``(..., P, n)`` float64 matrix with rows summing to one; a point equal to a node gets that node's unit row.
+
+    Raises ``TypeError`` / ``ValueError`` naming the argument otherwise (tensors of real numbers only; batch shapes
+    that broadcast).
     """
-    nodes = nodes.to(torch.float64)
-    points = points.to(torch.float64)
+    nodes = check_nodes(nodes, "nodes", order="increasing")
+    points = check_nodes(points, "points")
     if nodes.shape[-1] < 1:
-        raise ValueError("Berrut interpolation needs at least one node")
-    if not (nodes.diff(dim=-1) > 0).all():
-        raise ValueError("nodes must be strictly increasing (distinct and sorted)")
+        raise ValueError("nodes must hold at least one node for Berrut interpolation, got nodes of shape (..., 0)")
+    batch_shape(nodes=nodes.shape[:-1], points=points.shape[:-1])
     return padded_berrut_matrices(nodes, torch.ones_like(nodes, dtype=torch.bool), points)
 
 

@@ -25,6 +25,10 @@ from typing import Callable, Union
 
 import torch
 
+from torchgcc.checks import check_integer
+from torchgcc.functional.spline import check_lam
+from torchgcc.points import batch_shape, check_nodes
+
 __all__ = ["cubic_spline_kernel", "kernel_smoother_matrix"]
 
 Kernel = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -49,13 +53,27 @@ def kernel_smoother_matrix(
 ) -> torch.Tensor:
     """Matrix mapping data at ``knots`` ``(..., n)`` to the kernel smoother's values at ``points`` ``(..., P)``.
 
-    ``null_space_degree`` is the highest degree of the unpenalised polynomials (1 for lines, -1 for none).
+    ``knots`` must be finite and distinct (any order), at least ``max(1, null_space_degree + 1)`` of them (fewer
+    cannot determine the unpenalised polynomial); ``points`` finite; ``lam`` as for
+    :func:`~torchgcc.functional.smoothing_spline_matrix` (:func:`~torchgcc.functional.spline.check_lam`);
+    ``null_space_degree`` the highest degree of the unpenalised polynomials (1 for lines, -1 for none), an integer.
+    Else a one-line ``TypeError`` / ``ValueError`` naming the argument, also when the system is singular (a
+    ``kernel`` that is not conditionally positive definite of order ``null_space_degree + 1`` on the knots).
     Returns ``(..., P, n)`` float64.
     """
-    knots = knots.to(torch.float64)
-    points = points.to(torch.float64)
+    null_space_degree = check_integer("null_space_degree", null_space_degree, minimum=-1)
+    if not callable(kernel):
+        raise TypeError(f"kernel must be a function k(s, t), got {type(kernel).__name__}")
+    knots = check_nodes(knots, "knots", order="distinct")
+    points = check_nodes(points, "points")
+    lam = check_lam(lam, knots.device)
     n = knots.shape[-1]
-    lam = torch.as_tensor(lam, dtype=torch.float64, device=knots.device)
+    if n < max(1, null_space_degree + 1):
+        raise ValueError(
+            f"a kernel smoother with null_space_degree={null_space_degree} needs at least "
+            f"{max(1, null_space_degree + 1)} knots, got {n} knots"
+        )
+    batch_shape(knots=knots.shape[:-1], points=points.shape[:-1], lam=lam.shape)
     powers = torch.arange(null_space_degree + 1, device=knots.device, dtype=torch.float64)
     t_knots = knots.unsqueeze(-1) ** powers  # (..., n, m)
     t_points = points.unsqueeze(-1) ** powers
@@ -66,7 +84,13 @@ def kernel_smoother_matrix(
     system = torch.cat([top, bottom], dim=-2)
     identity = torch.eye(n, dtype=torch.float64, device=knots.device).expand(system.shape[:-2] + (n, n))
     rhs = torch.cat([identity, identity.new_zeros(identity.shape[:-2] + (m, n))], dim=-2)
-    coefficients = _solve(system, rhs)  # (..., n + m, n)
+    try:
+        coefficients = _solve(system, rhs)  # (..., n + m, n)
+    except torch.linalg.LinAlgError:
+        raise ValueError(
+            f"the kernel system on these knots is singular: kernel is not conditionally positive definite of order "
+            f"null_space_degree + 1 = {null_space_degree + 1} there; raise lam or null_space_degree"
+        ) from None
     basis = torch.cat([kernel(points, knots), t_points], dim=-1)
     return basis @ coefficients
 

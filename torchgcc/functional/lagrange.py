@@ -19,6 +19,9 @@ from typing import Optional
 
 import torch
 
+from torchgcc.checks import check_integer
+from torchgcc.points import batch_shape, check_nodes
+
 __all__ = [
     "chebyshev_vandermonde",
     "lagrange_basis",
@@ -35,7 +38,9 @@ def chebyshev_vandermonde(x: torch.Tensor, degree: int) -> torch.Tensor:
     three-term recurrence for ``k <= 6``), as accurate as the recurrence (within a few ``k`` units in the last place,
     checked against mpmath). Written as the recurrence ``T_k = 2 x T_{k-1} - T_{k-2}`` in torch, torch.compile inlines
     every column into the next and its compile time grows exponentially with the degree (over 200 s at degree 21).
+    ``degree`` must be an integer ``>= 0`` (else a ``TypeError`` / ``ValueError`` naming it; no host read).
     """
+    degree = check_integer("degree", degree, minimum=0)
     orders = torch.arange(degree + 1, dtype=x.dtype, device=x.device)
     return torch.special.chebyshev_polynomial_t(x.unsqueeze(-1), orders)
 
@@ -131,22 +136,26 @@ def lagrange_matrix(nodes: torch.Tensor, points: torch.Tensor, degree: Optional[
     """Matrix mapping data at ``nodes`` to the degree-``degree`` polynomial fit evaluated at ``points``.
 
     Args:
-        nodes: ``(..., n)`` distinct nodes.
-        points: ``(..., P)`` evaluation points.
-        degree: polynomial degree ``r <= n - 1``; ``None`` means ``n - 1`` (Lagrange interpolation).
+        nodes: ``(..., n)`` finite, distinct nodes (any order), ``n >= 1``.
+        points: ``(..., P)`` finite evaluation points.
+        degree: integer polynomial degree ``0 <= r <= n - 1``; ``None`` means ``n - 1`` (Lagrange interpolation).
 
     Returns:
         ``(..., P, n)`` float64 matrix. It reproduces every polynomial of degree <= ``degree`` exactly: by
         :func:`lagrange_basis` when ``degree = n - 1``, by a Chebyshev least-squares fit otherwise.
+
+    Raises ``TypeError`` / ``ValueError`` naming the argument otherwise (tensors of real numbers only; batch shapes
+    that broadcast; a degree that is not an integer, bool included).
     """
-    nodes = nodes.to(torch.float64)
-    points = points.to(torch.float64)
+    nodes = check_nodes(nodes, "nodes", order="distinct")
+    points = check_nodes(points, "points")
     n = nodes.shape[-1]
-    degree = n - 1 if degree is None else degree
-    if not 0 <= degree <= n - 1:
-        raise ValueError(f"a degree-{degree} polynomial fit needs at least {degree + 1} nodes, got {n}")
-    if (nodes.sort(dim=-1).values.diff(dim=-1) == 0).any():
-        raise ValueError("nodes must be distinct")
+    if n < 1:
+        raise ValueError("nodes must hold at least one node, got nodes of shape (..., 0)")
+    degree = n - 1 if degree is None else check_integer("degree", degree, minimum=0)
+    if degree > n - 1:
+        raise ValueError(f"degree={degree} needs at least {degree + 1} nodes for a polynomial fit, got {n} nodes")
+    batch_shape(nodes=nodes.shape[:-1], points=points.shape[:-1])
     if degree == n - 1:
         return lagrange_basis(nodes, points)
     return least_squares_map(chebyshev_vandermonde(nodes, degree), chebyshev_vandermonde(points, degree))

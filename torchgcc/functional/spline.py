@@ -31,13 +31,16 @@ from typing import NamedTuple, Optional, Union
 
 import torch
 
+from torchgcc.checks import check_real
 from torchgcc.functional.banded import PentadiagonalPlan, pentadiagonal_plan, solve_pentadiagonal
+from torchgcc.points import batch_shape, check_finite, check_nodes
 
 __all__ = [
     "ReinschBands",
     "SplinePlan",
     "apply_q",
     "apply_qt",
+    "check_lam",
     "padded_spline_matrices",
     "reinsch_bands",
     "smoothing_spline_matrix",
@@ -229,14 +232,26 @@ def padded_spline_matrices(
     return apply_q(bands, z, out).transpose(1, 2)
 
 
+def check_lam(lam: object, device: Optional[torch.device] = None) -> torch.Tensor:
+    """``lam`` as a float64 tensor on ``device`` if it is a finite real number ``>= 0`` or a tensor of them, else a
+    one-line ``TypeError`` / ``ValueError`` naming ``lam``. One host read for a tensor, none for a number."""
+    value = check_finite(lam, "lam", low=0.0) if isinstance(lam, torch.Tensor) else check_real("lam", lam, low=0.0)
+    return torch.as_tensor(value, dtype=torch.float64, device=device)
+
+
 def smoothing_spline_matrix(knots: torch.Tensor, points: torch.Tensor, lam: Lam = 0.0) -> torch.Tensor:
     """Matrix mapping data at ``knots`` to the smoothing spline's values at ``points``.
 
     Args:
-        knots: ``(..., n)`` strictly increasing knots, ``n >= 2``.
-        points: ``(..., P)`` evaluation points (any order, inside or outside the knots).
-        lam: smoothing parameter ``>= 0`` of the mean-normalised objective above; a float or a tensor that
-            broadcasts against the batch shape ``...``.
+        knots: ``(..., n)`` finite, strictly increasing knots, ``n >= 2``.
+        points: ``(..., P)`` finite evaluation points (any order, inside or outside the knots; ``P = 0`` gives an
+            empty matrix).
+        lam: smoothing parameter ``>= 0`` of the mean-normalised objective above; a finite real number or a tensor
+            that broadcasts against the batch shape ``...`` (:func:`check_lam`).
+
+    Raises ``TypeError`` / ``ValueError`` naming the argument otherwise (tensors of real numbers only: not lists,
+    bool or complex; batch shapes that do not broadcast). The checks read three flags back from the device (the
+    knots, the points, a tensor ``lam``).
 
     Returns:
         ``(..., P, n)`` float64 matrix ``D`` with ``u(points) = D @ y``. Rows sum to one and straight lines are
@@ -249,17 +264,15 @@ def smoothing_spline_matrix(knots: torch.Tensor, points: torch.Tensor, lam: Lam 
     >>> torch.allclose(matrix @ (3 * knots + 1), 3 * points + 1)  # a line is its own smoothing spline
     True
     """
-    knots = knots.to(torch.float64)
-    points = points.to(torch.float64)
-    lam = torch.as_tensor(lam, dtype=torch.float64, device=knots.device)
+    knots = check_nodes(knots, "knots", order="increasing")
+    points = check_nodes(points, "points")
+    lam = check_lam(lam, knots.device)
     n = knots.shape[-1]
     if n < 2:
         raise ValueError(f"a cubic smoothing spline needs at least 2 knots, got {n}")
-    if (lam < 0).any() or not torch.isfinite(lam).all():
-        raise ValueError("lam must be finite and >= 0")
-    if not (knots.diff(dim=-1) > 0).all():
-        raise ValueError("knots must be strictly increasing (distinct and sorted)")
-    batch = torch.broadcast_shapes(knots.shape[:-1], points.shape[:-1], lam.shape)
+    batch = batch_shape(knots=knots.shape[:-1], points=points.shape[:-1], lam=lam.shape)
+    if points.shape[-1] == 0:
+        return knots.new_zeros(batch + (0, n))
     flat_knots = knots.expand(batch + (n,)).reshape(-1, n)
     flat_points = points.expand(batch + points.shape[-1:]).reshape(-1, points.shape[-1])
     mu = (n * lam).expand(batch).reshape(-1)
