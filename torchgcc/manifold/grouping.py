@@ -11,7 +11,11 @@ ordered along a path through the data first:
 - ``order="greedy"``: a nearest-neighbour chain over the (flattened, or embedded) inputs, started at the input
   farthest from the batch mean: consecutive samples are near neighbours, so each run of K is a short path;
 - ``order="spectral"``: the samples sorted by the Fiedler vector of the Laplacian of their symmetrised kNN graph
-  (Gaussian weights at the median kNN distance), the spectral ordering of graph-based manifold learning.
+  (Gaussian weights at the median kNN distance), the spectral ordering of graph-based manifold learning. Repeated
+  samples (duplicated images, a padded batch) can make that median 0 and every weight undefined; the scale is then
+  the median of the nonzero kNN distances, the distances that separate distinct samples (copies keep weight
+  ``exp(0) = 1`` between them at any scale), or 1 where there are none (every edge joins copies: weight 1 at any
+  scale).
 
 Consecutive runs of K samples of that order are the groups, coded along the path. :func:`manifold_order` returns the
 permutation; :class:`torchgcc.CodedModule` applies it with ``grouping=ManifoldGrouping(...)`` and returns outputs in
@@ -24,18 +28,26 @@ from typing import Callable, Optional
 
 import torch
 
+from torchgcc.checks import check_integer
+from torchgcc.points import check_finite
+
 __all__ = ["ManifoldGrouping", "manifold_order", "ORDERS"]
 
 ORDERS = ("greedy", "spectral")
 
 
 def manifold_order(features: torch.Tensor, *, order: str = "greedy", neighbours: int = 8) -> torch.Tensor:
-    """A permutation ``(M,)`` of the ``M`` rows of ``features`` ``(M, D)`` along a path through them (see module)."""
+    """A permutation ``(M,)`` of the ``M`` rows of ``features`` ``(M, D)`` along a path through them (see module).
+
+    ``features`` must be a real, finite tensor and ``neighbours`` (``k`` of the spectral order's kNN graph) an
+    integer ``>= 1``, else a one-line ``TypeError`` / ``ValueError`` naming them. One host read checks the features.
+    """
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-    if features.ndim != 2:
-        raise ValueError(f"features must have shape (M, D), got {tuple(features.shape)}")
-    x = features.detach().to(torch.float64)
+    neighbours = check_integer("neighbours", neighbours, minimum=1)
+    x = check_finite(features, "features").detach()
+    if x.ndim != 2:
+        raise ValueError(f"features must have shape (M, D), got {tuple(x.shape)}")
     m = x.shape[0]
     if m <= 2:
         return torch.arange(m)
@@ -56,7 +68,11 @@ def manifold_order(features: torch.Tensor, *, order: str = "greedy", neighbours:
     adjacency = torch.zeros(m, m, dtype=torch.bool)
     adjacency.scatter_(1, knn, True)
     adjacency |= adjacency.T.clone()
-    scale = distances.gather(1, knn).median()
+    near = distances.gather(1, knn)
+    scale = near.median()
+    if scale == 0:  # repeated samples (see module): the nonzero kNN distances set the scale
+        nonzero = near[near > 0]
+        scale = nonzero.median() if len(nonzero) else torch.ones_like(scale)
     weights = torch.where(adjacency, torch.exp(-((distances / scale) ** 2)), torch.zeros(()).double())
     laplacian = torch.diag(weights.sum(dim=1)) - weights
     _, vectors = torch.linalg.eigh(laplacian)
@@ -69,7 +85,7 @@ class ManifoldGrouping:
     Args:
         order: ``"greedy"`` or ``"spectral"`` (see :func:`manifold_order`).
         embedding: optional map ``(M, *in) -> (M, D)`` (e.g. a cheap feature extractor); default: flattened inputs.
-        neighbours: k of the kNN graph (spectral order).
+        neighbours: k of the kNN graph (spectral order), an integer >= 1.
     """
 
     def __init__(
@@ -81,7 +97,8 @@ class ManifoldGrouping:
     ) -> None:
         if order not in ORDERS:
             raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-        self.order, self.embedding, self.neighbours = order, embedding, neighbours
+        self.order, self.embedding = order, embedding
+        self.neighbours = check_integer("neighbours", neighbours, minimum=1)
 
     @torch.no_grad()
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
