@@ -217,3 +217,64 @@ def test_the_ablation_keeps_the_callers_groups_for_the_encoder_rows():
     assert manifold_study.group_hash(torch.tensor([[2, 1], [0, 3]])) == manifold_study.group_hash(
         torch.tensor([[3, 0], [1, 2]])
     )
+
+
+def _brute_force_length(d: list[list[float]]) -> float:
+    return min(sum(d[a][b] for a, b in zip(p, p[1:])) for p in itertools.permutations(range(len(d))))
+
+
+def test_route_with_infinite_distances_visits_every_point_and_is_the_shortest_by_brute_force():
+    """An infinite distance is an edge of infinite length: Held-Karp never relaxed through it, and returned [0] for
+    three points."""
+    inf = math.inf
+    assert sorted(shortest_hamiltonian_path(torch.tensor([[0, inf, inf], [inf, 0, 1], [inf, 1, 0.0]]))) == [0, 1, 2]
+    generator = torch.Generator().manual_seed(5)
+    for k in (3, 4, 5, 6, 7, 14):  # 14: the greedy route beyond EXACT_ROUTE_MAX
+        for _ in range(4):
+            d = torch.rand(k, k, generator=generator, dtype=torch.float64)
+            d = torch.where(torch.rand(k, k, generator=generator) < 0.4, inf, d)
+            d = torch.minimum(d, d.T).fill_diagonal_(0.0)
+            route = shortest_hamiltonian_path(d)
+            assert sorted(route) == list(range(k))
+            if k <= 7:
+                length = sum(float(d[a, b]) for a, b in zip(route, route[1:]))
+                assert length == pytest.approx(_brute_force_length(d.tolist()), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "distances, error, message",
+    [
+        (torch.rand(3, 4), ValueError, "distances must be a square"),  # was routed: [2, 1, 0]
+        (torch.tensor([[0.0, math.nan], [math.nan, 0.0]]).repeat(2, 2), ValueError, "distances must not be NaN"),
+        (torch.zeros(3, 3, dtype=torch.complex64), TypeError, "distances must hold real numbers"),
+    ],
+)
+def test_route_refuses_distances_that_are_not_a_real_square_matrix(distances, error, message):
+    with pytest.raises(error, match=message):
+        shortest_hamiltonian_path(distances)
+
+
+def test_route_encoder_names_x_for_non_finite_or_overflowing_inputs():
+    """These failed deep inside with 'needs at least 2 knots', 'expected sequence of length 1' and an IndexError."""
+    x = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with_nan = x.clone()
+    with_nan[0, 0, 0] = math.nan
+    graph = RouteGCC(4, 12, reference=_spiral(50, dim=3), follow_paths=True, neighbours=5)
+    for code, inputs, message in [
+        (RouteGCC(4, 12, lambda_dec=1e-4), x * 1e200, "x: the distances .* overflow float64"),
+        (RouteGCC(4, 12, lambda_dec=1e-4), with_nan, "x must be finite, got nan at index \\(0, 0, 0\\)"),
+        (graph, x * 1e200, "x: the distances .* overflow float64"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            code.encoder(inputs)
+
+
+def test_reference_graph_names_the_argument_for_bad_shapes_and_nan():
+    graph = ReferenceGraph(_spiral(30, dim=3), neighbours=5)
+    for x in (torch.rand(4, 3), torch.rand(2, 4, 2)):
+        with pytest.raises(ValueError, match="x must have shape \\(B, K, D=3\\)"):
+            graph.geodesics(x)
+    reference = _spiral(30, dim=3)
+    reference[7, 1] = math.nan  # was reported as a graph that is not connected
+    with pytest.raises(ValueError, match="reference must be finite, got nan at index \\(7, 1\\)"):
+        ReferenceGraph(reference, neighbours=5)

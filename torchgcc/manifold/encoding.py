@@ -43,6 +43,7 @@ from torch import nn
 from torchgcc.functional import smoothing_spline_matrix
 from torchgcc.functional.weighted_spline import weighted_smoothing_spline
 from torchgcc.manifold.graph import ReferenceGraph, shortest_hamiltonian_path
+from torchgcc.points import check_finite
 
 __all__ = ["INPUT_ORDERS", "INPUT_WEIGHT", "MIN_STEP", "REGRESSION_POINTS", "RouteEncoder", "centripetal_points"]
 
@@ -150,7 +151,9 @@ class RouteEncoder(nn.Module):
     @torch.no_grad()
     def curve(self, x: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
         """The encoding curve of every group of ``x`` ``(B, K, *feat)`` at ``points`` ``(P,)``: ``(B, P, *feat)``
-        (``points = beta`` gives the coded samples; at the regression points it returns the ordered inputs)."""
+        (``points = beta`` gives the coded samples; at the regression points it returns the ordered inputs).
+        ``x`` must be finite with distances between a group's inputs that fit in float64, else a ``ValueError``
+        naming ``x`` (one host read per call)."""
         size = None if self.graph is None else self.graph.points.shape[1]
         if x.dim() < 3 or x.shape[1] != self.num_inputs or (size is not None and x[0, 0].numel() != size):
             features = "" if size is None else f" of {size} features (the reference's)"
@@ -158,6 +161,11 @@ class RouteEncoder(nn.Module):
         b, k = x.shape[:2]
         flat = x.reshape(b, k, -1).to(torch.float64)
         metric = torch.cdist(flat, flat)
+        if not bool(torch.isfinite(metric).all()):  # the one read of the checks: then a route through every input
+            check_finite(flat, "x")  # raises for a non-finite input
+            raise ValueError(
+                "x: the distances between a group's inputs overflow float64 (inputs near 1e154 or larger); scale x"
+            )
         if self.graph is not None and (self.order == "geodesic" or self.follow_paths):
             geodesic, ends = self.graph.geodesics(flat)
             metric = geodesic if self.order == "geodesic" else metric

@@ -16,6 +16,8 @@ import math
 
 import torch
 
+from torchgcc.points import check_finite, real_tensor
+
 __all__ = ["ReferenceGraph", "shortest_hamiltonian_path", "EXACT_ROUTE_MAX"]
 
 #: Largest group routed exactly (Held-Karp, ``O(2^K K^2)``); larger groups get a greedy route.
@@ -26,18 +28,19 @@ class ReferenceGraph:
     """The kNN graph of ``reference`` ``(M, D)`` and its all-pairs shortest paths.
 
     Args:
-        reference: ``(M, D)`` points (flattened inputs), ``M >= 2``.
+        reference: ``(M, D)`` finite points (flattened inputs), ``M >= 2``.
         neighbours: ``k`` of the kNN graph (each point's ``k`` nearest, symmetrised) and of a new point's links.
 
     Raises ``ValueError`` when the graph is not connected (raise ``neighbours``).
     """
 
     def __init__(self, reference: torch.Tensor, *, neighbours: int = 10) -> None:
-        if reference.dim() != 2 or len(reference) < 2:
-            raise ValueError(f"reference must be (M, D) with M >= 2, got {tuple(reference.shape)}")
-        if isinstance(neighbours, bool) or not isinstance(neighbours, int) or not 1 <= neighbours < len(reference):
-            raise ValueError(f"neighbours must be an integer in [1, M - 1 = {len(reference) - 1}], got {neighbours!r}")
-        self.points = reference.detach().to(torch.float64)
+        points = check_finite(reference, "reference").detach()  # a NaN would cut the graph
+        if points.dim() != 2 or len(points) < 2:
+            raise ValueError(f"reference must be (M, D) with M >= 2, got {tuple(points.shape)}")
+        if isinstance(neighbours, bool) or not isinstance(neighbours, int) or not 1 <= neighbours < len(points):
+            raise ValueError(f"neighbours must be an integer in [1, M - 1 = {len(points) - 1}], got {neighbours!r}")
+        self.points = points
         self.neighbours = neighbours
         m = len(self.points)
         distances = torch.cdist(self.points, self.points)
@@ -61,14 +64,17 @@ class ReferenceGraph:
         """Geodesic distances between the new points of every group and the reference points that route them.
 
         Args:
-            x: ``(B, K, D)`` groups of points.
+            x: ``(B, K, D)`` groups of points, ``D`` the reference's (else a ``ValueError`` naming ``x``; the values
+                are not read: non-finite ones give non-finite distances).
 
         Returns:
             ``(B, K, K)`` float64 distances and ``(B, K, K, 2)`` int64 ``(a, b)``: the reference points where the
             route from point ``i`` to ``j`` enters and leaves the graph (``-1`` where the two are neighbours and the
             direct segment is the route).
         """
-        x = x.detach().to(torch.float64)
+        x = real_tensor(x, "x").detach()
+        if x.dim() != 3 or x.shape[-1] != self.points.shape[1]:
+            raise ValueError(f"x must have shape (B, K, D={self.points.shape[1]}), got {tuple(x.shape)}")
         b, k, _ = x.shape
         links = torch.cdist(x, self.points.expand(b, -1, -1)).topk(self.neighbours, largest=False)  # (B, K, k)
         flat = links.indices.reshape(b, k * self.neighbours)
@@ -107,29 +113,36 @@ def shortest_hamiltonian_path(distances: torch.Tensor) -> list[int]:
     """An order of the ``K`` points visiting each once with the smallest total distance (an open path, any ends).
 
     Exact (Held-Karp dynamic programming over subsets) for ``K <= EXACT_ROUTE_MAX``; beyond, the best greedy
-    nearest-neighbour chain over every start. ``distances`` ``(K, K)``, symmetric.
+    nearest-neighbour chain over every start. ``distances`` ``(K, K)``, symmetric, real and not NaN (else a
+    ``TypeError`` / ``ValueError`` naming it); an infinite distance is an edge of infinite length: the route still
+    visits all ``K`` points, avoiding such edges where it can.
     """
+    distances = real_tensor(distances, "distances")
+    if distances.dim() != 2 or distances.shape[0] != distances.shape[1]:
+        raise ValueError(f"distances must be a square (K, K) matrix, got shape {tuple(distances.shape)}")
     d = distances.tolist()
     k = len(d)
+    if any(math.isnan(value) for row in d for value in row):
+        raise ValueError("distances must not be NaN")
     if k <= 2:
         return list(range(k))
     if k > EXACT_ROUTE_MAX:
         return min((_greedy_route(d, start) for start in range(k)), key=lambda route: _length(d, route))
     full = (1 << k) - 1
-    cost = [[math.inf] * k for _ in range(1 << k)]
-    parent = [[-1] * k for _ in range(1 << k)]
+    cost = [[math.inf] * k for _ in range(1 << k)]  # the shortest path through subset ending at last
+    parent = [[-1] * k for _ in range(1 << k)]  # -1: no such path yet, unless subset is {last} (inf is a length)
     for i in range(k):
         cost[1 << i][i] = 0.0
     for subset in range(1, 1 << k):
         for last in range(k):
-            here = cost[subset][last]
-            if here == math.inf or not subset >> last & 1:
+            if not subset >> last & 1 or (parent[subset][last] == -1 and subset != 1 << last):
                 continue
+            here = cost[subset][last]
             for nxt in range(k):
                 if subset >> nxt & 1:
                     continue
                 grown = subset | 1 << nxt
-                if here + d[last][nxt] < cost[grown][nxt]:
+                if parent[grown][nxt] == -1 or here + d[last][nxt] < cost[grown][nxt]:
                     cost[grown][nxt], parent[grown][nxt] = here + d[last][nxt], last
     last = min(range(k), key=lambda j: cost[full][j])
     route, subset = [], full
