@@ -35,7 +35,7 @@ Two optional safeguards, both off by default:
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, Sequence, cast
+from typing import Any, Iterable, Optional, Sequence
 
 import torch
 
@@ -140,7 +140,7 @@ class StragglerAwareController:
         self.steps = 0
         self.events = 0
         self.size_counts = [0] * len(values)
-        self.generator = torch.Generator().manual_seed(cast(int, check_seed("seed", seed)))  # not optional: never None
+        self.generator = torch.Generator().manual_seed(check_seed("seed", seed))
 
     @property
     def size(self) -> int:

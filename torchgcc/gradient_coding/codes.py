@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import operator
 from abc import ABC, abstractmethod
-from typing import Any, Iterable, Sequence, cast
+from typing import Any, Iterable, Sequence
 
 import torch
 
@@ -245,7 +245,7 @@ class CyclicRepetitionCode(GradientCode):
         _check_count("num_stragglers", num_stragglers, 0)
         if num_stragglers >= num_workers:
             raise ValueError(f"num_stragglers must be < num_workers={num_workers}, got {num_stragglers}")
-        self.seed = seed = cast(int, check_seed("seed", seed))  # not optional: never None
+        self.seed = seed = check_seed("seed", seed)
         super().__init__(num_workers, num_stragglers, self._construct(num_workers, num_stragglers, seed))
         self._cache: dict[frozenset, torch.Tensor] = {}
 

@@ -6,8 +6,6 @@ closed loop that sends the next query when the previous one returns), so a slow 
 
 from __future__ import annotations
 
-from typing import cast
-
 import torch
 
 from torchgcc.checks import check_integer, check_real, check_seed
@@ -25,7 +23,7 @@ class PoissonArrivals:
 
     def __init__(self, rate: float, *, seed: int) -> None:
         self.rate = check_real("rate (queries per second)", rate, low=0, low_open=True)
-        self.seed = cast(int, check_seed("seed", seed))  # not optional: never None
+        self.seed = check_seed("seed", seed)
 
     def times(self, num_queries: int) -> torch.Tensor:
         """``(num_queries,)`` float64 arrival times in seconds after the start, increasing; the first is one gap in.
