@@ -1,5 +1,5 @@
-"""Checks of the numbers the public constructors take: one-line errors that name the argument, what it must be and
-what was given.
+"""Checks of the numbers the public constructors take and of the tensors the public entry points take: one-line
+errors that name the argument, what it must be and what was given (the one validation path of the library).
 
 A value that is not a number at all (a string, None, a list) raises ``TypeError``; a number of the wrong kind or
 outside its range (``2.5`` workers, ``-1``, NaN) raises ``ValueError``. Numpy numbers are numbers; ``bool`` is not.
@@ -18,7 +18,9 @@ import math
 import numbers
 from typing import Literal, Optional, overload
 
-__all__ = ["SEED_RANGE", "check_integer", "check_real", "check_seed"]
+import torch
+
+__all__ = ["SEED_RANGE", "check_integer", "check_mask", "check_real", "check_seed", "check_tensor"]
 
 #: The seeds ``torch.Generator.manual_seed`` takes: a signed or unsigned 64-bit integer.
 SEED_RANGE = (-(2**63), 2**64 - 1)
@@ -98,3 +100,41 @@ def check_seed(name: str, value: object, *, optional: bool = False) -> Optional[
     if optional and value is None:
         return None
     return check_integer(name, value, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1])
+
+
+def check_tensor(value: object, name: str, axis: str, size: int, trailing: str) -> torch.Tensor:
+    """``value`` if it is a floating-point tensor of shape ``(B, size, *trailing)`` with ``B >= 1``, else a one-line
+    error naming ``name``, the expected shape (``(B, axis=size, *trailing)``) and the fix. No text is formatted
+    unless it raises (the decoder checks every call)."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor of shape (B, {axis}={size}, *{trailing}), got {type(value).__name__}; "
+            "convert it with torch.as_tensor(...)"
+        )
+    if not value.is_floating_point():
+        raise TypeError(f"{name} must be floating point, got {value.dtype}; cast it with .float()")
+    if value.ndim >= 1 and value.shape[0] == 0:
+        raise ValueError(f"{name} is an empty batch (B = 0, shape {tuple(value.shape)}); pass at least one group")
+    if value.ndim < 2 or value.shape[1] != size:
+        raise ValueError(f"{name} must have shape (B, {axis}={size}, *{trailing}), got {tuple(value.shape)}")
+    return value
+
+
+def check_mask(mask: object, num_workers: int, batch: Optional[int] = None) -> torch.Tensor:
+    """``mask`` if it is a bool tensor of shape ``(B, N)`` (``N = num_workers``, ``B = batch`` when given), else a
+    one-line error saying how to make one (no text is formatted unless it raises)."""
+
+    def shape() -> str:
+        return f"(B, N) = ({'B' if batch is None else batch}, {num_workers})"
+
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(
+            f"mask must be a bool torch.Tensor of shape {shape()} (True = result arrived), got "
+            f"{type(mask).__name__}; convert it with torch.as_tensor(mask, dtype=torch.bool)"
+        )
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (True = result arrived), got {mask.dtype}; use mask.bool()")
+    if mask.ndim != 2 or mask.shape[1] != num_workers or (batch is not None and mask.shape[0] != batch):
+        hint = "; a single group's (N,) mask is mask.unsqueeze(0)" if mask.ndim == 1 else ""
+        raise ValueError(f"mask must have shape {shape()}, got {tuple(mask.shape)}{hint}")
+    return mask

@@ -17,8 +17,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from torchgcc.checks import check_real, check_seed
-from torchgcc.codes.maps import check_mask
+from torchgcc.checks import check_mask, check_real, check_seed
 
 __all__ = ["GaussianNoise", "LowPrecisionWorkers"]
 

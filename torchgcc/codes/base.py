@@ -7,8 +7,8 @@ from typing import TypedDict
 import torch
 from torch import nn
 
-from torchgcc.checks import check_integer
-from torchgcc.codes.maps import Decoder, Encoder, check_mask
+from torchgcc.checks import check_integer, check_mask
+from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.points import PointSpec, resolve_points
 
 __all__ = ["Code", "DecoderOptions", "check_sizes"]
@@ -117,7 +117,7 @@ class Code(nn.Module):
         """``(B,)`` bool: which groups of the ``(B, N)`` bool ``mask`` this code decodes fully (every estimate from
         enough arrived results). The default: at least :attr:`min_arrived` arrived; codes whose needs depend on
         *which* workers arrived (replication) override it, checking ``mask`` with the same
-        :func:`~torchgcc.codes.maps.check_mask`. Engines end a wait once every group is decodable.
+        :func:`~torchgcc.checks.check_mask`. Engines end a wait once every group is decodable.
 
         Raises ``TypeError`` (not a bool tensor) or ``ValueError`` (not ``(B, N)``) naming ``mask``, as the decoder
         does."""

@@ -19,6 +19,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from torchgcc.checks import check_mask, check_tensor
 from torchgcc.functional.survivors import SurvivorLayout, Survivors, compact_survivors, survivor_layout
 from torchgcc.points import check_points
 from torchgcc.tracing import graph_break
@@ -89,44 +90,6 @@ def apply_linear(matrix: torch.Tensor, flat: torch.Tensor, *, exact: bool = Fals
     data = flat if flat.dtype == dtype else flat.to(dtype)
     out = torch.bmm(matrix, data) if matrix.ndim == 3 and matrix.shape[0] == data.shape[0] else matrix @ data
     return out if out.dtype == flat.dtype else out.to(flat.dtype)
-
-
-def check_tensor(value: object, name: str, axis: str, size: int, trailing: str) -> torch.Tensor:
-    """``value`` if it is a floating-point tensor of shape ``(B, size, *trailing)`` with ``B >= 1``, else a one-line
-    error naming ``name``, the expected shape (``(B, axis=size, *trailing)``) and the fix. No text is formatted
-    unless it raises (the decoder checks every call)."""
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(
-            f"{name} must be a torch.Tensor of shape (B, {axis}={size}, *{trailing}), got {type(value).__name__}; "
-            "convert it with torch.as_tensor(...)"
-        )
-    if not value.is_floating_point():
-        raise TypeError(f"{name} must be floating point, got {value.dtype}; cast it with .float()")
-    if value.ndim >= 1 and value.shape[0] == 0:
-        raise ValueError(f"{name} is an empty batch (B = 0, shape {tuple(value.shape)}); pass at least one group")
-    if value.ndim < 2 or value.shape[1] != size:
-        raise ValueError(f"{name} must have shape (B, {axis}={size}, *{trailing}), got {tuple(value.shape)}")
-    return value
-
-
-def check_mask(mask: object, num_workers: int, batch: Optional[int] = None) -> torch.Tensor:
-    """``mask`` if it is a bool tensor of shape ``(B, N)`` (``N = num_workers``, ``B = batch`` when given), else a
-    one-line error saying how to make one (no text is formatted unless it raises)."""
-
-    def shape() -> str:
-        return f"(B, N) = ({'B' if batch is None else batch}, {num_workers})"
-
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(
-            f"mask must be a bool torch.Tensor of shape {shape()} (True = result arrived), got "
-            f"{type(mask).__name__}; convert it with torch.as_tensor(mask, dtype=torch.bool)"
-        )
-    if mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a bool tensor (True = result arrived), got {mask.dtype}; use mask.bool()")
-    if mask.ndim != 2 or mask.shape[1] != num_workers or (batch is not None and mask.shape[0] != batch):
-        hint = "; a single group's (N,) mask is mask.unsqueeze(0)" if mask.ndim == 1 else ""
-        raise ValueError(f"mask must have shape {shape()}, got {tuple(mask.shape)}{hint}")
-    return mask
 
 
 def _map_tensors(value, fn):

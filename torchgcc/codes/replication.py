@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
+from torchgcc.checks import check_mask
 from torchgcc.codes.base import Code
-from torchgcc.codes.maps import Decoder, Encoder, check_mask
+from torchgcc.codes.maps import Decoder, Encoder
 from torchgcc.functional.survivors import Survivors
 
 __all__ = ["CopyMeanDecoder", "Replication", "copy_owners"]

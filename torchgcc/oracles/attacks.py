@@ -30,8 +30,7 @@ from typing import Callable, Optional
 import torch
 
 from torchgcc.attacks import Attack, ConstantAttack, GreedyAttack, RandomAttack, ShiftAttack, SignFlipAttack
-from torchgcc.checks import check_integer, check_real, check_seed
-from torchgcc.codes.maps import check_mask
+from torchgcc.checks import check_integer, check_mask, check_real, check_seed
 from torchgcc.oracles.inputs import check_outputs, worse
 
 __all__ = ["FAMILIES", "SHIFT_FRACTIONS", "AttackErrors", "WorstAttacks", "attack_errors", "worst_attacks"]

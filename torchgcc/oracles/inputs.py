@@ -1,6 +1,6 @@
 """What every oracle checks and compares: the decoder's results against the exact outputs, and which error is worse.
 
-The checks are those of the decoders (:func:`~torchgcc.codes.maps.check_tensor`): one-line errors that name the
+The checks are those of the decoders (:func:`~torchgcc.checks.check_tensor`): one-line errors that name the
 argument. An oracle's MSE is ``mean (estimate - reference)^2``, so ``reference`` must have the estimates' shape
 exactly (a broadcast one would give numbers against other outputs) and be finite (a NaN would make every error NaN).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from torchgcc.codes.maps import check_tensor
+from torchgcc.checks import check_tensor
 
 __all__ = ["check_outputs", "worse"]
 
