@@ -140,6 +140,14 @@ def test_adversarial_lambda_and_coded_module_attack():
         (lambda: ConcentratedAttack(1, 1.0, seed=1.5), ValueError, "^seed must be an integer in .*, got 1.5"),
         (lambda: RandomAttack("1", 1.0), TypeError, "^q must be an integer >= 0, got '1'"),
         (lambda: RandomAttack(1, "2"), TypeError, "^bound \\(M\\) must be a positive finite number, got '2'"),
+        (lambda: ConstantAttack(value="3"), TypeError, "^value must be a finite number, got '3'"),
+        (lambda: ConstantAttack(value=float("nan")), ValueError, "^value must be a finite number, got nan"),
+        (lambda: ConstantAttack(workers=[0, 1.7]), ValueError, "^workers\\[1\\] must be an integer >= 0, got 1.7"),
+        (lambda: ConstantAttack(workers=[-1]), ValueError, "^workers\\[0\\] must be an integer >= 0, got -1"),
+        (lambda: ConstantAttack(workers=[2, 2]), ValueError, "^workers must be distinct ranks, got \\(2, 2\\)"),
+        (lambda: ConstantAttack(workers=3), TypeError, "^workers must be a sequence of worker ranks, got int"),
+        (lambda: GreedyAttack(1, 1.0, lam=-1e-4), ValueError, "^lam must be a finite number >= 0, got -0.0001"),
+        (lambda: GreedyAttack(1, 1.0, lam="1e-4"), TypeError, "^lam must be a finite number >= 0, got '1e-4'"),
     ],
 )
 def test_attack_arguments_given_otherwise_are_named(make, error, message):

@@ -151,3 +151,29 @@ def test_group_size_takes_numpy_integers_and_refuses_bool():
         CodedMetrics(True)
     with pytest.raises(ValueError, match="^group_size .* got 2.5"):
         CodedMetrics(2.5)
+
+
+@pytest.mark.parametrize(
+    ("logits", "labels", "error", "message"),
+    [
+        ([[1.0, 0.0]], torch.tensor([0]), TypeError, "^logits must be a torch.Tensor"),
+        (torch.ones(2, 3, dtype=torch.bool), torch.tensor([0, 1]), TypeError, "^logits must be a real"),
+        (torch.ones(2, 3), torch.tensor([0.0, 1.0]), TypeError, "^labels must be an integer tensor"),
+        (torch.ones(2, 3), torch.tensor([True, False]), TypeError, "^labels must be an integer tensor"),
+        (torch.ones(3), torch.tensor(0), ValueError, "^logits must be \\(M, C\\)"),
+        (torch.ones(2, 0), torch.tensor([0, 1]), ValueError, "^logits must be \\(M, C\\)"),
+        (torch.ones(2, 3, 4), torch.zeros(2, 3, dtype=torch.long), ValueError, "^logits must be \\(M, C\\)"),
+    ],
+)
+def test_accuracy_refuses_what_is_not_logits_and_class_indices(logits, labels, error, message):
+    with pytest.raises(error, match=message):
+        accuracy(logits, labels)
+
+
+def test_accuracy_against_numpy_and_mse_of_nothing_is_refused():
+    generator = torch.Generator().manual_seed(3)
+    logits, labels = torch.randn(50, 7, generator=generator), torch.randint(0, 7, (50,), generator=generator)
+    expected = np.mean(np.argmax(logits.numpy(), axis=1) == labels.numpy())
+    assert accuracy(logits, labels).item() == expected and accuracy(logits, labels.int()).item() == expected
+    with pytest.raises(ValueError, match="^decoded and reference are empty"):
+        mse(torch.zeros(0, 3), torch.zeros(0, 3))

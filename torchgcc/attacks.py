@@ -222,7 +222,7 @@ class GreedyAttack(Attack):
         super().__init__(q, seed=seed)
         self.bound = _check_bound(bound)
         self.points = points
-        self.lam = lam
+        self.lam = check_real("lam", lam, low=0)
 
     def __call__(self, results, mask):
         super().__call__(results, mask)  # validates and fills last_corrupted with placeholders
@@ -272,9 +272,14 @@ class ConstantAttack(Attack):
     def __init__(
         self, q: int = 0, value: float = 0.0, *, workers: Sequence[int] = (), seed: Optional[int] = None
     ) -> None:
-        super().__init__(q if not workers else len(workers), seed=seed)
-        self.value = float(value)
-        self.workers = tuple(int(w) for w in workers)
+        if isinstance(workers, (str, bytes)) or not isinstance(workers, Sequence):
+            raise TypeError(f"workers must be a sequence of worker ranks, got {type(workers).__name__}")
+        ranks = tuple(check_integer(f"workers[{i}]", w, minimum=0) for i, w in enumerate(workers))
+        if len(set(ranks)) != len(ranks):
+            raise ValueError(f"workers must be distinct ranks, got {ranks}")
+        super().__init__(q if not ranks else len(ranks), seed=seed)
+        self.value = check_real("value", value)
+        self.workers = ranks
 
     def __call__(self, results, mask):
         if self.workers and max(self.workers) >= mask.shape[1]:

@@ -33,9 +33,12 @@ def mse(decoded: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     """``mean((decoded - reference)^2)`` over every element, a float64 scalar tensor (differentiable).
 
     Integer and floating-point inputs of any precision are converted to float64 before they are subtracted, so
-    int8 differences do not wrap and float16 ones do not overflow; bool and complex inputs raise ``TypeError``.
+    int8 differences do not wrap and float16 ones do not overflow; bool and complex inputs raise ``TypeError``, empty
+    ones ``ValueError`` (a mean over nothing).
     """
     _check_inputs(decoded, reference)
+    if decoded.numel() == 0:
+        raise ValueError(f"decoded and reference are empty (shape {tuple(decoded.shape)}): no error to average")
     return _squared_error(decoded, reference).mean()
 
 
@@ -52,7 +55,19 @@ def argmax_agreement(decoded: torch.Tensor, reference: torch.Tensor) -> torch.Te
 
 
 def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Top-1 accuracy of ``(M, C)`` logits against ``(M,)`` integer labels, a float64 scalar tensor."""
+    """Top-1 accuracy of ``(M, C)`` logits (real, ``M, C >= 1``) against ``(M,)`` integer labels, a float64 scalar
+    tensor; anything else raises a one-line ``TypeError`` / ``ValueError`` naming the argument."""
+    for name, value in (("logits", logits), ("labels", labels)):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(
+                f"{name} must be a torch.Tensor, got {type(value).__name__}; convert it with torch.as_tensor(...)"
+            )
+    if logits.dtype == torch.bool or logits.is_complex():
+        raise TypeError(f"logits must be a real (integer or floating-point) tensor, got {logits.dtype}")
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise TypeError(f"labels must be an integer tensor of class indices, got {labels.dtype}")
+    if logits.ndim != 2 or 0 in logits.shape:
+        raise ValueError(f"logits must be (M, C) with M >= 1 samples and C >= 1 classes, got {tuple(logits.shape)}")
     if logits.shape[:-1] != labels.shape:
         raise ValueError(
             f"logits {tuple(logits.shape)} need labels of shape {tuple(logits.shape[:-1])}, got {tuple(labels.shape)}"
