@@ -57,13 +57,11 @@ def argmax_agreement(decoded: torch.Tensor, reference: torch.Tensor) -> torch.Te
 def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Top-1 accuracy of ``(M, C)`` logits (real, ``M, C >= 1``) against ``(M,)`` integer labels, a float64 scalar
     tensor; anything else raises a one-line ``TypeError`` / ``ValueError`` naming the argument."""
-    for name, value in (("logits", logits), ("labels", labels)):
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(
-                f"{name} must be a torch.Tensor, got {type(value).__name__}; convert it with torch.as_tensor(...)"
-            )
-    if logits.dtype == torch.bool or logits.is_complex():
-        raise TypeError(f"logits must be a real (integer or floating-point) tensor, got {logits.dtype}")
+    _check_real("logits", logits)
+    if not isinstance(labels, torch.Tensor):
+        raise TypeError(
+            f"labels must be a torch.Tensor, got {type(labels).__name__}; convert it with torch.as_tensor(...)"
+        )
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
         raise TypeError(f"labels must be an integer tensor of class indices, got {labels.dtype}")
     if logits.ndim != 2 or 0 in logits.shape:
@@ -190,13 +188,8 @@ class CodedMetrics:
 def _check_inputs(decoded: torch.Tensor, reference: torch.Tensor, *, classification: bool = False) -> None:
     """Raise unless ``decoded`` and ``reference`` are real (integer or floating-point) tensors of one shape, and
     ``(M, C)`` with ``M, C >= 1`` when ``classification`` (an argmax over ``C`` per sample)."""
-    for name, value in (("decoded", decoded), ("reference", reference)):
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(
-                f"{name} must be a torch.Tensor, got {type(value).__name__}; convert it with torch.as_tensor(...)"
-            )
-        if value.dtype == torch.bool or value.is_complex():
-            raise TypeError(f"{name} must be a real (integer or floating-point) tensor, got {value.dtype}")
+    _check_real("decoded", decoded)
+    _check_real("reference", reference)
     if decoded.shape != reference.shape:
         raise ValueError(f"decoded {tuple(decoded.shape)} and reference {tuple(reference.shape)} shapes differ")
     if classification and (decoded.ndim != 2 or 0 in decoded.shape):
@@ -204,6 +197,17 @@ def _check_inputs(decoded: torch.Tensor, reference: torch.Tensor, *, classificat
             f"decoded and reference must be (M, C) logits with M >= 1 samples and C >= 1 classes, "
             f"got shape {tuple(decoded.shape)}"
         )
+
+
+def _check_real(name: str, value: object) -> None:
+    """Raise a one-line ``TypeError`` naming ``name`` unless ``value`` is a real (integer or floating-point)
+    tensor."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor, got {type(value).__name__}; convert it with torch.as_tensor(...)"
+        )
+    if value.dtype == torch.bool or value.is_complex():
+        raise TypeError(f"{name} must be a real (integer or floating-point) tensor, got {value.dtype}")
 
 
 def _squared_error(decoded: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
