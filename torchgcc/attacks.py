@@ -194,7 +194,7 @@ class ShiftAttack(Attack):
         if self.start is None:
             start = (arrived - self.q) // 2
         else:
-            start = _one_per_group("start", self.start, len(mask)).to(torch.long).expand(len(mask))
+            start = _one_per_group("start", self.start, len(mask)).to(mask.device, torch.long).expand(len(mask))
             if ((start < 0) | (start > arrived - self.q)).any():
                 raise ValueError(f"start must lie in [0, arrived - q] for every group, got {self.start!r}")
         return block_positions(mask, self.q, start)
@@ -334,8 +334,9 @@ def _check_per_group(name: str, value: object, *, integer: bool) -> float | int 
 
 
 def _one_per_group(name: str, value: float | int | torch.Tensor, groups: int) -> torch.Tensor:
-    """``value`` (checked by :func:`_check_per_group`) as a tensor on the CPU, one entry or ``groups`` of them."""
-    value = torch.as_tensor(value).cpu()
+    """``value`` (checked by :func:`_check_per_group`) as a tensor, one entry or ``groups`` of them (its shape is
+    checked, its values are not read)."""
+    value = torch.as_tensor(value)
     if value.ndim == 1 and len(value) != groups:
         raise ValueError(f"{name} has {len(value)} entries, one per group, but the batch has {groups} groups")
     return value

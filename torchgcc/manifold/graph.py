@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from torchgcc.points import check_finite, real_tensor
+from torchgcc.checks import check_finite, check_integer, real_tensor
 
 __all__ = ["ReferenceGraph", "shortest_hamiltonian_path", "EXACT_ROUTE_MAX"]
 
@@ -38,8 +38,7 @@ class ReferenceGraph:
         points = check_finite(reference, "reference").detach()  # a NaN would cut the graph
         if points.dim() != 2 or len(points) < 2:
             raise ValueError(f"reference must be (M, D) with M >= 2, got {tuple(points.shape)}")
-        if isinstance(neighbours, bool) or not isinstance(neighbours, int) or not 1 <= neighbours < len(points):
-            raise ValueError(f"neighbours must be an integer in [1, M - 1 = {len(points) - 1}], got {neighbours!r}")
+        neighbours = check_integer("neighbours (at most M - 1)", neighbours, minimum=1, maximum=len(points) - 1)
         self.points = points
         self.neighbours = neighbours
         m = len(self.points)
