@@ -16,11 +16,23 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Literal, Optional, overload
+from typing import Literal, Optional, Sequence, overload
 
 import torch
 
-__all__ = ["SEED_RANGE", "check_integer", "check_mask", "check_real", "check_seed", "check_tensor"]
+__all__ = [
+    "NODE_ORDERS",
+    "SEED_RANGE",
+    "batch_shape",
+    "check_finite",
+    "check_integer",
+    "check_mask",
+    "check_nodes",
+    "check_real",
+    "check_seed",
+    "check_tensor",
+    "real_tensor",
+]
 
 #: The seeds ``torch.Generator.manual_seed`` takes: a signed or unsigned 64-bit integer.
 SEED_RANGE = (-(2**63), 2**64 - 1)
@@ -138,3 +150,71 @@ def check_mask(mask: object, num_workers: int, batch: Optional[int] = None) -> t
         hint = "; a single group's (N,) mask is mask.unsqueeze(0)" if mask.ndim == 1 else ""
         raise ValueError(f"mask must have shape {shape()}, got {tuple(mask.shape)}{hint}")
     return mask
+
+
+def real_tensor(value: object, name: str) -> torch.Tensor:
+    """``value`` as float64 if it is a tensor of real numbers (integer or floating point; not bool, not complex,
+    whose imaginary part a cast would drop) that holds values (not on the meta device), else a one-line
+    ``TypeError`` / ``ValueError`` naming ``name``. Only converts: no host read (the callers below read)."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor of real numbers, got {type(value).__name__}; convert it with "
+            "torch.as_tensor(...)"
+        )
+    if value.dtype == torch.bool or value.is_complex():
+        raise TypeError(f"{name} must hold real numbers, got a {value.dtype} tensor")
+    if value.is_meta:
+        raise ValueError(f"{name} is on the meta device, which holds no values to check; pass it on cpu or cuda")
+    return value.to(torch.float64)
+
+
+def check_finite(value: object, name: str, *, low: Optional[float] = None) -> torch.Tensor:
+    """:func:`real_tensor` of ``value`` if every entry is finite (and ``>= low`` when given), else a one-line
+    ``ValueError`` naming ``name`` and the first offending value. One host read."""
+    values = real_tensor(value, name)
+    valid = torch.isfinite(values) if low is None else torch.isfinite(values) & (values >= low)
+    if not bool(valid.all()):
+        what = "finite" if low is None else f"finite and >= {low:g}"
+        raise ValueError(f"{name} must be {what}, got {float(values[~valid][0])!r} at index {_first(~valid)}")
+    return values
+
+
+#: What :func:`check_nodes` requires of the values along the last dimension.
+NODE_ORDERS = ("any", "distinct", "increasing")
+
+
+def check_nodes(value: object, name: str, *, order: str = "any", batched: bool = True) -> torch.Tensor:
+    """:func:`real_tensor` of ``value`` if it holds nodes or evaluation points: shape ``(..., n)`` (``(n,)`` unless
+    ``batched``), every entry finite and, along the last dimension, pairwise ``"distinct"`` or strictly
+    ``"increasing"`` (``order``, one of :data:`NODE_ORDERS`). Else a one-line ``TypeError`` / ``ValueError`` naming
+    ``name``. One host read when the values are valid (more, only to word the error, when not)."""
+    values = real_tensor(value, name)
+    if values.ndim == 0 or (values.ndim > 1 and not batched):
+        shape = "(..., n)" if batched else "(n,): one-dimensional"
+        raise ValueError(f"{name} must have shape {shape}, got shape {tuple(values.shape)}")
+    valid = torch.isfinite(values).all()
+    if order != "any":
+        steps = (values.sort(dim=-1).values if order == "distinct" else values).diff(dim=-1)
+        valid = valid & (steps > 0).all()
+    if not bool(valid):
+        check_finite(values, name)  # raises for a non-finite entry
+        if (steps == 0).any():
+            rule = "they must be strictly increasing (distinct and sorted)" if order == "increasing" else ""
+            raise ValueError(f"{name} contain duplicates; {rule or 'every one must be distinct'}")
+        raise ValueError(f"{name} must be sorted in strictly increasing order")
+    return values
+
+
+def batch_shape(**shapes: Sequence[int]) -> torch.Size:
+    """The broadcast of the named batch ``shapes`` (e.g. ``knots=knots.shape[:-1]``), else a one-line
+    ``ValueError`` naming the arguments and their shapes."""
+    try:
+        return torch.broadcast_shapes(*shapes.values())
+    except RuntimeError:
+        listed = ", ".join(f"{name} {tuple(shape)}" for name, shape in shapes.items())
+        raise ValueError(f"the batch shapes of {listed} do not broadcast") from None
+
+
+def _first(flags: torch.Tensor) -> tuple[int, ...]:
+    """The index of the first True entry of ``flags`` (at least one)."""
+    return tuple(int(i) for i in flags.nonzero()[0])

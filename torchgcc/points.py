@@ -14,22 +14,17 @@ LCC's fits. Points on another interval ``[lo, hi]`` map there by ``2 (t - lo) / 
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Sequence, Union
 
 import torch
 
-from torchgcc.checks import check_integer
+from torchgcc.checks import check_integer, check_nodes, real_tensor
 
 __all__ = [
-    "NODE_ORDERS",
-    "batch_shape",
     "chebyshev_first_kind",
     "chebyshev_second_kind",
-    "check_finite",
-    "check_nodes",
     "check_points",
     "equispaced",
-    "real_tensor",
     "resolve_points",
     "POINT_RULES",
 ]
@@ -117,7 +112,7 @@ def resolve_points(spec: PointSpec, n: int, *, name: str = "points", count_name:
 def check_points(points: torch.Tensor, name: str = "points") -> torch.Tensor:
     """``points`` if they are a float64 ``(n,)`` tensor of finite, strictly increasing values on [-1, 1], else a
     one-line ``ValueError`` naming ``name`` and the fix (``TypeError`` for a tensor that is not real: bool, complex).
-    Reads the values (two host reads: :func:`check_nodes`, then the interval)."""
+    Reads the values (two host reads: :func:`~torchgcc.checks.check_nodes`, then the interval)."""
     points = check_nodes(points, name, order="increasing", batched=False)
     if len(points) and (points[0] < -1 or points[-1] > 1):
         lo, hi = float(points[0]), float(points[-1])
@@ -126,74 +121,6 @@ def check_points(points: torch.Tensor, name: str = "points") -> torch.Tensor:
             f"2 * (t - lo) / (hi - lo) - 1 (alpha and beta alike: the smoothing is defined on [-1, 1])"
         )
     return points
-
-
-def real_tensor(value: object, name: str) -> torch.Tensor:
-    """``value`` as float64 if it is a tensor of real numbers (integer or floating point; not bool, not complex,
-    whose imaginary part a cast would drop) that holds values (not on the meta device), else a one-line
-    ``TypeError`` / ``ValueError`` naming ``name``. Only converts: no host read (the callers below read)."""
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(
-            f"{name} must be a torch.Tensor of real numbers, got {type(value).__name__}; convert it with "
-            "torch.as_tensor(...)"
-        )
-    if value.dtype == torch.bool or value.is_complex():
-        raise TypeError(f"{name} must hold real numbers, got a {value.dtype} tensor")
-    if value.is_meta:
-        raise ValueError(f"{name} is on the meta device, which holds no values to check; pass it on cpu or cuda")
-    return value.to(torch.float64)
-
-
-def check_finite(value: object, name: str, *, low: Optional[float] = None) -> torch.Tensor:
-    """:func:`real_tensor` of ``value`` if every entry is finite (and ``>= low`` when given), else a one-line
-    ``ValueError`` naming ``name`` and the first offending value. One host read."""
-    values = real_tensor(value, name)
-    valid = torch.isfinite(values) if low is None else torch.isfinite(values) & (values >= low)
-    if not bool(valid.all()):
-        what = "finite" if low is None else f"finite and >= {low:g}"
-        raise ValueError(f"{name} must be {what}, got {float(values[~valid][0])!r} at index {_first(~valid)}")
-    return values
-
-
-#: What :func:`check_nodes` requires of the values along the last dimension.
-NODE_ORDERS = ("any", "distinct", "increasing")
-
-
-def check_nodes(value: object, name: str, *, order: str = "any", batched: bool = True) -> torch.Tensor:
-    """:func:`real_tensor` of ``value`` if it holds nodes or evaluation points: shape ``(..., n)`` (``(n,)`` unless
-    ``batched``), every entry finite and, along the last dimension, pairwise ``"distinct"`` or strictly
-    ``"increasing"`` (``order``, one of :data:`NODE_ORDERS`). Else a one-line ``TypeError`` / ``ValueError`` naming
-    ``name``. One host read when the values are valid (more, only to word the error, when not)."""
-    values = real_tensor(value, name)
-    if values.ndim == 0 or (values.ndim > 1 and not batched):
-        shape = "(..., n)" if batched else "(n,): one-dimensional"
-        raise ValueError(f"{name} must have shape {shape}, got shape {tuple(values.shape)}")
-    valid = torch.isfinite(values).all()
-    if order != "any":
-        steps = (values.sort(dim=-1).values if order == "distinct" else values).diff(dim=-1)
-        valid = valid & (steps > 0).all()
-    if not bool(valid):
-        check_finite(values, name)  # raises for a non-finite entry
-        if (steps == 0).any():
-            rule = "they must be strictly increasing (distinct and sorted)" if order == "increasing" else ""
-            raise ValueError(f"{name} contain duplicates; {rule or 'every one must be distinct'}")
-        raise ValueError(f"{name} must be sorted in strictly increasing order")
-    return values
-
-
-def batch_shape(**shapes: Sequence[int]) -> torch.Size:
-    """The broadcast of the named batch ``shapes`` (e.g. ``knots=knots.shape[:-1]``), else a one-line
-    ``ValueError`` naming the arguments and their shapes."""
-    try:
-        return torch.broadcast_shapes(*shapes.values())
-    except RuntimeError:
-        listed = ", ".join(f"{name} {tuple(shape)}" for name, shape in shapes.items())
-        raise ValueError(f"the batch shapes of {listed} do not broadcast") from None
-
-
-def _first(flags: torch.Tensor) -> tuple[int, ...]:
-    """The index of the first True entry of ``flags`` (at least one)."""
-    return tuple(int(i) for i in flags.nonzero()[0])
 
 
 def _check_count(n: int, *, minimum: int) -> None:

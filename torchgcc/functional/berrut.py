@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from torchgcc.points import batch_shape, check_nodes
+from torchgcc.checks import batch_shape, check_nodes
 
 __all__ = ["berrut_matrix", "padded_berrut_matrices"]
 

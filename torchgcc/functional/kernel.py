@@ -25,9 +25,8 @@ from typing import Callable, Union
 
 import torch
 
-from torchgcc.checks import check_integer
+from torchgcc.checks import batch_shape, check_integer, check_nodes
 from torchgcc.functional.spline import check_lam
-from torchgcc.points import batch_shape, check_nodes
 
 __all__ = ["cubic_spline_kernel", "kernel_smoother_matrix"]
 

@@ -19,8 +19,7 @@ from typing import Optional
 
 import torch
 
-from torchgcc.checks import check_integer
-from torchgcc.points import batch_shape, check_nodes
+from torchgcc.checks import batch_shape, check_integer, check_nodes
 
 __all__ = [
     "chebyshev_vandermonde",

@@ -31,9 +31,8 @@ from typing import NamedTuple, Optional, Union
 
 import torch
 
-from torchgcc.checks import check_real
+from torchgcc.checks import batch_shape, check_finite, check_nodes, check_real
 from torchgcc.functional.banded import PentadiagonalPlan, pentadiagonal_plan, solve_pentadiagonal
-from torchgcc.points import batch_shape, check_finite, check_nodes
 
 __all__ = [
     "ReinschBands",

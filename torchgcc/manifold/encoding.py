@@ -40,10 +40,10 @@ from typing import Optional, Union
 import torch
 from torch import nn
 
+from torchgcc.checks import check_finite
 from torchgcc.functional import smoothing_spline_matrix
 from torchgcc.functional.weighted_spline import weighted_smoothing_spline
 from torchgcc.manifold.graph import ReferenceGraph, shortest_hamiltonian_path
-from torchgcc.points import check_finite
 
 __all__ = ["INPUT_ORDERS", "INPUT_WEIGHT", "MIN_STEP", "REGRESSION_POINTS", "RouteEncoder", "centripetal_points"]
 

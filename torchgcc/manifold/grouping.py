@@ -28,8 +28,7 @@ from typing import Callable, Optional
 
 import torch
 
-from torchgcc.checks import check_integer
-from torchgcc.points import check_finite
+from torchgcc.checks import check_finite, check_integer
 
 __all__ = ["ManifoldGrouping", "manifold_order", "ORDERS"]
 
