@@ -31,7 +31,13 @@ digits MLP run at other noise levels and seeds):
   (``hardswish``), log-sigmoid (``logsigmoid``), a 20 -> 256 -> 10 softsign MLP with noise 3e-2
   (``softsign_wide_noise3e-2``), a two-hidden-layer ReLU6 MLP with noise 1e-3 (``deep_relu6_noise1e-3``), a
   20 -> 16 -> 10 GELU MLP (``gelu_narrow``), the digits MLP classifier with noise 3e-2 (``mlp_noise3e-2``) and the ViT
-  with bfloat16 workers and noise 1e-2 (``vit_bf16_noise1e-2``).
+  with bfloat16 workers and noise 1e-2 (``vit_bf16_noise1e-2``);
+- ``--split fresh3`` (seeds 12 and 13), added after the fresh2 split's verdict, with nothing changed in the rules
+  since the validated calibration was fixed, for a third measurement on data it never saw: MLPs 20 -> 64 -> 10 with
+  softshrink (``softshrink``), hardsigmoid with noise 1e-2 (``hardsigmoid_noise1e-2``), ELU with noise 1e-1
+  (``elu_noise1e-1``), a 20 -> 256 -> 10 SiLU MLP (``silu_wide``), a three-hidden-layer Mish MLP with noise 3e-3
+  (``deep_mish_noise3e-3``), the digits MLP classifier with bfloat16 workers (``mlp_bf16``), LeNet5 with bfloat16
+  workers and noise 3e-2 (``lenet5_bf16_noise3e-2``) and the ViT with noise 1e-3 (``vit_noise1e-3``).
 
 Settings (K, N): every workload at (4, 8) and (8, 16) with S = 0, 1, ..., N - K stragglers, and at its large
 setting, (10, 40) for the MLPs and (8, 32) for the classifiers, with S in {0, N/8, N/4, N/2}. A cell is one
@@ -62,6 +68,7 @@ cell, every rule's worst ratio, the failing cells), progress on stderr:
     python benchmarks/lambda_suite.py --split unseen      # ./torchgcc-results/lambda_suite/unseen.json
     python benchmarks/lambda_suite.py --split fresh       # ./torchgcc-results/lambda_suite/fresh.json
     python benchmarks/lambda_suite.py --split fresh2      # ./torchgcc-results/lambda_suite/fresh2.json
+    python benchmarks/lambda_suite.py --split fresh3      # ./torchgcc-results/lambda_suite/fresh3.json
     python benchmarks/lambda_suite.py --quick             # seconds: 400 MLP inputs, one mask per group, one seed
     python benchmarks/lambda_suite.py --split held-out --calibration-groups 1 --out held-out-pool1.json  # a first
                                                           # batch of one group (the default pools 16 when it can)
@@ -169,6 +176,10 @@ def _mlps(seed: int, samples: int) -> tuple[dict[str, torch.nn.Module], torch.Te
         "logsigmoid": mlp(64, torch.nn.LogSigmoid()),
         "deep_relu6": mlp(64, torch.nn.ReLU6(), layers=2),
         "gelu_narrow": mlp(16, torch.nn.GELU()),
+        "softshrink": mlp(64, torch.nn.Softshrink(0.5)),
+        "hardsigmoid": mlp(64, torch.nn.Hardsigmoid()),
+        "silu_wide": mlp(256, torch.nn.SiLU()),
+        "deep_mish": mlp(64, torch.nn.Mish(), layers=3),
     }
     x = torch.randn(samples, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
     return models, x
@@ -218,6 +229,14 @@ WORKLOADS = {
     "gelu_narrow": ("gelu_narrow", 0.0, False),
     "mlp_noise3e-2": ("digits:mlp", 3e-2, False),
     "vit_bf16_noise1e-2": ("digits:vit", 1e-2, True),
+    "softshrink": ("softshrink", 0.0, False),
+    "hardsigmoid_noise1e-2": ("hardsigmoid", 1e-2, False),
+    "silu_wide": ("silu_wide", 0.0, False),
+    "elu_noise1e-1": ("elu", 1e-1, False),
+    "deep_mish_noise3e-3": ("deep_mish", 3e-3, False),
+    "mlp_bf16": ("digits:mlp", 0.0, True),
+    "lenet5_bf16_noise3e-2": ("digits:lenet5", 3e-2, True),
+    "vit_noise1e-3": ("digits:vit", 1e-3, False),
 }
 
 #: The two halves: their workloads and seeds (disjoint).
@@ -245,6 +264,11 @@ SPLITS = {
         ("hardswish", "softsign_wide_noise3e-2", "logsigmoid", "deep_relu6_noise1e-3", "gelu_narrow")
         + ("mlp_noise3e-2", "vit_bf16_noise1e-2"),
         (10, 11),
+    ),
+    "fresh3": (
+        ("softshrink", "hardsigmoid_noise1e-2", "silu_wide", "elu_noise1e-1", "deep_mish_noise3e-3")
+        + ("mlp_bf16", "lenet5_bf16_noise3e-2", "vit_noise1e-3"),
+        (12, 13),
     ),
 }
 
