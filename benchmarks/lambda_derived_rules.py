@@ -47,7 +47,7 @@ cells failing)::
     python benchmarks/lambda_derived_rules.py benchmarks/results/lambda_suite_tuning.json \\
         benchmarks/results/lambda_suite_heldout.json benchmarks/results/lambda_suite_unseen.json \\
         benchmarks/results/lambda_suite_fresh.json benchmarks/results/lambda_suite_fresh2.json \\
-        --out benchmarks/results/lambda_derived_rules.json
+        benchmarks/results/lambda_suite_fresh3.json --out benchmarks/results/lambda_derived_rules.json
     python benchmarks/lambda_derived_rules.py benchmarks/results/lambda_suite_heldout_pool1.json \\
         benchmarks/results/lambda_suite_heldout_pool4.json --out benchmarks/results/lambda_derived_rules_pools.json
 """
