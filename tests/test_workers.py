@@ -3,6 +3,7 @@ masks, an adaptive S), and CodedModule on workers equal to CodedModule in proces
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -13,7 +14,7 @@ import torchgcc
 from torchgcc.app.coded_job import InjectedDelays
 from torchgcc.attacks import ConstantAttack
 from torchgcc.noise import GaussianNoise
-from torchgcc.workers import TooFewWorkersError, VirtualWorkers, WaitPolicy, run_round
+from torchgcc.workers import TooFewWorkersError, VirtualWorkers, WaitPolicy, run_round, stack_results
 
 SERVICE = 0.01  # virtual seconds of every task's model
 
@@ -154,3 +155,83 @@ def test_coded_module_on_workers_checks_its_arguments():
         torchgcc.CodedModule(model, torchgcc.GCC(4, 8), wait=WaitPolicy(2))
     with pytest.raises(ValueError, match="num_stragglers"):
         WaitPolicy(-1)
+
+
+class Rewritten:
+    """An engine whose completions from ``worker`` are rewritten by ``change(output)`` (scripted faults)."""
+
+    def __init__(self, engine, worker: int, change) -> None:
+        self.engine, self.worker, self.change = engine, worker, change
+        self.num_workers, self.workers_per_process = engine.num_workers, 1
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def wait(self, until_s):
+        return [
+            dataclasses.replace(done, output=self.change(done.output)) if done.worker == self.worker else done
+            for done in self.engine.wait(until_s)
+        ]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [lambda out: out[:, :2], lambda out: out.double(), lambda out: out.to("meta")],
+    ids=["trailing shape", "dtype", "device"],
+)
+def test_a_malformed_result_is_a_worker_fault_the_round_decodes_without(change, caplog):
+    """Worker 1 (the fastest) returns a result of another trailing shape, dtype or device than the others: with
+    S = 1 the round leaves it out (logged, naming the worker and both shapes), waits for the 7 others, and equals the
+    in-process CodedModule with the mask it reports."""
+    model, code = _mlp(), torchgcc.GCC(4, 8, lambda_dec="spacing")
+    x = torch.randn(10, 6)
+    on_workers = torchgcc.CodedModule(
+        model, code, workers=Rewritten(_engine(model, DELAYS), 1, change), wait=WaitPolicy(1)
+    )
+    with caplog.at_level("WARNING", logger="torchgcc.workers"):
+        got = on_workers(x)
+    assert on_workers.last_mask[0].nonzero().flatten().tolist() == [0, 2, 3, 4, 5, 6, 7]  # N - S = 7 without 1
+    torch.testing.assert_close(got, torchgcc.CodedModule(model, code)(x, mask=on_workers.last_mask), rtol=0, atol=1e-6)
+    assert on_workers.last_round.arrival_s[1] == math.inf
+    assert "worker 1" in caplog.text and "(5,)" in caplog.text, caplog.text
+
+
+def test_results_that_cannot_agree_are_a_clear_error():
+    """Two workers, replication of one input: each returns another shape, no majority: a ValueError naming both."""
+    model = _mlp()
+    code = torchgcc.make_code("replication", num_inputs=1, num_workers=2)
+    engine = Rewritten(_engine(model, [0.0, 0.01]), 1, lambda out: out[:, :2])
+    with pytest.raises(ValueError, match=r"worker 0 .*\(5,\).*worker 1 .*\(2,\)"):
+        run_round(engine, torch.randn(3, 2, 6), code=code, wait=WaitPolicy(0))
+
+
+def test_stack_results_names_the_workers_whose_shapes_differ():
+    with pytest.raises(ValueError, match=r"workers 0, 1 returned \(2,\) float32 on cpu; worker 2 returned \(3,\)"):
+        stack_results({0: torch.zeros(4, 2), 1: torch.zeros(4, 2), 2: torch.zeros(4, 3)}, 4, 3)
+
+
+def test_a_model_returning_none_on_a_worker_is_the_model_output_error_at_once():
+    """As in process (flatten_output's TypeError), naming the worker, not a timeout blaming slowness."""
+    model, code = _mlp(), torchgcc.GCC(4, 8)
+    engine = Rewritten(_engine(model, DELAYS), 3, lambda out: None)
+    with pytest.raises(TypeError, match=r"worker 3.*got NoneType"):
+        run_round(engine, torch.randn(2, 8, 6), code=code, wait=WaitPolicy(0, timeout_s=1000.0))
+    assert engine.now() < 1.0  # at once, on the virtual clock
+
+
+def test_run_round_checks_required():
+    model, code = _mlp(), torchgcc.GCC(4, 8, lambda_dec="spacing")
+    coded = torch.randn(2, 8, 6)
+    with pytest.raises(TypeError, match="required"):
+        run_round(_engine(model, DELAYS), coded, code=code, wait=WaitPolicy(0), required=torch.ones(2, 8))
+    with pytest.raises(TypeError, match="required"):
+        run_round(_engine(model, DELAYS), coded, code=code, wait=WaitPolicy(0), required=[[True] * 8] * 2)
+    short = torch.ones(2, 8, dtype=torch.bool)
+    short[1] = False
+    short[1, 3] = True
+    engine = _engine(model, DELAYS)
+    with pytest.raises(ValueError, match=r"group 1 has 1 arrived results but this decoder needs at least 2"):
+        run_round(engine, coded, code=code, wait=WaitPolicy(0), required=short)
+    assert engine.now() == 0.0  # before any work was sent
+    with pytest.raises(ValueError, match=r"group 1 has 1 arrived results but this decoder needs at least 2"):
+        torchgcc.CodedModule(model, code)(torch.randn(8, 6), mask=short)  # the in-process error it mirrors
