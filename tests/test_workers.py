@@ -14,7 +14,7 @@ import torchgcc
 from torchgcc.app.coded_job import InjectedDelays
 from torchgcc.attacks import ConstantAttack
 from torchgcc.noise import GaussianNoise
-from torchgcc.workers import TooFewWorkersError, VirtualWorkers, WaitPolicy, run_round, stack_results
+from torchgcc.workers import Task, TooFewWorkersError, VirtualWorkers, WaitPolicy, run_round, stack_results
 
 SERVICE = 0.01  # virtual seconds of every task's model
 
@@ -235,3 +235,33 @@ def test_run_round_checks_required():
     assert engine.now() == 0.0  # before any work was sent
     with pytest.raises(ValueError, match=r"group 1 has 1 arrived results but this decoder needs at least 2"):
         torchgcc.CodedModule(model, code)(torch.randn(8, 6), mask=short)  # the in-process error it mirrors
+
+
+def test_every_result_due_at_one_virtual_instant_comes_in_one_wait():
+    """Every worker finishes at t = 1 s, after a 0.5 s deadline: one wait hands over all 8 (as ProcessWorkers drains
+    every ready pipe), so the deadline's decode uses all of them, equal to the uncoded model like a round without a
+    deadline (it used to end after the first min_arrived: replication with 6 of 8 inputs NaN)."""
+    model = _mlp()
+    x = torch.randn(4, 6)
+    for code in (
+        torchgcc.make_code("replication", num_inputs=4, num_workers=8),
+        torchgcc.GCC(4, 8, lambda_dec="spacing"),
+    ):
+        engine = VirtualWorkers(model, 8, service_s=1.0)
+        coded = torchgcc.CodedModule(model, code, workers=engine, wait=WaitPolicy(0, deadline_s=0.5))
+        got = coded(x)
+        assert bool(coded.last_mask.all()) and coded.last_round.arrival_s.tolist() == [1.0] * 8
+        torch.testing.assert_close(got, torchgcc.CodedModule(model, code)(x, mask=coded.last_mask), rtol=0, atol=1e-6)
+    engine = VirtualWorkers(model, 3, service_s=1.0)
+    engine.submit([Task(n, n, x) for n in range(3)])
+    assert sorted(done.key for done in engine.wait(math.inf)) == [0, 1, 2] and engine.now() == 1.0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [((2.5,), ValueError), ((0,), ValueError), ((-2,), ValueError), (("8",), TypeError), ((8, "1"), TypeError)],
+)
+def test_virtual_workers_check_their_arguments(arguments, error):
+    num_workers, *service = arguments
+    with pytest.raises(error, match="service_s" if service else "num_workers"):
+        VirtualWorkers(_mlp(), num_workers, **({"service_s": service[0]} if service else {}))

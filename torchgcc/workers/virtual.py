@@ -17,6 +17,7 @@ from typing import Hashable, Sequence
 import torch
 from torch import nn
 
+from torchgcc.checks import check_integer, check_real
 from torchgcc.workers.protocol import Completion, Task
 
 __all__ = ["VirtualWorkers"]
@@ -25,15 +26,19 @@ __all__ = ["VirtualWorkers"]
 class VirtualWorkers:
     """N simulated workers running ``model``.
 
+    :meth:`wait` hands over every completion due at the first instant one is due (ties are common: a constant
+    ``service_s`` and equal delays), as a real engine hands over every result that is ready.
+
     Args:
         model: the network every worker runs, ``(b, *in) -> (b, *out)``.
-        num_workers: N.
-        service_s: virtual seconds every task takes before its injected delay (the model's compute time).
+        num_workers: N (at least 1).
+        service_s: virtual seconds every task takes before its injected delay (the model's compute time; finite,
+            >= 0).
     """
 
     def __init__(self, model: nn.Module, num_workers: int, *, service_s: float = 0.0) -> None:
-        if not service_s >= 0:
-            raise ValueError(f"service_s must be >= 0 seconds, got {service_s!r}")
+        num_workers = check_integer("num_workers", num_workers, minimum=1)
+        service_s = check_real("service_s", service_s, low=0)
         self.model = model.eval()
         self.num_workers = num_workers
         self.workers_per_process = 1
@@ -66,13 +71,14 @@ class VirtualWorkers:
                 self._running[worker] = (task, start, self._push(finish, worker))
 
     def wait(self, until_s: float) -> list[Completion]:
+        completions: list[Completion] = []
         while self._events:
             finish, sequence, worker = self._events[0]
             running = self._running[worker]
             if running is None or running[2] != sequence:  # stale: the task was stopped early and re-scheduled
                 heapq.heappop(self._events)
                 continue
-            if finish > until_s:
+            if finish > until_s or (completions and finish > self.clock):  # only the first instant's completions
                 break
             heapq.heappop(self._events)
             self.clock = max(self.clock, finish)
@@ -84,10 +90,10 @@ class VirtualWorkers:
                 continue  # a cancelled task delivers nothing
             with torch.inference_mode():
                 output = self.model(task.inputs)
-            return [Completion(task.key, worker, output, self.clock, compute_s=self.service_s)]
-        if math.isfinite(until_s):
+            completions.append(Completion(task.key, worker, output, self.clock, compute_s=self.service_s))
+        if not completions and math.isfinite(until_s):
             self.clock = max(self.clock, until_s)
-        return []
+        return completions
 
     def lost_workers(self) -> set[int]:
         return set()
