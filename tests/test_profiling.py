@@ -62,6 +62,20 @@ def test_timer_rejects_bad_arguments():
         timing.make_timer("cpu").measure(lambda: None, repeats=0)
 
 
+@pytest.mark.parametrize(
+    ("call", "error", "name"),
+    [
+        (lambda t: t.measure(lambda: None, repeats=2.5), ValueError, "repeats"),
+        (lambda t: t.measure(lambda: None, warmup=math.nan), ValueError, "warmup"),
+        (lambda t: t.measure(lambda: None, warmup="1"), TypeError, "warmup"),
+        (lambda t: timing.summarize([]), ValueError, "times"),
+    ],
+)
+def test_timing_names_a_bad_argument(call, error, name):
+    with pytest.raises(error, match=name):
+        call(timing.make_timer("cpu"))
+
+
 def test_profile_report_on_cpu(tmp_path):
     trace = tmp_path / "trace.json"
     report = profile_coded_inference(ProfileSettings(**TINY), trace=trace)

@@ -265,3 +265,27 @@ def test_virtual_workers_check_their_arguments(arguments, error):
     num_workers, *service = arguments
     with pytest.raises(error, match="service_s" if service else "num_workers"):
         VirtualWorkers(_mlp(), num_workers, **({"service_s": service[0]} if service else {}))
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "name"),
+    [
+        ({"timeout_s": "5"}, TypeError, "timeout_s"),
+        ({"timeout_s": 0}, ValueError, "timeout_s"),
+        ({"deadline_s": "1"}, TypeError, "deadline_s"),
+        ({"deadline_s": math.nan}, ValueError, "deadline_s"),
+        ({"watch_s": -1}, ValueError, "watch_s"),
+        ({"num_stragglers": 1.5}, ValueError, "num_stragglers"),
+        ({"num_stragglers": "2"}, TypeError, "num_stragglers"),
+    ],
+)
+def test_wait_policy_names_a_bad_argument(options, error, name):
+    with pytest.raises(error, match=name):
+        WaitPolicy(**options)
+
+
+def test_wait_policy_takes_an_infinite_timeout_and_numpy_numbers():
+    import numpy as np
+
+    wait = WaitPolicy(np.int64(2), deadline_s=np.float64(0.5), timeout_s=math.inf)
+    assert wait.num_stragglers == 2 and wait.deadline_s == 0.5 and wait.timeout_s == math.inf

@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 import torch
 
+from torchgcc.checks import check_integer
+
 __all__ = ["CPUTimer", "CUDATimer", "TIMERS", "Timer", "make_timer", "summarize"]
 
 
@@ -37,8 +39,8 @@ class Timer:
         setup: Callable[[], Any] | None = None,
     ) -> list[float]:
         """Seconds of each of ``repeats`` timed calls of ``fn`` (``setup`` and the warm-up are not timed)."""
-        if warmup < 0 or repeats < 1:
-            raise ValueError(f"need warmup >= 0 and repeats >= 1, got warmup={warmup}, repeats={repeats}")
+        warmup = check_integer("warmup", warmup, minimum=0)
+        repeats = check_integer("repeats", repeats, minimum=1)
         times = []
         for index in range(warmup + repeats):
             if setup is not None:
@@ -84,7 +86,10 @@ def make_timer(device: str | torch.device) -> Timer:
 
 
 def summarize(times: list[float]) -> dict[str, float | list[float]]:
-    """``median``, ``mean``, ``std`` (0 for one value), ``min`` in milliseconds, and the raw ``times_ms``."""
+    """``median``, ``mean``, ``std`` (0 for one value), ``min`` in milliseconds, and the raw ``times_ms`` (at least
+    one time)."""
+    if len(times) == 0:
+        raise ValueError("summarize needs at least one time in times, got none")
     ms = [1000.0 * value for value in times]
     return {
         "median_ms": statistics.median(ms),

@@ -13,6 +13,8 @@ from typing import Any, Optional
 
 import torch
 
+from torchgcc.checks import check_integer, check_real
+
 __all__ = ["WaitPolicy"]
 
 
@@ -38,12 +40,12 @@ class WaitPolicy:
     arrived copy are NaN). A round that still cannot decode ``timeout_s`` seconds after its start fails.
 
     Args:
-        num_stragglers: S, or None (see above).
-        deadline_s: seconds after which a round decodes from what arrived; None: no deadline.
-        timeout_s: seconds after which a round that cannot decode fails.
+        num_stragglers: S (an integer >= 0), or None (see above).
+        deadline_s: seconds (finite, >= 0) after which a round decodes from what arrived; None: no deadline.
+        timeout_s: seconds (> 0; ``inf``: never) after which a round that cannot decode fails.
         adaptive: a wait-count controller choosing S per round (then ``num_stragglers`` is unused).
-        watch_s: seconds after the start up to which late arrivals are recorded (after the decode's results are
-            in; adaptive rounds); None: not watched.
+        watch_s: seconds (finite, >= 0) after the start up to which late arrivals are recorded (after the decode's
+            results are in; adaptive rounds); None: not watched.
     """
 
     def __init__(
@@ -55,15 +57,14 @@ class WaitPolicy:
         adaptive: Any = None,
         watch_s: Optional[float] = None,
     ) -> None:
-        if num_stragglers is not None and (
-            isinstance(num_stragglers, bool) or not isinstance(num_stragglers, int) or num_stragglers < 0
-        ):
-            raise ValueError(f"num_stragglers must be an integer >= 0 or None, got {num_stragglers!r}")
-        for name, value in (("deadline_s", deadline_s), ("watch_s", watch_s)):
-            if value is not None and not value >= 0:
-                raise ValueError(f"{name} must be None or a number of seconds >= 0, got {value!r}")
-        if not timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+        if num_stragglers is not None:
+            num_stragglers = check_integer("num_stragglers", num_stragglers, minimum=0)
+        if deadline_s is not None:
+            deadline_s = check_real("deadline_s", deadline_s, low=0)
+        if watch_s is not None:
+            watch_s = check_real("watch_s", watch_s, low=0)
+        if not (isinstance(timeout_s, (int, float)) and timeout_s == math.inf):  # inf: never fail
+            timeout_s = check_real("timeout_s", timeout_s, low=0, low_open=True)
         if adaptive is not None and not (hasattr(adaptive, "choose") and hasattr(adaptive, "observe")):
             raise TypeError(
                 "adaptive must be a wait-count controller with choose() and observe() "
