@@ -23,6 +23,7 @@ from typing import Hashable, Sequence
 import torch
 from torch import nn
 
+from torchgcc.checks import check_integer
 from torchgcc.workers.protocol import Completion, Task
 
 __all__ = ["ProcessWorkers"]
@@ -52,7 +53,7 @@ class ProcessWorkers:
 
     Args:
         model: the network (pickled to every worker; its class must be importable there).
-        num_workers: N.
+        num_workers: N (at least 1).
         cpus: per worker, the CPU cores it is pinned to (``os.sched_setaffinity``); None: not pinned.
         threads: torch threads per worker.
         start_timeout_s: the longest to wait for every worker to report ready.
@@ -67,6 +68,7 @@ class ProcessWorkers:
         threads: int = 1,
         start_timeout_s: float = 120.0,
     ) -> None:
+        num_workers = check_integer("num_workers", num_workers, minimum=1)
         if cpus is not None and len(cpus) != num_workers:
             raise ValueError(f"cpus needs one list of cores per worker ({num_workers}), got {len(cpus)}")
         self.num_workers = num_workers
@@ -75,6 +77,7 @@ class ProcessWorkers:
         self._processes: list[multiprocessing.process.BaseProcess] = []
         self._tasks: list[multiprocessing.connection.Connection] = []
         self._results: dict[multiprocessing.connection.Connection, int] = {}
+        self._closed = False
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["torchgcc.workers.processes"])
         try:
@@ -122,14 +125,19 @@ class ProcessWorkers:
     def now(self) -> float:
         return time.monotonic()
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("ProcessWorkers is closed (its worker processes are stopped): start a new one")
+
     def submit(self, tasks: Sequence[Task]) -> None:
+        self._check_open()
         for task in tasks:
             if task.worker not in self._lost:
                 # contiguous: a view would travel with its whole storage (every worker's inputs)
                 self._send(task.worker, (_TASK, task.key, task.inputs.contiguous(), float(task.delay_s)))
 
     def cancel(self, keys: Sequence[Hashable]) -> None:
-        if not keys:
+        if not keys or self._closed:  # nothing runs on a closed pool
             return
         for worker in range(self.num_workers):
             if worker not in self._lost:
@@ -142,6 +150,7 @@ class ProcessWorkers:
             pass  # the worker died; its result pipe reports that
 
     def wait(self, until_s: float) -> list[Completion]:
+        self._check_open()
         live = [c for c, worker in self._results.items() if worker not in self._lost]
         if not live:
             return []
@@ -174,7 +183,9 @@ class ProcessWorkers:
         return set(self._lost)
 
     def close(self, *, grace_s: float = 2.0) -> None:
-        """Ask every worker to stop, wait up to ``grace_s``, then kill the rest; idempotent."""
+        """Ask every worker to stop, wait up to ``grace_s``, then kill the rest; idempotent. A closed pool takes no
+        more tasks (``RuntimeError``)."""
+        self._closed = True
         for worker in range(len(self._tasks)):
             self._send(worker, (_STOP,))
         deadline = time.monotonic() + grace_s
