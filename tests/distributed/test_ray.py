@@ -5,6 +5,7 @@ job's loop on the Ray engine writes the torchrun engine's records."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -221,3 +222,59 @@ def test_a_signal_handlers_exception_comes_out_of_wait_as_itself(workers, task):
         timer.cancel()
         signal.signal(signal.SIGUSR1, previous)
         workers.cancel(["late"])
+
+
+class FailsOnNaN(nn.Module):
+    """A linear model that raises on an input holding NaN (how a test makes chosen workers' tasks fail)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.linear = nn.Linear(3, 2)
+
+    def forward(self, x):
+        if bool(torch.isnan(x).any()):
+            raise RuntimeError("model failed on purpose")
+        return self.linear(x)
+
+
+def test_a_task_whose_model_raises_is_a_failed_worker_for_its_round(ray_instance, caplog):
+    """Worker 1's model raises (its inputs hold NaN) and S = 0: the round decodes from the other three, each equal to
+    the model run here, instead of letting Ray's RayTaskError out; the actor stays (not lost) and the next round
+    uses it. When too few are left (three raise), TooFewWorkersError names the failures, and the round's task still
+    running (worker 3: 30 s of injected delay) is cancelled: the next round on worker 3 is not stuck behind it."""
+    from torchgcc.app.coded_job import InjectedDelays
+    from torchgcc.workers import TooFewWorkersError, run_round
+
+    model = FailsOnNaN().eval()
+    code = make_code("gcc", num_inputs=2, num_workers=4, lambda_dec="spacing")
+    coded = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0))
+    bad = coded.clone()
+    bad[:, 1] = math.nan
+    with RayWorkers(model, 4) as actors:
+        engine = InjectedDelays(actors, torch.zeros(4))
+        with caplog.at_level("WARNING", logger="torchgcc.distributed"):
+            done = run_round(engine, bad, code=code, wait=WaitPolicy(0, timeout_s=30.0))
+        assert done.mask[0].tolist() == [True, False, True, True] and done.lost_workers == []
+        assert "worker 1" in caplog.text and "model failed on purpose" in caplog.text
+        with torch.no_grad():
+            expected = model(coded.flatten(0, 1)).unflatten(0, (2, 4))
+        torch.testing.assert_close(done.results[:, [0, 2, 3]], expected[:, [0, 2, 3]], rtol=0, atol=1e-6)
+        assert bool(run_round(engine, coded, code=code, wait=WaitPolicy(0, timeout_s=30.0)).mask.all())
+
+        worse = coded.clone()
+        worse[:, :3] = math.nan
+        engine.delays = torch.tensor([0.0, 0.0, 0.0, 30.0])
+        with pytest.raises(TooFewWorkersError, match=r"failed: \{0: .*model failed on purpose"):
+            run_round(engine, worse, code=code, wait=WaitPolicy(0, timeout_s=2.0))
+        engine.delays = None
+        start = time.monotonic()
+        assert bool(run_round(engine, coded, code=code, wait=WaitPolicy(0, timeout_s=20.0)).mask.all())
+        assert time.monotonic() - start < 10.0
+
+
+def test_closed_ray_workers_say_so(ray_instance):
+    actors = RayWorkers(FailsOnNaN(), 2)
+    actors.close()
+    with pytest.raises(RuntimeError, match="RayWorkers is closed"):
+        actors.submit([Task("k", 0, torch.zeros(1, 3))])

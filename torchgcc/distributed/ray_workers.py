@@ -25,6 +25,7 @@ from typing import Hashable, Iterator, Sequence
 import torch
 from torch import nn
 
+from torchgcc.checks import check_integer
 from torchgcc.optional import require
 from torchgcc.workers import Completion, Task
 
@@ -154,11 +155,13 @@ class RayWorkers:
     ``ray.wait`` on every outstanding task; :meth:`cancel` is ``ray.cancel`` (a queued task never runs, a running one
     cuts its injected delay short). A task whose actor died reports its worker lost (a :class:`Completion` with
     ``error``, and a warning on the ``torchgcc.distributed`` logger); with ``max_restarts > 0`` Ray restarts the
-    actor, which is re-admitted once it answers a ping (checked at every :meth:`submit`).
+    actor, which is re-admitted once it answers a ping (checked at every :meth:`submit`). A task whose model raised
+    (Ray's ``RayTaskError``) is a failed task, not a lost worker: a :class:`Completion` with ``error`` (the
+    model's exception in one line) and a warning; the actor runs its next tasks.
 
     Args:
         model: the network (sent once to the object store; every actor gets the same weights).
-        num_workers: N.
+        num_workers: N (at least 1).
         max_restarts: how often Ray restarts a crashed actor (0: a dead actor stays dead).
         threads: torch threads per actor.
         start_timeout_s: the longest to wait for every actor to start.
@@ -179,6 +182,7 @@ class RayWorkers:
         threads: int = 1,
         start_timeout_s: float = 120.0,
     ) -> None:
+        num_workers = check_integer("num_workers", num_workers, minimum=1)
         self.ray = ray = require("ray")
         if not ray.is_initialized():
             raise RuntimeError("RayWorkers needs a running Ray instance: use torchgcc.distributed.local_ray()")
@@ -203,6 +207,8 @@ class RayWorkers:
         return time.monotonic()
 
     def submit(self, tasks: Sequence[Task]) -> None:
+        if not self.actors:
+            raise RuntimeError("RayWorkers is closed (its actors are killed): start a new one")
         self._readmit()
         for task in tasks:
             if task.worker in self._lost:
@@ -246,6 +252,12 @@ class RayWorkers:
             except self.ray.exceptions.RayActorError as error:
                 reason = f"{type(error).__name__}: {str(error).splitlines()[0]}"
                 self._lose(worker, reason)
+                completions.append(Completion(key, worker, None, time.monotonic(), error=reason))
+                continue
+            except self.ray.exceptions.RayError as error:  # the task failed (its model raised): the actor stays
+                cause = getattr(error, "cause", None) or error
+                reason = f"{type(cause).__name__}: {(str(cause).strip().splitlines() or [''])[-1]}"
+                logger.warning("worker %d's task failed (%s); a straggler for its round", worker, reason)
                 completions.append(Completion(key, worker, None, time.monotonic(), error=reason))
                 continue
             completions.append(Completion(key, worker, output, time.monotonic(), compute_s))

@@ -53,10 +53,11 @@ class Completion:
         key: the task's key (None for a worker lost while idle).
         worker: the worker that ran it.
         output: the model's output on the task's rows (``(b, *out)``, or a tuple, list or dict of such tensors), or
-            None when the worker was lost (``error`` says why).
+            None when the task failed or the worker was lost (``error`` says why).
         finished_s: when the caller received it (engine clock).
         compute_s: seconds the worker spent in the model (its own measurement; 0 when lost).
-        error: None, or why the worker is gone (it is then in :meth:`Workers.lost_workers`).
+        error: None, or why the task failed (an engine whose worker survives its model's exception, such as Ray's)
+            or why the worker is gone (it is then in :meth:`Workers.lost_workers`).
     """
 
     key: Hashable
