@@ -265,7 +265,7 @@ def test_a_task_whose_model_raises_is_a_failed_worker_for_its_round(ray_instance
         worse = coded.clone()
         worse[:, :3] = math.nan
         engine.delays = torch.tensor([0.0, 0.0, 0.0, 30.0])
-        with pytest.raises(TooFewWorkersError, match=r"failed: \{0: .*model failed on purpose"):
+        with pytest.raises(TooFewWorkersError, match=r"failed this round: \{0: .*model failed on purpose"):
             run_round(engine, worse, code=code, wait=WaitPolicy(0, timeout_s=2.0))
         engine.delays = None
         start = time.monotonic()

@@ -90,7 +90,7 @@ def run_round(
 
     Raises:
         TooFewWorkersError: the round could not decode (too few live workers, or nothing decodable by
-            ``wait.timeout_s``); it names the workers still pending, lost, and failed this round. The round's
+            ``wait.timeout_s``); it names the workers still pending, lost, and (when any) failed this round. The round's
             tasks still running are cancelled whenever it raises.
         TypeError, ValueError: a worker's result is not a model output (naming the worker), the results have no
             majority shape, or a ``required`` row holds fewer than ``code.min_arrived`` workers (before any work
@@ -157,11 +157,13 @@ def run_round(
                 for worker, shape in shapes.items():
                     if not bool(arrived[worker]):
                         failed[worker] = f"result of {_describe(shape)}, not the majority's"
+                gone = workers.lost_workers()
+                failures = {worker: why for worker, why in sorted(failed.items()) if worker not in gone}
                 raise TooFewWorkersError(
                     f"{int(arrived.sum())} of {num_workers} results after {now - start:.1f} s cannot be decoded (at "
                     f"least {code.min_arrived} per group needed; still pending: "
-                    f"{pending.nonzero().flatten().tolist()}, lost: {sorted(workers.lost_workers())}"
-                    + (f", failed: {dict(sorted(failed.items()))}" if failed else "")
+                    f"{pending.nonzero().flatten().tolist()}, lost: {sorted(gone)}"
+                    + (f", failed this round: {failures}" if failures else "")
                     + ")"
                 )
             receive(deadline if now < deadline < timeout else timeout, keep=True)  # the next timer
