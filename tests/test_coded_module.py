@@ -2,7 +2,7 @@ import re
 
 import pytest
 import torch
-from helpers import random_masks
+from helpers import profiled, random_masks
 from torch import nn
 
 import torchgcc
@@ -332,3 +332,49 @@ def test_calibrate_refuses_samples_it_cannot_choose_from_without_calibrating(x, 
     with pytest.raises(error, match=names):
         coded.calibrate(x, mask)
     assert not coded.code.decoder.calibrated
+
+
+@pytest.mark.parametrize(
+    ("grouping", "error"),
+    [
+        (lambda x: torch.zeros(len(x), dtype=torch.long), ValueError),  # sample 0 for every row
+        (lambda x: torch.arange(len(x) - 3), ValueError),  # too short: fewer rows than samples
+        (lambda x: torch.arange(len(x) + 1) % len(x), ValueError),  # too long
+        (lambda x: torch.arange(len(x)) - 1, ValueError),  # -1 would wrap to the last sample
+        (lambda x: torch.arange(len(x)) + 1, ValueError),  # M is out of range
+        (lambda x: torch.arange(len(x)).reshape(-1, 1), ValueError),  # (M, 1)
+        (lambda x: torch.arange(len(x)).float(), TypeError),
+        (lambda x: torch.ones(len(x), dtype=torch.bool), TypeError),  # a mask, not indices
+        (lambda x: list(range(len(x))), TypeError),
+    ],
+)
+def test_a_grouping_that_does_not_return_a_permutation_is_refused_naming_it(grouping, error):
+    """The docstring's promise, ``grouping(x) -> permutation (M,)``: anything else would reorder, repeat or drop
+    samples silently (all zeros: sample 0's output on every row; too short: fewer rows than samples)."""
+    with pytest.raises(error, match=r"grouping\(x\) must return a permutation"):
+        torchgcc.CodedModule(LINEAR, torchgcc.GCC(4, 8, lambda_dec="spacing"), grouping=grouping)(torch.randn(10, 3))
+
+
+@pytest.mark.parametrize("check", [True, False])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_a_grouping_permutation_gives_the_callers_order_and_one_more_read_only_with_check(dtype, check):
+    """A permutation (int64 or int32) decodes as the module on the permuted samples, rows back in the caller's order.
+    With ``check=True`` the permutation check costs one read from the device (besides the decoder's); with
+    ``check=False`` the forward reads nothing and a grouping that is no permutation gives NaN outputs (as the decoder
+    gives NaN for a mask it cannot decode) instead of other samples' outputs; meta tensors (no values) pass."""
+    x, mask = torch.randn(10, 3), random_masks(3, 8, 2, seed=1)
+    code = torchgcc.GCC(4, 8, lambda_dec="spacing", check=check)
+    reverse = torch.arange(9, -1, -1, dtype=dtype)
+    plain, grouped = torchgcc.CodedModule(LINEAR, code), torchgcc.CodedModule(LINEAR, code, grouping=lambda v: reverse)
+    with torch.no_grad():
+        torch.testing.assert_close(grouped(x, mask), plain(x.flip(0), mask).flip(0), rtol=0, atol=0)
+        reads = profiled(lambda: grouped(x, mask))[1] - profiled(lambda: plain(x, mask))[1]
+    assert reads == (1 if check else 0)
+    if not check:
+        for bad in (torch.zeros(10, dtype=torch.long), torch.arange(10) + 1, torch.arange(10) - 1):
+            with torch.no_grad():
+                out = torchgcc.CodedModule(LINEAR, code, grouping=lambda v, bad=bad: bad)(x, mask)
+            assert out.shape == (10, 2) and out.isnan().all()
+    meta_model = torch.nn.Linear(3, 2).to("meta")
+    meta = torchgcc.CodedModule(meta_model, torchgcc.GCC(4, 8, check=check), grouping=lambda v: torch.argsort(v[:, 0]))
+    assert meta(torch.randn(6, 3, device="meta")).shape == (6, 2)

@@ -31,6 +31,15 @@ MASK_UNDER_COMPILE = (
 )
 
 
+#: Why a ``CodedModule`` with a ``grouping`` and a code built with ``check=True`` cannot be one compiled graph: the
+#: explanation of the error that ``torch.compile(fullgraph=True)`` stops with.
+GROUPING_UNDER_COMPILE = (
+    "torchgcc: with check=True, CodedModule reads back whether grouping(x) is a permutation, which ends the compiled "
+    "graph; to compile with fullgraph=True build the code with check=False (a grouping that returns no permutation "
+    "then gives NaN outputs)"
+)
+
+
 def eager_under_compile(fn):
     """Run ``fn`` eagerly under ``torch.compile`` (a graph break with the reason :data:`MASK_UNDER_COMPILE`, then
     ``torch.compiler.disable``), for code Dynamo cannot trace (a straggler model's generator). Applied at call time,
@@ -44,6 +53,12 @@ def eager_under_compile(fn):
         return fn(*args, **kwargs)
 
     return wrapper
+
+
+def _is_permutation(perm: torch.Tensor) -> torch.Tensor:
+    """A 0-d bool tensor on ``perm``'s device: whether the ``(M,)`` integers ``perm`` hold each of ``0..M-1`` once
+    (computed there, nothing read back)."""
+    return (torch.sort(perm).values == torch.arange(perm.shape[0], device=perm.device)).all()
 
 
 def group_samples(x: torch.Tensor, num_inputs: int) -> torch.Tensor:
@@ -114,11 +129,14 @@ class CodedModule(nn.Module):
     - ``attack``: ``attack(results, mask) -> results`` after the noise, corrupting arrived results as adversarial
       workers would (:mod:`torchgcc.attacks`); pair it with a robust code (:class:`torchgcc.codes.robust.RobustGCC`);
     - ``grouping``: ``grouping(x) -> permutation (M,)`` choosing which samples are coded together and in which order
-      (:class:`torchgcc.manifold.ManifoldGrouping`); outputs come back in the caller's order.
+      (:class:`torchgcc.manifold.ManifoldGrouping`); outputs come back in the caller's order. Anything but an int64
+      or int32 tensor of shape ``(M,)`` is a ``TypeError`` or ``ValueError``; one that does not hold each of
+      ``0..M-1`` once is a ``ValueError`` with the code's ``check=True`` (one more read back from the device) and
+      gives NaN outputs with ``check=False``.
 
     With the code's ``check=False`` the in-process forward never reads back from the device (capturable in a CUDA
     graph and by ``torch.compile(fullgraph=True)`` with an explicit ``mask=``); with the default ``check=True`` it
-    reads one flag.
+    reads one flag (two with a ``grouping``).
 
     Attributes:
         last_mask: the ``(B, N)`` mask of the last forward (on workers: the results that arrived and were used).
@@ -210,10 +228,45 @@ class CodedModule(nn.Module):
             raise TypeError(
                 f"x must be floating point (the encoder mixes samples), got {x.dtype}; cast it with .float()"
             )
-        perm = None if self.grouping is None else self.grouping(x)
+        perm = None if self.grouping is None else self._grouping_order(x)
         if perm is not None:
-            x = x[perm]
+            x = self._in_grouping_order(x, perm)
         return CodedBatch(self.code.encoder(group_samples(x, self.code.num_inputs)), x.shape[0], perm)
+
+    def _checks_grouping(self) -> bool:
+        """Whether :meth:`encode` reads back that ``grouping(x)`` is a permutation: on workers (a round reads its
+        results back anyway) and with the code's ``check=True``; else the forward never synchronises and a
+        non-permutation gives NaN outputs (:meth:`decode`)."""
+        return self.workers is not None or getattr(self.code.decoder, "check", True)
+
+    def _grouping_order(self, x: torch.Tensor) -> torch.Tensor:
+        """``grouping(x)``, checked: an int64 or int32 tensor of shape ``(M,)`` (else ``TypeError`` or ``ValueError``,
+        reading nothing) holding each of ``0..M-1`` once (with :meth:`_checks_grouping`, one read back; else
+        ``ValueError``)."""
+        assert self.grouping is not None  # encode calls this only with a grouping
+        perm = self.grouping(x)
+        size = x.shape[0]
+        what = f"grouping(x) must return a permutation of 0..M-1 (an int64 or int32 tensor of shape (M,) = ({size},))"
+        if not isinstance(perm, torch.Tensor) or perm.dtype not in (torch.int64, torch.int32):
+            got = f"a {perm.dtype} tensor" if isinstance(perm, torch.Tensor) else type(perm).__name__
+            raise TypeError(f"{what}, got {got}")
+        if perm.shape != (size,):
+            raise ValueError(f"{what}, got shape {tuple(perm.shape)}")
+        if perm.is_meta or not self._checks_grouping():  # meta: no values to check
+            return perm
+        graph_break(GROUPING_UNDER_COMPILE)
+        if not bool(_is_permutation(perm)):  # the one read back
+            values = perm.tolist()
+            outside = [v for v in values if not 0 <= v < size]
+            twice = next(v for v in values if values.count(v) > 1) if not outside else None
+            detail = f"index {outside[0]} is outside 0..{size - 1}" if outside else f"index {twice} appears twice"
+            raise ValueError(f"{what}, got one where {detail}")
+        return perm
+
+    def _in_grouping_order(self, x: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
+        """``x[perm]``; unchecked (:meth:`_checks_grouping`), with ``perm`` clamped to ``0..M-1`` (an index past the
+        end would be a device-side assert on CUDA; :meth:`decode` makes those outputs NaN)."""
+        return x[perm] if self._checks_grouping() else x[perm.clamp(0, x.shape[0] - 1)]
 
     def decode(self, results: ModelOutput, mask: torch.Tensor, batch: CodedBatch) -> ModelOutput:
         """The outputs ``(M, *out)`` of ``batch``'s samples (in the caller's order, in the results' container) from
@@ -232,6 +285,9 @@ class CodedModule(nn.Module):
         if batch.perm is not None:
             inverse = torch.argsort(batch.perm)
             outputs = [out[inverse] for out in outputs]
+            if not self._checks_grouping() and not batch.perm.is_meta:  # on the device: NaN unless a permutation
+                valid = _is_permutation(batch.perm).to(outputs[0].device)
+                outputs = [torch.where(valid, out, math.nan) for out in outputs]
         return spec.build(outputs)
 
     def _results_here(self, batch: CodedBatch) -> tuple[OutputSpec, list[torch.Tensor]]:
@@ -313,7 +369,7 @@ class CodedModule(nn.Module):
     def _uncoded_outputs(self, x: torch.Tensor, batch: CodedBatch, members: list[int]) -> torch.Tensor:
         """``(B, K, d)``: the model's outputs on ``batch``'s samples ``x`` themselves, grouped as :meth:`encode`
         groups them, the output leaves ``members`` side by side (as the decoder reads their results)."""
-        samples = x if batch.perm is None else x[batch.perm]
+        samples = x if batch.perm is None else self._in_grouping_order(x, batch.perm)
         grouped = group_samples(samples, self.code.num_inputs)
         groups, inputs = grouped.shape[:2]
         _, leaves = flatten_output(
