@@ -1,3 +1,4 @@
+import math
 import re
 
 import pytest
@@ -378,3 +379,42 @@ def test_a_grouping_permutation_gives_the_callers_order_and_one_more_read_only_w
     meta_model = torch.nn.Linear(3, 2).to("meta")
     meta = torchgcc.CodedModule(meta_model, torchgcc.GCC(4, 8, check=check), grouping=lambda v: torch.argsort(v[:, 0]))
     assert meta(torch.randn(6, 3, device="meta")).shape == (6, 2)
+
+
+class NanOnInputs(nn.Module):
+    """``LINEAR`` (and, with ``two_dtypes``, a float64 copy of its output beside it), but the float32 output is NaN on
+    the input rows equal to one of ``poisoned``'s (a worker's coded inputs)."""
+
+    def __init__(self, poisoned: torch.Tensor, two_dtypes: bool) -> None:
+        super().__init__()
+        self.poisoned, self.two_dtypes = poisoned, two_dtypes
+
+    def forward(self, z):
+        y = LINEAR(z)
+        hit = (z.unsqueeze(1) == self.poisoned.unsqueeze(0)).all(-1).any(1)
+        bad = torch.where(hit.unsqueeze(-1), math.nan, y)
+        return {"a": bad, "b": y.double()} if self.two_dtypes else bad
+
+
+@pytest.mark.parametrize("two_dtypes", [False, True])
+def test_nonfinite_straggle_reports_the_mask_the_decoder_used(two_dtypes):
+    """With ``nonfinite="straggle"`` a NaN result is dropped by the decoder, and ``last_mask`` says so ("the results
+    that were used"): the clean model decoded under the reported mask gives the same outputs (the reference), for every
+    output (a worker with a NaN in one output dtype is dropped from all of them, one mask for the whole forward)."""
+    code = torchgcc.GCC(4, 8, lambda_dec="spacing", nonfinite="straggle")
+    x, mask = torch.randn(10, 3), random_masks(3, 8, 2, seed=2)
+    mask[:, 1] = True
+    coded_inputs = code.encoder(group_samples(x, 4))
+    coded = torchgcc.CodedModule(NanOnInputs(coded_inputs[1, 1:2], two_dtypes), code)
+    with torch.no_grad():
+        out = coded(x, mask=mask)
+        expected = mask.clone()
+        expected[1, 1] = False  # worker 1's result in group 1 is NaN
+        assert torch.equal(coded.last_mask, expected)
+        clean = torchgcc.CodedModule(
+            lambda z: {"a": LINEAR(z), "b": LINEAR(z).double()} if two_dtypes else LINEAR(z), code
+        )
+        reference = clean(x, mask=coded.last_mask)
+    for got, want in zip(out.values(), reference.values()) if two_dtypes else [(out, reference)]:
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)

@@ -13,6 +13,7 @@ from torch import nn
 import torchgcc
 from torchgcc.app.coded_job import InjectedDelays
 from torchgcc.attacks import ConstantAttack
+from torchgcc.coded_module import group_samples
 from torchgcc.noise import GaussianNoise
 from torchgcc.workers import Task, TooFewWorkersError, VirtualWorkers, WaitPolicy, run_round, stack_results
 
@@ -289,3 +290,35 @@ def test_wait_policy_takes_an_infinite_timeout_and_numpy_numbers():
 
     wait = WaitPolicy(np.int64(2), deadline_s=np.float64(0.5), timeout_s=math.inf)
     assert wait.num_stragglers == 2 and wait.deadline_s == 0.5 and wait.timeout_s == math.inf
+
+
+class _NanOnWorkerOne(nn.Module):
+    """``_mlp()``, NaN on the coded inputs of worker 1 (``poisoned``: ``(B, *in)``)."""
+
+    def __init__(self, poisoned: torch.Tensor) -> None:
+        super().__init__()
+        self.body, self.poisoned = _mlp(), poisoned
+
+    def forward(self, z):
+        hit = (z.unsqueeze(1) == self.poisoned.unsqueeze(0)).all(-1).any(1, keepdim=True)
+        return torch.where(hit, math.nan, self.body(z))
+
+
+def test_nonfinite_straggle_on_workers_reports_the_results_the_decoder_used():
+    """A worker whose result is NaN arrived, but with ``nonfinite="straggle"`` the decoder drops it: ``last_mask`` and
+    ``last_round.mask`` say so (docs: "the results that arrived and were used"), and the in-process module with clean
+    results under that mask gives the same outputs (the reference); its arrival time is still reported."""
+    code = torchgcc.GCC(4, 8, lambda_dec="spacing", nonfinite="straggle")
+    x = torch.randn(10, 6)
+    poisoned = code.encoder(group_samples(x, 4))[:, 1]
+    model = _NanOnWorkerOne(poisoned)
+    coded = torchgcc.CodedModule(model, code, workers=_engine(model, DELAYS), wait=WaitPolicy(2))
+    with torch.no_grad():
+        out = coded(x)
+    expected = torch.zeros(3, 8, dtype=torch.bool)
+    expected[:, [n for n in _fastest(6) if n != 1]] = True
+    assert torch.equal(coded.last_mask, expected) and torch.equal(coded.last_round.mask, expected)
+    assert math.isfinite(coded.last_round.arrival_s[1])
+    with torch.no_grad():
+        reference = torchgcc.CodedModule(_mlp(), code)(x, mask=coded.last_mask)
+    torch.testing.assert_close(out, reference, rtol=0, atol=1e-6)

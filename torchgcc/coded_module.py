@@ -3,6 +3,7 @@ workers (local processes, Ray actors, the ranks of a torchrun job) decoding from
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from functools import wraps
@@ -139,9 +140,11 @@ class CodedModule(nn.Module):
     reads one flag (two with a ``grouping``).
 
     Attributes:
-        last_mask: the ``(B, N)`` mask of the last forward (on workers: the results that arrived and were used).
+        last_mask: the ``(B, N)`` mask the decoder used in the last forward (or :meth:`decode`): on workers the
+            results that arrived and were used; with the code's ``nonfinite="straggle"`` without the NaN/Inf
+            results it dropped.
         last_round: on workers, the :class:`~torchgcc.workers.Round` of the last forward (arrival and compute
-            times, the S it waited with); None in process.
+            times, the S it waited with; its ``mask`` is :attr:`last_mask`); None in process.
     """
 
     def __init__(
@@ -207,8 +210,11 @@ class CodedModule(nn.Module):
                 mask = self.draw_mask(groups)
             self.last_round = run_round(self.workers, batch.coded, code=self.code, wait=self.wait, required=mask)
             results, mask = self.last_round.results, self.last_round.mask
-        self.last_mask = mask
-        return self.decode(results, mask, batch)
+        outputs = self.decode(results, mask, batch)  # sets last_mask: the results it used
+        used = self.last_mask
+        if self.workers is not None and self.last_round is not None and used is not None and used is not mask:
+            self.last_round = dataclasses.replace(self.last_round, mask=used)
+        return outputs
 
     def encode(self, x: torch.Tensor) -> CodedBatch:
         """Group ``x`` ``(M, *in)`` (in the ``grouping``'s order) and encode it: the :class:`CodedBatch`."""
@@ -258,8 +264,14 @@ class CodedModule(nn.Module):
         if not bool(_is_permutation(perm)):  # the one read back
             values = perm.tolist()
             outside = [v for v in values if not 0 <= v < size]
-            twice = next(v for v in values if values.count(v) > 1) if not outside else None
-            detail = f"index {outside[0]} is outside 0..{size - 1}" if outside else f"index {twice} appears twice"
+            seen: set[int] = set()
+            twice = None
+            for value in values:
+                if value in seen:
+                    twice = value
+                    break
+                seen.add(value)
+            detail = f"index {outside[0]} is outside 0..{size - 1}" if outside else f"index {twice} is repeated"
             raise ValueError(f"{what}, got one where {detail}")
         return perm
 
@@ -274,10 +286,14 @@ class CodedModule(nn.Module):
         every output at once (one decoder call per dtype).
 
         The results of workers outside ``mask`` are set to zero first when there is noise or an attack (neither may
-        read them: they did not arrive)."""
+        read them: they did not arrive). With the code's ``nonfinite="straggle"`` a worker with a NaN or Inf in any
+        output (after noise and attack) is dropped from every output of its group; :attr:`last_mask` is set to the
+        mask the decoder used (``mask`` itself otherwise)."""
         spec, leaves = flatten_output(results, batch.coded.shape[0])
+        inputs = list(self._decoder_inputs(leaves, mask))
+        mask = self.last_mask = self._used_mask(mask, [joined for _, _, joined in inputs])
         estimates: list[Optional[torch.Tensor]] = [None] * len(leaves)
-        for members, widths, joined in self._decoder_inputs(leaves, mask):
+        for members, widths, joined in inputs:
             parts = self.code.decoder(joined, mask).split(widths, 2)
             for i, part in zip(members, parts):
                 estimates[i] = part.reshape(part.shape[:2] + leaves[i].shape[2:])
@@ -289,6 +305,18 @@ class CodedModule(nn.Module):
                 valid = _is_permutation(batch.perm).to(outputs[0].device)
                 outputs = [torch.where(valid, out, math.nan) for out in outputs]
         return spec.build(outputs)
+
+    def _used_mask(self, mask: torch.Tensor, joined: list[torch.Tensor]) -> torch.Tensor:
+        """``mask`` less the results a ``nonfinite="straggle"`` decoder drops: those with a NaN or Inf in any of the
+        ``(B, N, d)`` decoder inputs ``joined`` (one per dtype), on the first one's device, computed there. ``mask``
+        itself for any other decoder."""
+        if getattr(self.code.decoder, "nonfinite", None) != "straggle":
+            return mask
+        device = joined[0].device
+        used = mask.to(device)
+        for part in joined:
+            used = used & torch.isfinite(part).all(dim=-1).to(device)
+        return used
 
     def _results_here(self, batch: CodedBatch) -> tuple[OutputSpec, list[torch.Tensor]]:
         """The model's results on ``batch``'s coded inputs, run in this process (:meth:`run_model`): the model's
