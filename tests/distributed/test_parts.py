@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from torchgcc.app.code_names import named_code
-from torchgcc.app.coded_job import JobSettings, build_codes
+from torchgcc.app.coded_job import EXIT_USAGE, JobSettings, build_codes
 from torchgcc.app.commands.distributed_job import add_job_arguments, parse_value, settings_from
 from torchgcc.distributed import FaultPlan, layout_workers
 from torchgcc.distributed.launch import launch
@@ -175,3 +176,48 @@ def test_stopping_bench_latency_stops_every_process_and_removes_temp_folders(tmp
 def _job_pids(marker: str) -> list[str]:
     found = subprocess.run(["pgrep", "-f", f"[t]orchgcc.distributed .*--seed {marker}"], capture_output=True, text=True)
     return found.stdout.split()
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["--deadline", "nan"], "--deadline"),  # meant "no deadline" (nan > 0 is False)
+        (["--wait-deadline", "nan"], "--wait-deadline"),
+        (["--slow-delay", "nan", "--slow-worker", "1"], "--slow-delay"),  # injected no delay
+        (["--slow-delay", "-1", "--slow-worker", "1"], "--slow-delay"),
+        (["--slow-delay", "inf", "--slow-worker", "1"], "--slow-delay"),
+        (["-N", "8", "--slow-worker", "8"], "--slow-worker"),
+        (["--slow-worker", "-1"], "--slow-worker"),
+        (["--kill-rank", "0"], "--kill-rank"),
+        (["--kill-rank", "-2"], "--kill-rank"),
+        (["--hang-rank", "0"], "--hang-rank"),
+    ],
+)
+def test_fault_and_deadline_options_are_checked_with_the_settings(argv, option):
+    """The settings reject them (one line naming the option), so the launcher refuses them before any rank starts
+    and torchrun's ranks before the job (they were silently no deadline / no delay, or an error after every rank had
+    started)."""
+    parser = add_job_arguments(argparse.ArgumentParser())
+    with pytest.raises(ValueError, match=re.escape(option)):
+        settings_from(parser.parse_args(argv))
+
+
+@pytest.mark.parametrize(
+    ("job", "option"),
+    [
+        (["--deadline", "nan"], "--deadline"),
+        (["--slow-delay", "nan", "--slow-worker", "1"], "--slow-delay"),
+        (["--slow-worker", "9"], "--slow-worker"),
+        (["--kill-rank", "3"], "--kill-rank"),  # rank 3 of --nproc 3 does not exist: the fault would never fire
+        (["--hang-rank", "5"], "--hang-rank"),
+    ],
+)
+def test_the_launcher_refuses_bad_fault_options_before_any_process_starts(job, option, monkeypatch, capsys):
+    from torchgcc.app.commands import launch as launch_command
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("the job was launched")
+
+    monkeypatch.setattr(launch_command.launch, "launch", no_launch)
+    assert launch_command.main(["--nproc", "3", "--", *job]) == EXIT_USAGE
+    assert option in capsys.readouterr().err

@@ -173,6 +173,26 @@ class JobSettings:
         for name in ("step_timeout", "heartbeat_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
+        for name, option, hint in (
+            ("deadline", "--deadline", " (<= 0: no deadline)"),
+            ("wait_deadline", "--wait-deadline", ""),
+        ):
+            value = getattr(self, name)
+            if value is not None and math.isnan(value):  # NaN > 0 is False: it meant "no deadline"
+                raise ValueError(f"{name} ({option}) must be a number of seconds{hint}, got {value!r}")
+        if not 0 <= self.slow_delay < math.inf:
+            raise ValueError(f"slow_delay (--slow-delay) must be finite seconds >= 0, got {self.slow_delay!r}")
+        for worker in self.slow_workers:
+            if not 0 <= worker < n:
+                raise ValueError(
+                    f"slow_workers (--slow-worker {worker}) must name coded workers in 0..N-1 = 0..{n - 1}"
+                )
+        for name in ("kill_rank", "hang_rank"):
+            rank = getattr(self, name)
+            if rank is not None and rank < 1:
+                raise ValueError(
+                    f"{name} (--{name.replace('_', '-')} {rank}) must be a worker rank >= 1: rank 0 is the coordinator"
+                )
         if not 0 < self.chunk_bytes <= STORE_VALUE_LIMIT:
             raise ValueError(
                 f"--store-chunk-mb {self.store_chunk_mb} is outside (0, {STORE_VALUE_LIMIT / 2**20:g}] MiB (the "

@@ -43,7 +43,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.nproc < 2:
         parser.error(f"--nproc must be at least 2 (a coordinator and a worker rank), got {args.nproc}")
     try:  # the job's own options, checked here once before any process starts
-        settings_from(add_job_arguments(argparse.ArgumentParser(prog=JOB_PROG, allow_abbrev=False)).parse_args(job))
+        settings = settings_from(
+            add_job_arguments(argparse.ArgumentParser(prog=JOB_PROG, allow_abbrev=False)).parse_args(job)
+        )
+        for name in ("kill_rank", "hang_rank"):  # the ranks that exist are known here, not to the job's settings
+            rank = getattr(settings, name)
+            if rank is not None and rank >= args.nproc:
+                option = f"--{name.replace('_', '-')}"
+                raise ValueError(
+                    f"{option} {rank} is not a rank of --nproc {args.nproc} (worker ranks 1..{args.nproc - 1})"
+                )
     except ValueError as error:
         print(f"{JOB_PROG}: error: {error}", file=sys.stderr)
         return EXIT_USAGE
