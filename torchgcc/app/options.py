@@ -3,6 +3,11 @@
 Outputs go to a fresh folder ``./torchgcc-results/<name>/<date>-<time>`` unless ``--out`` names one, so no run
 overwrites another or a tracked file; the folder is checked before any work starts (:func:`check_output_dir`), so
 a run never finishes only to fail writing. CPU threads default to :func:`default_threads`.
+
+Option values are checked as they are parsed, before any work: :func:`integer`, :func:`number`, :func:`seed`,
+:func:`choice_list` and :func:`comma_list` make argparse ``type=`` functions whose errors argparse prints as
+``error: argument --OPTION: ...`` with exit status 2. The ranges are the library's checks
+(:mod:`torchgcc.checks`), so the command line refuses what the library would refuse later.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Callable, Iterable, Optional, TypeVar, Union
 
 from torchgcc.app.cli import UsageError
 
@@ -23,13 +28,20 @@ __all__ = [
     "add_run_arguments",
     "apply_threads",
     "check_output_dir",
+    "choice_list",
+    "comma_list",
     "default_threads",
     "fresh_output_dir",
     "gcc_options",
     "int_list",
+    "integer",
+    "number",
     "output_dir",
     "parse_lambda",
+    "seed",
 ]
+
+T = TypeVar("T")
 
 #: Root of every default output folder (gitignored).
 RESULTS_ROOT = Path("torchgcc-results")
@@ -90,25 +102,101 @@ def check_output_dir(path: Path, option: str = "--out") -> None:
         raise UsageError(f"{option} {path}: cannot create a folder in {parent} ({error.strerror})") from None
 
 
+def _checked(check: Callable[..., T], text: str, convert: Callable[[str], Any], **bounds: Any) -> T:
+    """``check("", convert(text), **bounds)`` (a :mod:`torchgcc.checks` function) with its error as argparse's:
+    ``must be ..., got 'TEXT'`` (argparse puts the option's name in front)."""
+    try:
+        value = convert(text)
+    except (ValueError, OverflowError):
+        value = text  # the check says what was expected
+    try:
+        return check("", value, **bounds)
+    except (TypeError, ValueError) as error:
+        expected = str(error).strip().rsplit(", got ", 1)[0]
+        raise argparse.ArgumentTypeError(f"{expected}, got {text!r}") from None
+
+
+def integer(*, minimum: Optional[int] = None, maximum: Optional[int] = None) -> Callable[[str], int]:
+    """argparse ``type=``: an integer in ``[minimum, maximum]`` (either bound optional)."""
+    from torchgcc.checks import check_integer
+
+    def parse(text: str) -> int:
+        return _checked(check_integer, text, int, minimum=minimum, maximum=maximum)
+
+    return parse
+
+
+def number(
+    *,
+    low: Optional[float] = None,
+    high: Optional[float] = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> Callable[[str], float]:
+    """argparse ``type=``: a finite number between ``low`` and ``high`` (either optional; closed unless ``*_open``).
+    ``inf``, ``nan`` and ``1e400`` are refused everywhere."""
+    from torchgcc.checks import check_real
+
+    def parse(text: str) -> float:
+        return _checked(check_real, text, float, low=low, high=high, low_open=low_open, high_open=high_open)
+
+    return parse
+
+
+def seed(text: str) -> int:
+    """argparse ``type=``: a seed torch takes (:func:`torchgcc.checks.check_seed`: in
+    :data:`~torchgcc.checks.SEED_RANGE`)."""
+    from torchgcc.checks import check_seed
+
+    return _checked(check_seed, text, int)
+
+
+def comma_list(item: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
+    """argparse ``type=``: ``"a,b,c"`` -> a tuple of ``item(a), item(b), item(c)`` (``item`` an argparse ``type=``
+    function, e.g. :func:`integer`); an empty list is refused."""
+
+    def parse(text: str) -> tuple[T, ...]:
+        parts = [part.strip() for part in text.split(",") if part.strip()]
+        if not parts:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+        values = []
+        for part in parts:
+            try:
+                values.append(item(part))
+            except argparse.ArgumentTypeError as error:
+                raise argparse.ArgumentTypeError(
+                    f"{part!r} in {text!r}: {error}" if len(parts) > 1 else error
+                ) from None
+        return tuple(values)
+
+    return parse
+
+
+def choice_list(choices: Iterable[str]) -> Callable[[str], tuple[str, ...]]:
+    """argparse ``type=``: comma-separated names, each one of ``choices``."""
+    allowed = list(choices)
+
+    def name(text: str) -> str:
+        if text not in allowed:
+            raise argparse.ArgumentTypeError(f"unknown {text!r}; choose among {', '.join(allowed)}")
+        return text
+
+    return comma_list(name)
+
+
+#: ``"0,4,8"`` -> ``(0, 4, 8)`` (argparse ``type=``): comma-separated integers, at least one.
+int_list = comma_list(integer())
+
+
 def parse_lambda(text: str) -> Union[float, str]:
-    """A named rule (``"adaptive"``, ``"gcv"``, ``"spacing"``) or a non-negative float (argparse ``type=``)."""
+    """A named rule (``"adaptive"``, ``"gcv"``, ``"spacing"``) or a finite float >= 0 (argparse ``type=``)."""
     if text in ("adaptive", "gcv", "spacing"):
         return text
     try:
-        value = float(text)
+        float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected adaptive, gcv, spacing or a number >= 0, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"lambda must be >= 0, got {text!r}")
-    return value
-
-
-def int_list(text: str) -> tuple[int, ...]:
-    """``"0,4,8"`` -> ``(0, 4, 8)`` (argparse ``type=``)."""
-    try:
-        return tuple(int(item) for item in text.split(",") if item.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    return number(low=0)(text)
 
 
 def _non_negative(text: str) -> float:
@@ -123,7 +211,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, name: str) -> None:
     ``--threads`` and ``--no-progress``: the options every experiment and the demo take."""
     parser.add_argument("--quick", action="store_true", help="small sizes, a few minutes at most on 2 CPU cores")
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of every random draw: data split, weights, inputs, stragglers"
+        "--seed", type=seed, default=0, help="seed of every random draw: data split, weights, inputs, stragglers"
     )
     parser.add_argument(
         "--out", type=Path, default=None, help=f"output folder (default: ./torchgcc-results/{name}/<date>-<time>)"

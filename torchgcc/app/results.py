@@ -3,6 +3,9 @@
 ``results.json`` holds ``{"config": {...}, "records": [...], **extra}`` (the rates experiment adds ``"slopes"``);
 ``results.csv`` holds the records, one row each, with the union of their keys as columns.
 
+A command writes its folder inside :func:`writing`: a file ``INCOMPLETE`` lies there from before the first file
+until after the last, so a run interrupted (Ctrl-C) or killed while writing leaves a folder that says so.
+
 A record describes one setting of one scheme. Keys used by the experiments:
 
 ================  ============================================================================
@@ -23,11 +26,15 @@ from __future__ import annotations
 import csv
 import json
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
-__all__ = ["REQUIRED_KEYS", "ExperimentResult", "plain", "read_results", "write_results"]
+__all__ = ["INCOMPLETE", "REQUIRED_KEYS", "ExperimentResult", "plain", "read_results", "writing", "write_results"]
+
+#: The marker :func:`writing` keeps in an output folder while its files are being written.
+INCOMPLETE = "INCOMPLETE"
 
 
 @dataclass
@@ -99,6 +106,21 @@ def write_results(
         for record in payload["records"]:
             writer.writerow({key: "" if value is None else value for key, value in record.items()})
     return {"json": json_path, "csv": csv_path}
+
+
+@contextmanager
+def writing(out_dir: str | Path) -> Iterator[Path]:
+    """Create ``out_dir`` and hold the marker file :data:`INCOMPLETE` in it while the block writes the results;
+    the marker is removed only when the block ends normally (an interrupt or an error leaves it)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    marker = out / INCOMPLETE
+    marker.write_text(
+        "This run was stopped (interrupted, killed or failed) while writing this folder: "
+        "its files may be missing or incomplete.\n"
+    )
+    yield out
+    marker.unlink()
 
 
 def read_results(out_dir: str | Path) -> dict[str, Any]:

@@ -44,23 +44,34 @@ CODES = ("gcc", "natural", "bacc")
 
 
 def register(subparsers: argparse._SubParsersAction, argv: Sequence[str] = ()) -> None:
-    """Add the ``bench-latency`` subcommand."""
+    """Add the ``bench-latency`` subcommand (every value checked as it is parsed: a bad one exits 2 before any
+    process starts)."""
+    from torchgcc.app.options import comma_list, integer, number, seed
+
+    positive = number(low=0, low_open=True)
     parser = subparsers.add_parser(
         "bench-latency",
         help="latency vs accuracy of uncoded, replication, GCC, natural-spline GCC and BACC on local processes",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--nproc", type=int, default=5, help="processes: 1 coordinator + P-1 worker ranks")
+    parser.add_argument(
+        "--nproc", type=integer(minimum=2), default=5, help="processes: 1 coordinator + P-1 worker ranks (>= 2)"
+    )
     parser.add_argument("--settings", default="8x4,24x8", help="comma-separated NxK settings")
-    parser.add_argument("--straggle-probs", default="0.05,0.2", help="comma-separated straggler probabilities p")
-    parser.add_argument("--fast", type=float, default=0.02, help="seconds of a fast worker")
-    parser.add_argument("--slow", type=float, default=0.3, help="seconds of a straggler")
-    parser.add_argument("--steps", type=int, default=200, help="steps per setting")
-    parser.add_argument("--batch-size", type=int, default=64, help="samples per step (tiny MLP task)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--straggle-probs",
+        type=comma_list(number(low=0, high=1)),
+        default="0.05,0.2",
+        help="comma-separated straggler probabilities p",
+    )
+    parser.add_argument("--fast", type=positive, default=0.02, help="seconds of a fast worker")
+    parser.add_argument("--slow", type=positive, default=0.3, help="seconds of a straggler")
+    parser.add_argument("--steps", type=integer(minimum=1), default=200, help="steps per setting")
+    parser.add_argument("--batch-size", type=integer(minimum=1), default=64, help="samples per step (tiny MLP task)")
+    parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument("--quick", action="store_true", help="20 steps per setting (a smoke run)")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before a setting's job is killed")
+    parser.add_argument("--timeout", type=positive, default=1800.0, help="seconds before a setting's job is killed")
     parser.add_argument(
         "--latency-model",
         default=None,
@@ -79,20 +90,28 @@ def register(subparsers: argparse._SubParsersAction, argv: Sequence[str] = ()) -
         action="store_true",
         help="run uncoded, GCC at every --wait-stragglers S and gcc:adaptive (S chosen per step)",
     )
-    parser.add_argument("--wait-deadline", type=float, default=None, help="seconds: the adaptive wait's deadline")
+    parser.add_argument("--wait-deadline", type=positive, default=None, help="seconds: the adaptive wait's deadline")
     parser.add_argument(
-        "--wait-budget", type=float, default=0.01, help="allowed fraction of adaptive steps over --wait-deadline"
+        "--wait-budget",
+        type=number(low=0, high=1, high_open=True),
+        default=0.01,
+        help="allowed fraction of adaptive steps over --wait-deadline",
     )
-    parser.add_argument("--wait-warmup", type=int, default=1, help="adaptive steps at S = N - K before adapting")
-    parser.add_argument("--wait-max-step", type=int, default=4, help="largest change of the adaptive S per step")
+    parser.add_argument(
+        "--wait-warmup", type=integer(minimum=0), default=1, help="adaptive steps at S = N - K before adapting"
+    )
+    parser.add_argument(
+        "--wait-max-step", type=integer(minimum=1), default=4, help="largest change of the adaptive S per step"
+    )
     parser.add_argument(
         "--wait-discount",
-        type=float,
+        type=number(low=0, low_open=True, high=1),
         default=0.95,
         help="forgetting factor of the adaptive wait's tail-risk posterior (memory ~1/(1 - this) steps)",
     )
     parser.add_argument(
         "--wait-stragglers",
+        type=comma_list(integer(minimum=0)),
         default=None,
         help="comma-separated fixed S of GCC beside the adaptive row (default 0, 2, ..., N - K)",
     )
@@ -114,7 +133,7 @@ def wait_stragglers_of(args: argparse.Namespace, num_workers: int, num_inputs: i
     """The fixed S of GCC run beside ``gcc:adaptive``."""
     if args.wait_stragglers is None:
         return list(range(0, num_workers - num_inputs + 1, 2))
-    return sorted({int(s) for s in args.wait_stragglers.split(",")})
+    return sorted(set(args.wait_stragglers))
 
 
 def schemes_of(num_workers: int, num_inputs: int, adaptive_s: list[int] | None = None) -> list[str]:
@@ -438,17 +457,30 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
+    from torchgcc.app.cli import UsageError
     from torchgcc.app.coded_job import JobSettings
+    from torchgcc.app.results import writing
 
     console = Console() if Console().is_terminal else Console(width=140)
     try:
         settings = _parse_settings(args.settings)
-        probs = [float(p) for p in args.straggle_probs.split(",")] if args.latency_model is None else [None]
-        if args.adaptive_wait and not (args.wait_deadline and args.wait_deadline > 0):
+        probs = list(args.straggle_probs) if args.latency_model is None else [None]
+        if args.adaptive_wait and args.wait_deadline is None:
             raise ValueError("--adaptive-wait needs --wait-deadline SECONDS (> 0)")
-    except ValueError as error:
-        console.print(f"error: {error}")
-        return 2
+        if args.adaptive_wait and args.wait_stragglers is not None:
+            for n, k in settings:
+                if max(args.wait_stragglers) > n - k:
+                    raise ValueError(f"--wait-stragglers must lie in [0, N - K] = [0, {n - k}] for {n}x{k}")
+        if args.latency_model is not None:  # a bad name or parameter fails here, not in the job's processes
+            from torchgcc.stragglers import LatencyStragglers
+
+            try:
+                LatencyStragglers(args.latency_model, seed=0, **dict(_key_values(args.latency_param)))
+            except (TypeError, ValueError, OSError) as error:
+                given = " ".join(f"--latency-param {item}" for item in args.latency_param)
+                raise ValueError(f"--latency-model {args.latency_model} {given}: {error}".replace("  ", " ")) from None
+    except (ValueError, OSError) as error:
+        raise UsageError(str(error)) from None
     steps = 20 if args.quick else args.steps
     out = args.out or Path("torchgcc-results") / "bench-latency" / datetime.now().strftime("%Y%m%d-%H%M%S")
     previous = signal.signal(signal.SIGTERM, _terminate)
@@ -469,29 +501,35 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
     console.print(_table(results))
 
-    out.mkdir(parents=True, exist_ok=True)
-    config = {
-        key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items() if key != "func"
-    }
-    config.update(steps=steps, task="mlp", mode="injected", command="torchgcc bench-latency")
-    config.update(
-        load_average_before=list(load_before),
-        load_average_after=list(os.getloadavg()),
-        threads_per_process=JobSettings.threads,  # every rank of the job: the job's default --threads
-    )
-    records = [r for setting in results for r in setting.pop("records")]
-    (out / "results.json").write_text(json.dumps({"config": config, "settings": results}, indent=2))
-    with open(out / "results.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["N", "K", "p", "scheme", *next(iter(results[0]["schemes"].values())).keys()])
-        for setting in results:
-            for name, row in setting["schemes"].items():
-                writer.writerow([setting["N"], setting["K"], setting["p"], name, *row.values()])
-    (out / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    plot_frontier(results, out / "frontier.png")
-    plots = "frontier.png"
-    if args.adaptive_wait:
-        plot_adaptive_wait(results, records, out / "adaptive_wait.png")
-        plots += ", adaptive_wait.png"
+    with writing(out):  # an interrupt while writing leaves the marker INCOMPLETE in out
+        config = {  # lists as given (comma-separated), as the committed results hold them
+            key: str(value)
+            if isinstance(value, Path)
+            else ",".join(map(str, value))
+            if isinstance(value, tuple)
+            else value
+            for key, value in vars(args).items()
+            if key != "func"
+        }
+        config.update(steps=steps, task="mlp", mode="injected", command="torchgcc bench-latency")
+        config.update(
+            load_average_before=list(load_before),
+            load_average_after=list(os.getloadavg()),
+            threads_per_process=JobSettings.threads,  # every rank of the job: the job's default --threads
+        )
+        records = [r for setting in results for r in setting.pop("records")]
+        (out / "results.json").write_text(json.dumps({"config": config, "settings": results}, indent=2))
+        with open(out / "results.csv", "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["N", "K", "p", "scheme", *next(iter(results[0]["schemes"].values())).keys()])
+            for setting in results:
+                for name, row in setting["schemes"].items():
+                    writer.writerow([setting["N"], setting["K"], setting["p"], name, *row.values()])
+        (out / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        plot_frontier(results, out / "frontier.png")
+        plots = "frontier.png"
+        if args.adaptive_wait:
+            plot_adaptive_wait(results, records, out / "adaptive_wait.png")
+            plots += ", adaptive_wait.png"
     console.print(f"wrote {out / 'results.json'} (and results.csv, steps.jsonl, {plots})")
     return 0

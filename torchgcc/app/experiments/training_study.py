@@ -72,7 +72,8 @@ from tqdm.auto import tqdm
 
 from torchgcc.app.cli import UsageError
 from torchgcc.app.data import DataSplit, list_datasets, load_dataset
-from torchgcc.app.models import build_model
+from torchgcc.app.models import build_model, list_models
+from torchgcc.app.options import choice_list, comma_list, integer, number
 from torchgcc.app.plots import plt, save_figure
 from torchgcc.app.results import ExperimentResult, write_results
 from torchgcc.app.tables import markdown_grid
@@ -356,30 +357,12 @@ def _train(
     )
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(item.strip() for item in text.split(",") if item.strip())
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(item) for item in _names(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(item) for item in _names(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``reproduce training`` (defaults: the full run, or ``--quick``'s smaller one)."""
     full = DEFAULT
     parser.add_argument(
         "--models",
-        type=_names,
+        type=choice_list(list_models()),
         default=None,
         help=f"comma-separated models (default {','.join(full.models)}; also resnet18, vit)",
     )
@@ -388,21 +371,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--download", action="store_true", default=None, help="let torchvision download the data")
     parser.add_argument(
         "--schemes",
-        type=_names,
+        type=comma_list(str),
         default=None,
         help=f"comma-separated schemes among {','.join(list_gradient_codes())}, each optionally with "
         f"':adaptive' (S in 0..s chosen per step) (default {','.join(full.schemes)})",
     )
     parser.add_argument(
         "--wait-deadline",
-        type=float,
+        type=number(low=0, low_open=True),
         default=None,
         help=f"adaptive schemes: a step is late when its (n - S)-th delay exceeds this many mean "
         f"delays (default {full.wait_deadline:g})",
     )
     parser.add_argument(
         "--wait-budget",
-        type=float,
+        type=number(low=0, high=1, high_open=True),
         default=None,
         help=f"adaptive schemes: allowed share of late steps (default {full.wait_budget:g})",
     )
@@ -413,36 +396,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="the torchrun runtime's clock: late work abandoned at the end of each step (default: carried over)",
     )
-    parser.add_argument("--stragglers", type=_ints, default=None, help="values of s (default 1,2,3)")
-    parser.add_argument("--mean-delays", type=_floats, default=None, help="mean delays m in seconds (default 1,2)")
+    parser.add_argument(
+        "--stragglers", type=comma_list(integer(minimum=0)), default=None, help="values of s (default 1,2,3)"
+    )
+    parser.add_argument(
+        "--mean-delays",
+        type=comma_list(number(low=0, low_open=True)),
+        default=None,
+        help="mean delays m in seconds (default 1,2)",
+    )
     parser.add_argument(
         "--seeds",
-        type=int,
+        type=integer(minimum=1),
         default=None,
         help=f"number of seeds, from --seed on (default {len(full.seeds)}, --quick 1)",
     )
-    parser.add_argument("--steps", type=int, default=None, help=f"steps per run (default {full.steps})")
+    parser.add_argument("--steps", type=integer(minimum=1), default=None, help=f"steps per run (default {full.steps})")
     parser.add_argument(
-        "--batch-size", type=int, default=None, help=f"samples per partition per step (default {full.batch_size})"
+        "--batch-size",
+        type=integer(minimum=1),
+        default=None,
+        help=f"samples per partition per step (default {full.batch_size})",
     )
     parser.add_argument(
         "--lr",
-        type=float,
+        type=number(low=0, low_open=True),
         default=None,
         help="SGD learning rate (default per model: lenet5 0.2, mlp 0.3, resnet18 0.01)",
     )
     parser.add_argument(
         "--target-loss",
-        type=float,
+        type=number(low=0),
         default=None,
         help=f"training-loss target (default {full.target_loss}, --quick {QUICK.target_loss})",
     )
     parser.add_argument(
-        "--eval-every", type=int, default=None, help=f"steps between evaluations (default {full.eval_every})"
+        "--eval-every",
+        type=integer(minimum=1),
+        default=None,
+        help=f"steps between evaluations (default {full.eval_every})",
     )
     parser.add_argument(
         "--reference-models",
-        type=_names,
+        type=choice_list([*list_models(), "none"]),
         default=None,
         help="models whose per-partition compute time gives extra clocks (default resnet18; 'none' for none)",
     )
@@ -480,6 +476,11 @@ def configure(args: argparse.Namespace) -> Config:
     unknown = [name for name in study.schemes if name.removesuffix(":adaptive") not in list_gradient_codes()]
     if unknown:
         raise UsageError(f"--schemes: unknown {unknown}; choose among {list_gradient_codes()}")
+    for scheme, s in _runs_for(study):  # codes are cheap to build; a bad (scheme, s) would fail mid-study
+        try:
+            _code_of(scheme, s, seed=0, num_workers=study.num_workers)
+        except ValueError as error:
+            raise UsageError(f"--schemes {scheme} --stragglers {s}: {error}") from None
     return study
 
 
