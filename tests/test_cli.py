@@ -276,3 +276,132 @@ def test_an_unknown_executor_task_suggests_close_timm_names():
         timm_workload("resnet19")
     with pytest.raises(ValueError, match=r"unknown task 'xyzzy': .*; see timm.list_models\(\)$"):
         timm_workload("xyzzy")
+
+
+BIG = "99999999999999999999999"  # beyond torch's seed range
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["reproduce", "training", "--wait-budget", "2"], "--wait-budget"),
+        (["reproduce", "training", "--wait-deadline", "0"], "--wait-deadline"),
+        (["reproduce", "training", "--eval-every", "0"], "--eval-every"),
+        (["reproduce", "training", "--seeds", "0"], "--seeds"),
+        (["reproduce", "training", "--steps", "0"], "--steps"),
+        (["reproduce", "training", "--batch-size", "0"], "--batch-size"),
+        (["reproduce", "training", "--mean-delays", "0"], "--mean-delays"),
+        (["reproduce", "training", "--mean-delays", "1,-1"], "--mean-delays"),
+        (["reproduce", "training", "--stragglers", ","], "--stragglers"),
+        (["reproduce", "training", "--stragglers", "12", "--schemes", "is-sgd"], "--stragglers 12"),
+        (["reproduce", "training", "--stragglers", "1,4", "--schemes", "is-sgd,gc-fr"], "--stragglers 4"),
+        (["reproduce", "training", "--models", "foo"], "--models"),
+        (["reproduce", "training", "--reference-models", "foo"], "--reference-models"),
+        (["reproduce", "training", "--lr", "-1"], "--lr"),
+        (["reproduce", "training", "--target-loss", "nan"], "--target-loss"),
+        (["reproduce", "training", "--seed", BIG], "--seed"),
+        (["demo", "--lambda-enc", "inf"], "--lambda-enc"),
+        (["demo", "--lambda-dec", "1e400"], "--lambda-dec"),
+        (["profile", "--lambda-enc", "inf"], "--lambda-enc"),
+        (["reproduce", "polynomial", "--lambda-dec", "inf"], "--lambda-dec"),
+        (["reproduce", "stragglers", "--stragglers", ","], "--stragglers"),
+        (["reproduce", "adaptive-wait", "--seed", BIG], "--seed"),
+        (["reproduce", "rates", "--seed", "1.5"], "--seed"),
+        (["bench-latency", "--nproc", "0"], "--nproc"),
+        (["bench-latency", "--nproc", "1"], "--nproc"),
+        (["bench-latency", "--straggle-probs", "2"], "--straggle-probs"),
+        (["bench-latency", "--steps", "0"], "--steps"),
+        (["bench-latency", "--adaptive-wait", "--wait-deadline", "1", "--wait-budget", "2"], "--wait-budget"),
+        (["bench-latency", "--latency-model", "tail_change", "--latency-param", "shift=-1"], "--latency-param"),
+    ],
+)
+def test_a_bad_option_is_one_error_line_naming_it_and_exit_2_before_any_work(
+    argv, option, tmp_path, monkeypatch, capsys
+):
+    """Each of these used to end in a traceback with exit status 1, several only after training or after the
+    job's processes had started (audit findings 3, 4 and 10). Now: argparse's usage and one error line naming the
+    option (or torchgcc's one line, for a combination of options), exit status 2, nothing run, no folder made."""
+    import time
+
+    from torchgcc.app.commands import demo, profile, reproduce
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work started")
+
+    for module, name in ((reproduce, "run_and_report"), (demo, "run_and_report"), (profile, "profile_coded_inference")):
+        monkeypatch.setattr(module, name, no_work)
+    monkeypatch.setattr("torchgcc.distributed.launch.launch", no_work)
+    out = tmp_path / "out"
+    started = time.perf_counter()
+    try:
+        code = cli.main([*argv, "--quick", "--out", str(out)])
+    except SystemExit as exit_info:  # argparse's errors
+        code = exit_info.code
+    assert code == 2
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    errors = [line for line in lines if "error:" in line]
+    assert len(errors) == 1 and errors[0] == lines[-1] and option in errors[0], lines
+    assert "Traceback" not in err
+    assert not out.exists() and time.perf_counter() - started < 30
+
+
+def test_ctrl_c_ends_in_one_line_and_exit_130_without_a_traceback(tmp_path):
+    """SIGINT used to print KeyboardInterrupt's traceback (audit finding 5). Sent once the training has started
+    (its progress bar is on stderr), it stops the run before anything is written."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "torchgcc", "reproduce", "training", "--quick", "--threads", "1", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        # a shell that starts pytest in the background ignores SIGINT, and children inherit that: restore Ctrl-C
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        seen, deadline = b"", time.monotonic() + 120
+        while b"training runs" not in seen and time.monotonic() < deadline:
+            chunk = os.read(process.stderr.fileno(), 4096)  # the bar redraws with \r: read bytes, not lines
+            if not chunk:
+                break
+            seen += chunk
+        assert b"training runs" in seen, seen.decode(errors="replace")
+        process.send_signal(signal.SIGINT)
+        _, rest = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    err = (seen + rest).decode(errors="replace")
+    assert process.returncode == 130
+    assert "Traceback" not in err and err.rstrip().splitlines()[-1] == "torchgcc: interrupted"
+    assert not out.exists()
+
+
+def test_an_interrupt_while_writing_leaves_the_folder_marked_incomplete(tmp_path, monkeypatch, capsys):
+    """An interrupt between results.json and the plot used to leave a folder that looked complete."""
+    from torchgcc.app.experiments import straggler_study
+    from torchgcc.app.results import INCOMPLETE, ExperimentResult, write_results
+
+    def report(result, out, *, console):
+        write_results(out, config={}, records=[], required=())
+        raise KeyboardInterrupt  # Ctrl-C before the plot
+
+    monkeypatch.setattr(straggler_study, "run", lambda config, progress: ExperimentResult([], {}))
+    monkeypatch.setattr(straggler_study, "report", report)
+    out = tmp_path / "out"
+    assert cli.main(["demo", "--quick", "--no-progress", "--out", str(out)]) == 130
+    assert capsys.readouterr().err.strip() == "torchgcc: interrupted"
+    assert sorted(path.name for path in out.iterdir()) == [INCOMPLETE, "results.csv", "results.json"]
+    assert "interrupted" in (out / INCOMPLETE).read_text()
+
+
+def test_a_finished_run_leaves_no_incomplete_marker(tmp_path):
+    from torchgcc.app.results import INCOMPLETE, writing
+
+    with writing(tmp_path / "out") as out:
+        assert (out / INCOMPLETE).exists()
+    assert not (out / INCOMPLETE).exists() and out.is_dir()

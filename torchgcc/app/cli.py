@@ -6,7 +6,9 @@ of the subcommand being run is imported (the others are listed from :data:`SUBCO
 imports neither torch nor any optional dependency.
 
 User errors end in one line on stderr and exit status 2, not a traceback: a subcommand raises :class:`UsageError`,
-and a missing optional dependency names the extra that installs it.
+and a missing optional dependency names the extra that installs it. Ctrl-C (SIGINT) ends a command with the line
+``torchgcc: interrupted`` and exit status 130; an output folder it had begun to write keeps the marker file
+``INCOMPLETE`` (:func:`torchgcc.app.results.writing`).
 """
 
 from __future__ import annotations
@@ -77,6 +79,13 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     return parser
 
 
+def _close_progress_bars() -> None:
+    """Close the tqdm bars an interrupt left open (tqdm is imported only by the commands that draw them)."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``torchgcc`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     from torchgcc.app.logs import configure_logging
@@ -90,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"torchgcc: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        _close_progress_bars()  # else they redraw at exit, below the line
+        print("\ntorchgcc: interrupted", file=sys.stderr)
+        return 130
     except MissingExtraError as error:
         print(f"torchgcc: error: {error}", file=sys.stderr)
         return 2

@@ -245,6 +245,7 @@ def _check_arguments(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from torchgcc.app.options import apply_threads, gcc_options, output_dir
+    from torchgcc.app.results import writing
     from torchgcc.optional import check_extra
 
     output = output_dir(args) / "profile.json"  # checked before any work, as is the extra
@@ -272,8 +273,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     report = profile_coded_inference(settings, trace=args.trace, progress=args.progress)
     print_report(report)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(report, indent=2) + "\n")
+    with writing(output.parent):
+        output.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {output}" + (f" and the Chrome trace {args.trace}" if args.trace else ""))
     return 0
 

@@ -48,11 +48,13 @@ def run(args: argparse.Namespace) -> int:
 def run_and_report(experiment: ModuleType, config: Any, args: argparse.Namespace, out: Optional[Path] = None) -> int:
     """Run ``experiment`` with ``config``, report it into ``out`` (default: :func:`~torchgcc.app.options.output_dir`,
     checked here, before the run) and print what was written."""
+    from torchgcc.app.results import writing
     from torchgcc.app.tables import make_console
 
     out = output_dir(args) if out is None else out
     result = experiment.run(config, progress=args.progress)
     console = make_console()
-    paths = experiment.report(result, out, console=console)
+    with writing(out):  # an interrupt while writing leaves the marker INCOMPLETE in out
+        paths = experiment.report(result, out, console=console)
     console.print(f"wrote {out}/ ({', '.join(path.name for path in paths)})", soft_wrap=True)
     return 0
