@@ -340,6 +340,11 @@ def test_sagc_trl_study_summarises_every_scheme_from_its_steps(tmp_path):
         assert record["rounds_per_step"] == pytest.approx(statistics.fmean(step["rounds"] for step in steps))
         if scheme != "sagc + dynamic sampling":  # one controller observation per step
             assert record["event_rate"] == pytest.approx(statistics.fmean(step["event"] for step in steps))
+            assert {step["rounds"] for step in steps} == {1}
+    # every setting the run records is the one it ran: Config.max_refill_rounds bounds the refill rounds (the
+    # trainer's default, 4, would allow 5 rounds; exact-match rewards of an untrained model are mostly equal)
+    assert result.config["max_refill_rounds"] == 1
+    assert max(step["rounds"] for step in histories["sagc + dynamic sampling"][0]) == 2
     assert records["static G=2"]["G_distribution"] == {2: 1.0} and records["static G=2"]["erased_fraction"] == 0
     deadline = histories["G=4 + deadline"][0]
     assert all(step["rollout_seconds"] <= 3.0 for step in deadline)

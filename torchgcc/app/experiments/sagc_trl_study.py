@@ -102,7 +102,11 @@ def schemes(config: Config) -> dict[str, dict[str, Any]]:
     """Scheme name -> the candidate sizes and the trainer options it runs with."""
     table: dict[str, dict[str, Any]] = {f"static G={g}": {"sizes": (g,)} for g in config.static_sizes}
     table["sagc"] = {"sizes": config.candidate_sizes}
-    table["sagc + dynamic sampling"] = {"sizes": config.candidate_sizes, "dynamic_sampling": True}
+    table["sagc + dynamic sampling"] = {
+        "sizes": config.candidate_sizes,
+        "dynamic_sampling": True,
+        "max_refill_rounds": config.max_refill_rounds,
+    }
     table[f"G={config.deadline_size} + deadline"] = {"sizes": (config.deadline_size,), "deadline": config.deadline}
     return table
 
