@@ -463,3 +463,18 @@ def test_observe_refuses_a_fractional_size_or_s_and_records_nothing():
     policy.observe([0.1] * 4, num_stragglers=np.int64(2))
     assert controller.size_distribution() == {2: 0.0, 4: 1.0}
     assert policy.stragglers_distribution()[2] == 1.0
+
+
+def test_event_models_and_group_size_controller_take_numpy_integers_and_name_the_callers_argument():
+    # numpy integers are integers (torchgcc.checks): the counts they name, as Python ints
+    controller = group_size_controller((2, 4), prompts_per_step=np.int64(4), budget=0.1, kappa=2.0)
+    assert controller.event_model.units_per_size == 4 and type(controller.event_model.units_per_size) is int
+    assert int(controller.event_model.units(torch.tensor(4))) == 16
+    assert AllMustFinish(np.int32(3)).units_per_size == 3 and WaitForFastest(np.int64(5)).num_workers == 5
+    # the error names prompts_per_step, the argument given, not the event model's units_per_size
+    for bad, error in ((0, ValueError), (2.0, ValueError), ("4", TypeError)):
+        with pytest.raises(error, match="^prompts_per_step must be an integer >= 1"):
+            group_size_controller((2, 4), prompts_per_step=bad, budget=0.1, kappa=2.0)
+    with pytest.raises(ValueError, match="^num_workers must be an integer >= 1"):
+        WaitForFastest(0)
+

@@ -305,6 +305,68 @@ def test_trainer_rejects_a_controller_that_does_not_match_the_batch(tmp_path):
 
 
 @needs_trl
+def test_trainer_refuses_a_min_group_size_above_every_size(tmp_path):
+    """A group of G completions has at most G usable ones, so with min_group_size > max G every group of every step
+    would be dropped (loss 0, the model never trains): refused at construction, naming both."""
+    from torchgcc.control import group_size_controller
+    from torchgcc.integrations.trl import usable_groups
+
+    def controller():
+        return group_size_controller((2, 4), prompts_per_step=4, budget=0.2, kappa=10.0)
+
+    full = torch.tensor([0.0, 1.0, 0.0, 1.0])  # a complete group of the largest size, with reward variance
+    assert not usable_groups(full, torch.zeros(4, dtype=torch.int64), min_size=5).any()
+    for options in ({"deadline": 1.0}, {"dynamic_sampling": True}, {}):
+        with pytest.raises(ValueError, match=r"min_group_size=5 .*\[2, 4\]"):
+            make_trainer(controller(), [exact], steps=1, tmp_path=tmp_path, min_group_size=5, **options)
+    assert usable_groups(full, torch.zeros(4, dtype=torch.int64), min_size=4).all()
+    trainer, _ = make_trainer(controller(), [exact], steps=1, tmp_path=tmp_path, deadline=1.0, min_group_size=4)
+    assert trainer.min_group_size == 4
+
+
+@needs_trl
+def test_trainer_arguments_are_checked_at_construction_naming_the_argument(tmp_path):
+    import numpy as np
+
+    from torchgcc.control import group_size_controller
+    from torchgcc.stragglers import Pareto
+
+    def controller():
+        return group_size_controller((2, 4), prompts_per_step=4, budget=0.2, kappa=10.0)
+
+    def make(**options):
+        return make_trainer(
+            options.pop("controller", None) or controller(), [exact], steps=1, tmp_path=tmp_path, **options
+        )[0]
+
+    refused = [
+        ({"rollout_delay": 0.5}, TypeError, "rollout_delay must be a torchgcc.stragglers.LatencyModel"),
+        ({"deadline": "5"}, TypeError, "deadline must be"),
+        ({"deadline": 0.0}, ValueError, "deadline must be"),
+        ({"deadline": math.nan}, ValueError, "deadline must be"),
+        ({"min_group_size": 2.5}, ValueError, "min_group_size must be an integer"),
+        ({"min_group_size": 1}, ValueError, "min_group_size must be an integer >= 2"),
+        ({"max_refill_rounds": 2.0}, ValueError, "max_refill_rounds must be an integer"),
+        ({"max_refill_rounds": -1}, ValueError, "max_refill_rounds must be an integer >= 0"),
+        ({"dynamic_sampling": "yes"}, TypeError, "dynamic_sampling must be True or False"),
+        ({"controller": object()}, TypeError, "controller must be a StragglerAwareController"),
+    ]
+    for options, error, message in refused:
+        with pytest.raises(error, match=message):
+            make(**options)
+    # numpy integers are integers (checks.check_integer), kept as Python ints
+    trainer = make(
+        controller=group_size_controller((2, 4), prompts_per_step=np.int64(4), budget=0.2, kappa=10.0),
+        rollout_delay=Pareto(1.0, 2.0),
+        deadline=np.float32(5.0),
+        min_group_size=np.int64(3),
+        max_refill_rounds=np.int32(2),
+    )
+    assert (trainer.min_group_size, trainer.max_refill_rounds, trainer.deadline) == (3, 2, 5.0)
+    assert type(trainer.min_group_size) is int and type(trainer.max_refill_rounds) is int
+
+
+@needs_trl
 def test_sagc_trl_study_summarises_every_scheme_from_its_steps(tmp_path):
     from dataclasses import replace
 

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import torch
 
+from torchgcc.checks import check_integer
 from torchgcc.registry import Registry
 
 __all__ = ["AllMustFinish", "EVENT_MODELS", "EventModel", "WaitForFastest", "make_event_model"]
@@ -51,9 +52,7 @@ class AllMustFinish(EventModel):
     """
 
     def __init__(self, units_per_size: int = 1) -> None:
-        if not isinstance(units_per_size, int) or units_per_size < 1:
-            raise ValueError(f"units_per_size must be a positive integer, got {units_per_size!r}")
-        self.units_per_size = units_per_size
+        self.units_per_size = check_integer("units_per_size", units_per_size, minimum=1)
 
     def units(self, sizes):
         return torch.as_tensor(sizes, dtype=torch.int64) * self.units_per_size
@@ -80,9 +79,7 @@ class WaitForFastest(EventModel):
     """
 
     def __init__(self, num_workers: int) -> None:
-        if not isinstance(num_workers, int) or num_workers < 1:
-            raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
-        self.num_workers = num_workers
+        self.num_workers = check_integer("num_workers", num_workers, minimum=1)
 
     def units(self, sizes):
         return torch.full_like(torch.as_tensor(sizes, dtype=torch.int64), self.num_workers)

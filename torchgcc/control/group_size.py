@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from torchgcc.checks import check_integer
 from torchgcc.control.controller import StragglerAwareController
 from torchgcc.control.event_models import AllMustFinish
 from torchgcc.control.thresholds import DeadlineThreshold, RelativeThreshold
@@ -41,6 +42,7 @@ def group_size_controller(
     is a straggler event. ``options`` go to :class:`StragglerAwareController` (``eta``, ``hold``, ``max_step``,
     ``fallback``, ``warmup``, ``discount``, ``prior``, ``seed``).
     """
+    prompts_per_step = check_integer("prompts_per_step", prompts_per_step, minimum=1)
     if (deadline is None) == (kappa is None):
         raise ValueError("give exactly one of deadline= (seconds) or kappa= (a multiple of the median duration)")
     # exactly one is given (checked above)

@@ -45,6 +45,7 @@ from datasets import IterableDataset
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
+from torchgcc.checks import check_integer, check_real
 from torchgcc.control.controller import StragglerAwareController
 from torchgcc.control.event_models import AllMustFinish
 from torchgcc.integrations.trl.advantages import SCALES, group_advantages, usable_groups
@@ -61,12 +62,20 @@ class SAGCGRPOTrainer(GRPOTrainer):
             :func:`~torchgcc.control.group_size_controller`, whose ``prompts_per_step`` equals
             ``args.generation_batch_size`` (distinct prompts per generation step, all processes together) and
             whose sizes are at least 2. ``args.num_generations`` only sizes evaluation groups.
-        rollout_delay: seconds per completion token added to each measured rollout time (``None``: none).
-        deadline: seconds after which a completion is an erasure (``None``: no deadline).
-        min_group_size: with ``deadline`` or ``dynamic_sampling``, groups with fewer usable completions are dropped.
+        rollout_delay: a :class:`~torchgcc.stragglers.LatencyModel` of the seconds per completion token added to
+            each measured rollout time (``None``: none).
+        deadline: seconds (a positive number) after which a completion is an erasure (``None``: no deadline).
+        min_group_size: with ``deadline`` or ``dynamic_sampling``, groups with fewer usable completions are dropped
+            (an integer from 2 to the largest controller size).
         dynamic_sampling: drop groups whose usable rewards are all equal and refill from new prompts (DAPO).
         max_refill_rounds: at most this many extra generation rounds per step with ``dynamic_sampling``.
         *args, **kwargs: ``GRPOTrainer``'s (``model``, ``reward_funcs``, ``args``, ``train_dataset``, ...).
+
+    Raises:
+        TypeError / ValueError: at construction, one line naming the argument, for a ``controller``,
+            ``rollout_delay``, ``deadline``, ``min_group_size``, ``dynamic_sampling`` or ``max_refill_rounds`` of the
+            wrong kind or out of range (numpy integers are integers), and for a controller that does not match
+            ``args`` or a setting TRL would split (see above).
 
     Attributes:
         controller: the controller (save its ``state_dict()`` with checkpoints to resume identically).
@@ -83,16 +92,30 @@ class SAGCGRPOTrainer(GRPOTrainer):
         max_refill_rounds: int = 4,
         **kwargs: Any,
     ) -> None:
-        if int(controller.sizes.min()) < 2:
-            raise ValueError(
-                f"controller sizes must be at least 2 (a group of 1 has no baseline), got {controller.sizes.tolist()}"
+        if not isinstance(controller, StragglerAwareController):
+            raise TypeError(
+                "controller must be a StragglerAwareController (torchgcc.control.group_size_controller(...)), "
+                f"got {type(controller).__name__}"
             )
-        if deadline is not None and not deadline > 0:
-            raise ValueError(f"deadline must be > 0 seconds or None, got {deadline!r}")
-        if not isinstance(min_group_size, int) or min_group_size < 2:
-            raise ValueError(f"min_group_size must be an integer >= 2, got {min_group_size!r}")
-        if not isinstance(max_refill_rounds, int) or max_refill_rounds < 0:
-            raise ValueError(f"max_refill_rounds must be a non-negative integer, got {max_refill_rounds!r}")
+        sizes = controller.sizes.tolist()
+        if sizes[0] < 2:
+            raise ValueError(f"controller sizes must be at least 2 (a group of 1 has no baseline), got {sizes}")
+        if rollout_delay is not None and not isinstance(rollout_delay, LatencyModel):
+            raise TypeError(
+                "rollout_delay must be a torchgcc.stragglers.LatencyModel (seconds per token, e.g. Pareto(1.0, 2.0)) "
+                f"or None, got {rollout_delay!r} ({type(rollout_delay).__name__})"
+            )
+        if deadline is not None:
+            deadline = check_real("deadline", deadline, low=0, low_open=True)
+        min_group_size = check_integer("min_group_size", min_group_size, minimum=2)
+        if min_group_size > sizes[-1]:
+            raise ValueError(
+                f"min_group_size={min_group_size} is larger than every controller size {sizes}: with a deadline or "
+                "dynamic sampling every group would be dropped at every step"
+            )
+        if not isinstance(dynamic_sampling, bool):
+            raise TypeError(f"dynamic_sampling must be True or False, got {dynamic_sampling!r}")
+        max_refill_rounds = check_integer("max_refill_rounds", max_refill_rounds, minimum=0)
         super().__init__(*args, **kwargs)
         model = controller.event_model
         if not isinstance(model, AllMustFinish) or model.units_per_size != self.args.generation_batch_size:
