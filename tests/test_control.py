@@ -478,3 +478,15 @@ def test_event_models_and_group_size_controller_take_numpy_integers_and_name_the
     with pytest.raises(ValueError, match="^num_workers must be an integer >= 1"):
         WaitForFastest(0)
 
+
+def test_wait_count_observe_names_the_s_and_the_latencies_the_caller_gave():
+    policy = WaitCountController(4, deadline=1.0, candidates=[0, 1])
+    for s in (3, 4):  # S outside the candidates: the message speaks in S, as given
+        with pytest.raises(ValueError, match=rf"^num_stragglers={s} is not one of the candidate S values \[0, 1\]$"):
+            policy.observe([0.5] * 4, num_stragglers=s)
+    with pytest.raises(ValueError, match=r"^latencies must hold N = 4 values \(one per worker\), got 3$"):
+        policy.observe([0.5] * 3)
+    assert policy.controller.steps == 0
+    assert policy.observe([0.5] * 4, num_stragglers=1) is False
+    assert policy.stragglers_distribution() == {0: 0.0, 1: 1.0}
+

@@ -151,7 +151,18 @@ class WaitCountController:
         keeps recording late arrivals until the deadline passes ``watched_until=deadline``. Returns whether the step
         missed the deadline.
         """
-        size = None if num_stragglers is None else self.num_workers - check_integer("num_stragglers", num_stragglers)
+        size = None
+        if num_stragglers is not None:
+            num_stragglers = check_integer("num_stragglers", num_stragglers)
+            candidates = sorted(self.num_workers - k for k in self.controller.sizes.tolist())
+            if num_stragglers not in candidates:
+                raise ValueError(f"num_stragglers={num_stragglers} is not one of the candidate S values {candidates}")
+            size = self.num_workers - num_stragglers
+        latencies = torch.as_tensor(latencies, dtype=torch.float64).flatten()
+        if latencies.numel() != self.num_workers:
+            raise ValueError(
+                f"latencies must hold N = {self.num_workers} values (one per worker), got {latencies.numel()}"
+            )
         return self.controller.observe(latencies, size=size, watched_until=watched_until)
 
     def use_fallback(self, enabled: bool = True) -> None:
