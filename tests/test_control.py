@@ -490,3 +490,29 @@ def test_wait_count_observe_names_the_s_and_the_latencies_the_caller_gave():
     assert policy.observe([0.5] * 4, num_stragglers=1) is False
     assert policy.stragglers_distribution() == {0: 0.0, 1: 1.0}
 
+
+def test_after_a_detected_change_only_a_smaller_size_skips_hold_and_max_step():
+    """The change test is one-sided: it fires on improbably *many* exceedances, evidence that the tail got heavier.
+    The smaller size is the safe reaction and may be reached at once; a larger size still waits for ``hold`` (here
+    the change comes from the only unit being late, and a tiny eta leaves lambda ~ 0, so the scores favour the
+    largest size: a free move would go up right after the evidence of a heavier tail)."""
+
+    def first_two_sizes(change_level, hold):
+        controller = StragglerAwareController(
+            range(1, 9),
+            budget=0.5,
+            threshold=DeadlineThreshold(1.0),
+            hold=hold,
+            max_step=1,
+            warmup=0,
+            eta=1e-6,
+            change_level=change_level,
+        )
+        sizes = [controller.choose()]
+        controller.observe([2.0], size=sizes[-1])  # P(X >= 1) = 0.5 under the prior: a change at level 0.9
+        sizes.append(controller.choose())
+        return sizes, controller.changes
+
+    assert first_two_sizes(None, hold=10) == ([1, 1], 0)  # held
+    assert first_two_sizes(0.9, hold=10) == ([1, 1], 1)  # a change does not release the hold upwards
+    assert first_two_sizes(0.9, hold=1) == ([1, 2], 1)  # past the hold, an upward move is bounded by max_step

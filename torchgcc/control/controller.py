@@ -29,8 +29,9 @@ Two optional safeguards, both off by default:
 - **Change detection** (``change_level``): a step whose number of exceedances ``x`` out of ``n`` units is
   improbable under the current posterior, ``P(X >= x) < change_level`` with ``X ~ BetaBinomial(n, alpha, beta)``
   computed before the update, makes the posterior forget its data (it keeps the prior and this step), and the next
-  choice may move to any smaller size at once, past ``hold`` and ``max_step``. In both event models the predicted
-  risk grows with the size, so a smaller size is the safer move when the tail has just become heavier.
+  choice may move to any smaller size at once, past ``hold`` and ``max_step``; a larger size still waits for ``hold``
+  and moves at most ``max_step``. The test only fires on improbably many exceedances, and in both event models the
+  predicted risk grows with the size, so a smaller size is the safe move when the tail has just become heavier.
 """
 
 from __future__ import annotations
@@ -178,8 +179,10 @@ class StragglerAwareController:
                 scores = scores.masked_fill(~eligible, -torch.inf) if eligible.any() else -risk
             best = (scores >= scores.max() - 1e-12).nonzero().squeeze(1)
             pick = int(best[torch.randint(len(best), (1,), generator=self.generator)])
+            # after a detected change (a heavier tail) any smaller size at once; a larger one only as without it
             lowest = 0 if self.after_change else self.index - self.max_step
-            target = min(max(pick, lowest), self.index + self.max_step)
+            highest = self.index if self.held < self.hold else self.index + self.max_step
+            target = min(max(pick, lowest), highest)
         self.after_change = False
         if target != self.index:
             self.index, self.held = target, 0
