@@ -285,6 +285,33 @@ def test_group_advantages_by_group_id_match_the_formula():
 
 
 @needs_trl
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool, torch.float64, torch.float16])
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_group_advantages_of_integer_or_bool_rewards_are_not_truncated(dtype, scale):
+    """0/1 exact-match scores as integers or bools: advantages in floating point, against numpy in float64."""
+    import numpy as np
+
+    from torchgcc.integrations.trl import group_advantages
+
+    scores = [1, 0, 0, 1, 1, 0, 1, 1, 0, 1]
+    groups = [0, 0, 0, 1, 1, 1, 4, 4, 7, 7]
+    values, ids = np.array(scores, dtype=np.float64), np.array(groups)
+    expected = np.zeros_like(values)
+    for group in np.unique(ids):
+        rows = ids == group
+        centred = values[rows] - values[rows].mean()
+        if scale == "group":
+            centred = centred / (values[rows].std(ddof=1) + 1e-4)
+        elif scale == "batch":
+            centred = centred / (values.std(ddof=1) + 1e-4)
+        expected[rows] = centred
+    got = group_advantages(torch.tensor(scores).to(dtype), torch.tensor(groups), scale=scale)
+    floating = dtype.is_floating_point
+    assert got.dtype == (dtype if floating else torch.get_default_dtype())
+    np.testing.assert_allclose(got.double().numpy(), expected, rtol=1e-3 if dtype == torch.float16 else 1e-6, atol=1e-6)
+
+
+@needs_trl
 def test_trainer_rejects_a_controller_that_does_not_match_the_batch(tmp_path):
     from torchgcc.control import group_size_controller
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from torchgcc.checks import check_integer
+
 __all__ = ["SCALES", "group_advantages", "usable_groups"]
 
 #: The ``scale`` choices, named as TRL's ``GRPOConfig.scale_rewards``.
@@ -42,9 +44,12 @@ def _group_statistics(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[t
 def group_advantages(
     rewards: torch.Tensor, group_ids: torch.Tensor, *, scale: str = "group", eps: float = 1e-4
 ) -> torch.Tensor:
-    """Advantages ``(R,)`` (the dtype of ``rewards``) of ``rewards`` ``(R,)`` (NaN: left out) in groups ``group_ids``
-    ``(R,)`` (integers). Left-out completions, and members of a group with a single usable completion under
-    ``scale="group"``, get 0.
+    """Advantages ``(R,)`` of ``rewards`` ``(R,)`` (NaN: left out) in groups ``group_ids`` ``(R,)`` (integers).
+    Left-out completions, and members of a group with a single usable completion under ``scale="group"``, get 0.
+
+    Computed in float64 and returned in the dtype of floating-point ``rewards``; integer or bool rewards (0/1
+    exact-match scores, say) give the default float dtype (``torch.get_default_dtype()``, float32 unless changed),
+    never their own dtype, which would truncate the advantages.
 
     Group 3 has two usable rewards (mean 0.5, std 0.707), group 5 two equal ones:
 
@@ -59,9 +64,10 @@ def group_advantages(
     if scale == "group":
         centred = centred / (std[index] + eps)
     elif scale == "batch":
-        usable = rewards[~torch.isnan(rewards)].double()
+        usable = rewards.double()[~torch.isnan(rewards.double())]
         centred = centred / ((usable.std() if usable.numel() > 1 else torch.tensor(torch.nan)) + eps)
-    return torch.nan_to_num(centred, nan=0.0).to(rewards.dtype)
+    dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+    return torch.nan_to_num(centred, nan=0.0).to(dtype)
 
 
 def usable_groups(
@@ -70,8 +76,7 @@ def usable_groups(
     """``(R,)`` bool: True for the usable completions (reward not NaN) of groups that keep at least ``min_size``
     usable completions and, with ``require_variance``, whose usable rewards are not all equal (DAPO's dynamic
     sampling drops those: they carry no group-relative signal)."""
-    if not isinstance(min_size, int) or min_size < 1:
-        raise ValueError(f"min_size must be a positive integer, got {min_size!r}")
+    min_size = check_integer("min_size", min_size, minimum=1)
     index, count, _, _ = _group_statistics(rewards, group_ids)
     keep = count >= min_size
     if require_variance:  # compared exactly: the spread of equal rewards is 0, their float std need not be
