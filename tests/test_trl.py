@@ -312,6 +312,33 @@ def test_group_advantages_of_integer_or_bool_rewards_are_not_truncated(dtype, sc
 
 
 @needs_trl
+def test_char_tokenizer_refuses_characters_outside_its_alphabet_instead_of_padding_them():
+    from torchgcc.integrations.trl import char_tokenizer
+    from torchgcc.integrations.trl.tiny_model import CHARACTERS
+
+    tokenizer = char_tokenizer()
+    # the reference: one id per character, in the documented order after <pad> = 0 and <eos> = 1
+    ids = {character: index + 2 for index, character in enumerate(CHARACTERS)}
+    assert tokenizer("3+4=")["input_ids"] == [ids[c] for c in "3+4="]
+    assert tokenizer(["12+0=", "7="])["input_ids"] == [[ids[c] for c in "12+0="], [ids["7"], ids["="]]]
+    assert tokenizer.encode("3+4=<eos>") == [ids["3"], ids["+"], ids["4"], ids["="], 1]  # special tokens are known
+    for call in (
+        lambda: tokenizer("3-4="),
+        lambda: tokenizer.encode("3-4="),
+        lambda: tokenizer(["3+4=", "3-4="]),
+        lambda: tokenizer("3+4=", "3-4="),
+    ):
+        with pytest.raises(ValueError, match=r"'-'"):
+            call()
+    with pytest.raises(ValueError, match=r"\['-', 'x'\]"):  # every unknown character, once
+        tokenizer(["x-1", "2-x"])
+    letters = char_tokenizer("ab")
+    assert letters("ab")["input_ids"] == [2, 3]
+    with pytest.raises(ValueError, match="'c'"):
+        letters("abc")
+
+
+@needs_trl
 def test_trainer_rejects_a_controller_that_does_not_match_the_batch(tmp_path):
     from torchgcc.control import group_size_controller
 
