@@ -359,9 +359,9 @@ def test_trainer_rejects_a_controller_that_does_not_match_the_batch(tmp_path):
 
 
 @needs_trl
-def test_trainer_refuses_a_min_group_size_above_every_size(tmp_path):
-    """A group of G completions has at most G usable ones, so with min_group_size > max G every group of every step
-    would be dropped (loss 0, the model never trains): refused at construction, naming both."""
+def test_trainer_refuses_a_min_group_size_above_any_size(tmp_path):
+    """A group of G completions has at most G usable ones, so with min_group_size > G every group of a step at size G
+    would be dropped (loss 0: the step trains on nothing): refused at construction, naming the sizes."""
     from torchgcc.control import group_size_controller
     from torchgcc.integrations.trl import usable_groups
 
@@ -371,11 +371,14 @@ def test_trainer_refuses_a_min_group_size_above_every_size(tmp_path):
     full = torch.tensor([0.0, 1.0, 0.0, 1.0])  # a complete group of the largest size, with reward variance
     assert not usable_groups(full, torch.zeros(4, dtype=torch.int64), min_size=5).any()
     for options in ({"deadline": 1.0}, {"dynamic_sampling": True}, {}):
-        with pytest.raises(ValueError, match=r"min_group_size=5 .*\[2, 4\]"):
+        with pytest.raises(ValueError, match=r"min_group_size=5 .*\[2, 4\] \(of \[2, 4\]\)"):
             make_trainer(controller(), [exact], steps=1, tmp_path=tmp_path, min_group_size=5, **options)
-    assert usable_groups(full, torch.zeros(4, dtype=torch.int64), min_size=4).all()
-    trainer, _ = make_trainer(controller(), [exact], steps=1, tmp_path=tmp_path, deadline=1.0, min_group_size=4)
-    assert trainer.min_group_size == 4
+    assert not usable_groups(full[:2], torch.zeros(2, dtype=torch.int64), min_size=3).any()  # size 2 keeps nothing
+    with pytest.raises(ValueError, match=r"min_group_size=3 .*\[2\] \(of \[2, 4\]\)"):
+        make_trainer(controller(), [exact], steps=1, tmp_path=tmp_path, deadline=1.0, min_group_size=3)
+    assert usable_groups(full[:2], torch.zeros(2, dtype=torch.int64), min_size=2).all()
+    trainer, _ = make_trainer(controller(), [exact], steps=1, tmp_path=tmp_path, deadline=1.0, min_group_size=2)
+    assert trainer.min_group_size == 2
 
 
 @needs_trl
@@ -410,7 +413,7 @@ def test_trainer_arguments_are_checked_at_construction_naming_the_argument(tmp_p
             make(**options)
     # numpy integers are integers (checks.check_integer), kept as Python ints
     trainer = make(
-        controller=group_size_controller((2, 4), prompts_per_step=np.int64(4), budget=0.2, kappa=10.0),
+        controller=group_size_controller((4, 8), prompts_per_step=np.int64(4), budget=0.2, kappa=10.0),
         rollout_delay=Pareto(1.0, 2.0),
         deadline=np.float32(5.0),
         min_group_size=np.int64(3),

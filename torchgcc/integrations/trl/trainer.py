@@ -66,7 +66,7 @@ class SAGCGRPOTrainer(GRPOTrainer):
             each measured rollout time (``None``: none).
         deadline: seconds (a positive number) after which a completion is an erasure (``None``: no deadline).
         min_group_size: with ``deadline`` or ``dynamic_sampling``, groups with fewer usable completions are dropped
-            (an integer from 2 to the largest controller size).
+            (an integer from 2 to the smallest controller size: a smaller size could keep no group).
         dynamic_sampling: drop groups whose usable rewards are all equal and refill from new prompts (DAPO).
         max_refill_rounds: at most this many extra generation rounds per step with ``dynamic_sampling``.
         *args, **kwargs: ``GRPOTrainer``'s (``model``, ``reward_funcs``, ``args``, ``train_dataset``, ...).
@@ -108,10 +108,12 @@ class SAGCGRPOTrainer(GRPOTrainer):
         if deadline is not None:
             deadline = check_real("deadline", deadline, low=0, low_open=True)
         min_group_size = check_integer("min_group_size", min_group_size, minimum=2)
-        if min_group_size > sizes[-1]:
+        if min_group_size > sizes[0]:
+            dead = [size for size in sizes if size < min_group_size]
             raise ValueError(
-                f"min_group_size={min_group_size} is larger than every controller size {sizes}: with a deadline or "
-                "dynamic sampling every group would be dropped at every step"
+                f"min_group_size={min_group_size} is larger than the controller sizes {dead} (of {sizes}): with a "
+                "deadline or dynamic sampling every group of a step at such a size would be dropped (a step that "
+                "trains on nothing); leave them out of the controller's sizes or lower min_group_size"
             )
         if not isinstance(dynamic_sampling, bool):
             raise TypeError(f"dynamic_sampling must be True or False, got {dynamic_sampling!r}")
