@@ -310,12 +310,13 @@ class CodedModule(nn.Module):
         """``mask`` less the results a ``nonfinite="straggle"`` decoder drops: those with a NaN or Inf in any of the
         ``(B, N, d)`` decoder inputs ``joined`` (one per dtype), on the first one's device, computed there. ``mask``
         itself for any other decoder."""
-        if getattr(self.code.decoder, "nonfinite", None) != "straggle":
+        decoder = self.code.decoder
+        if getattr(decoder, "nonfinite", None) != "straggle":
             return mask
-        device = joined[0].device
-        used = mask.to(device)
+        used = mask
         for part in joined:
-            used = used & torch.isfinite(part).all(dim=-1).to(device)
+            part, used = decoder.check_inputs(part, used)  # the decoder's own checks: one error for a bad mask
+            used = used & torch.isfinite(part).all(dim=-1)
         return used
 
     def _results_here(self, batch: CodedBatch) -> tuple[OutputSpec, list[torch.Tensor]]:
