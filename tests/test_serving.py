@@ -12,8 +12,10 @@ import torch
 from scipy import stats
 from torch import nn
 
-from torchgcc import CodedModule, make_code
+from torchgcc import BACC, LCC, Code, CodedModule, make_code
+from torchgcc.points import resolve_points
 from torchgcc.serving import HedgePolicy, PoissonArrivals, form_batches, serve_open_loop
+from torchgcc.serving.batcher import Batch
 from torchgcc.workers import Task, VirtualWorkers, WaitPolicy
 
 
@@ -276,3 +278,53 @@ def test_slots_holding_only_padding_are_not_sent_nor_waited_for(name):
     torch.testing.assert_close(run.latency_s, torch.full((3,), 0.1 + 0.01, dtype=torch.float64))
     with torch.no_grad():
         torch.testing.assert_close(run.outputs, model(queries), rtol=0, atol=1e-6)
+
+
+def _on_nodes_code(name: str, alpha_nodes: list) -> Code:
+    """BACC or LCC (degree 1) with K = 3, N = 8 and each of ``alpha_nodes`` either a worker's point (an int: that
+    worker's encoder row is one-hot) or a point of its own (a float)."""
+    beta = resolve_points("chebyshev2", 8, name="beta")
+    alpha = torch.stack([beta[a] if isinstance(a, int) else torch.tensor(a, dtype=torch.float64) for a in alpha_nodes])
+    if name == "bacc":
+        return BACC(3, 8, alpha=alpha, beta=beta)
+    return LCC(3, 8, degree=1, alpha=alpha, beta=beta)
+
+
+@pytest.mark.parametrize("name", ["bacc", "lcc"])
+@pytest.mark.parametrize(
+    ("alpha_nodes", "slow", "tasks", "arrived"),
+    [
+        # slot 6 reads only padding (a copy of query 1), as slot 3 reads only query 1: it arrives with slot 3's result
+        ([-0.5, 3, 6], None, 7, list(range(8))),
+        ([-0.5, 3, 6], 3, 7, [0, 1, 2, 4, 5, 7]),  # slot 3 straggles, so slot 6 has no result either
+        ([-0.5, 0.1, 6], None, 8, list(range(8))),  # no other slot computes slot 6's coded input: it is sent
+    ],
+)
+def test_a_small_batch_decodes_as_the_module_with_the_reported_mask(name, alpha_nodes, slow, tasks, arrived):
+    """A batch of two queries (K = 3) with a code whose slot 6 reads only padding (the audit's finding: it was
+    decoded as a zero result, although the in-process module computes the model on its coded input, a copy of the
+    last query). The served output must equal the in-process CodedModule under the mask the record reports (and,
+    with no straggler, its plain forward, every slot's result computed in process)."""
+    model = _mlp()
+    code = _on_nodes_code(name, alpha_nodes)
+    queries = torch.randn(2, 6)
+    delays = torch.zeros(1, 8, dtype=torch.float64)
+    if slow is not None:
+        delays[0, slow] = 50.0
+    pool = VirtualWorkers(model, 8, service_s=1.0)
+    wait = WaitPolicy(0 if slow is None else 2)
+    run = serve_open_loop(
+        CodedModule(model, code, workers=pool, wait=wait),
+        queries,
+        torch.zeros(2),
+        [Batch(0, [0, 1], 0.0)],
+        delays=delays,
+    )
+    assert run.tasks == tasks and run.batches[0].arrived == arrived
+    mask = torch.zeros(1, 8, dtype=torch.bool)
+    mask[0, arrived] = True
+    with torch.no_grad():
+        expected = CodedModule(model, code)(queries, mask=mask)
+        torch.testing.assert_close(run.outputs, expected, rtol=0, atol=1e-5)
+        if slow is None:
+            torch.testing.assert_close(run.outputs, CodedModule(model, code)(queries), rtol=0, atol=1e-5)

@@ -1,17 +1,19 @@
 """The serving loop: dispatch each batch to the N workers when it forms; decode it once its wait is over; record
 every query's end-to-end latency.
 
-The loop runs a :class:`~torchgcc.CodedModule` with an engine (``CodedModule(model, code, workers=...,
-wait=...)``): a batch of M queries is grouped and encoded by it (:meth:`CodedModule.encode`) into N coded inputs,
-one per *slot*, and decoded by it (:meth:`CodedModule.decode`) from the slots' results, so noise, attacks and every
-code (GCC, BACC, LCC, replication, uncoded) behave as in :meth:`CodedModule.forward`. Slots that hold only padding
-(a batch smaller than one group: inputs of the code that only copy padded samples) are not sent at all and count
-as answered; the others go round robin: slot ``j`` of a batch to worker ``(j + o) mod N``, where ``o`` advances by
-the number of slots sent, so small batches spread over all workers (a batch that sends all N slots has slot ``j`` on
-worker ``j``). Workers run their tasks one at a time in order (:class:`~torchgcc.workers.Workers`), so batches queue
-behind slow ones. Each batch ends its wait by the module's :class:`~torchgcc.workers.WaitPolicy`, the rule every
-engine uses (the fastest ``N - S`` slots that the code can decode from, or its deadline); its unfinished tasks are
-then cancelled, so a straggler does not keep working on an answered batch.
+The loop runs a :class:`~torchgcc.CodedModule` with an engine (``CodedModule(model, code, workers=..., wait=...)``):
+a batch of M queries is grouped and encoded by it (:meth:`CodedModule.encode`) into N coded inputs, one per *slot*,
+and decoded by it (:meth:`CodedModule.decode`) from the slots' results, so noise, attacks and every code (GCC, BACC,
+LCC, replication, uncoded) behave as in :meth:`CodedModule.forward`. A slot that holds only padding (a batch smaller
+than one group) and computes the same coded input as a slot that is sent (:func:`padding_slots`: uncoded's and
+replication's copies of the last query) is not sent: it arrives with that slot, holding its result, so the decoder
+sees what the in-process module computes. The others go round robin: slot ``j`` of a batch to worker ``(j + o) mod
+N``, where ``o`` advances by the number of slots sent, so small batches spread over all workers (a batch that sends
+all N slots has slot ``j`` on worker ``j``). Workers run their tasks one at a time in order
+(:class:`~torchgcc.workers.Workers`), so batches queue behind slow ones. Each batch ends its wait by the module's
+:class:`~torchgcc.workers.WaitPolicy`, the rule every engine uses (the fastest ``N - S`` slots that the code can
+decode from, or its deadline); its unfinished tasks are then cancelled, so a straggler does not keep working on an
+answered batch.
 
 Hedging is a policy of this loop, not a code: with a :class:`~torchgcc.serving.hedging.HedgePolicy` every slot
 still unanswered ``policy.threshold_s()`` after dispatch gets one backup task on the least-loaded other live worker;
@@ -104,18 +106,38 @@ class _InFlight:
     compute: dict[int, float] = field(default_factory=dict)
     outstanding: dict[tuple, int] = field(default_factory=dict)  # task key -> worker
     workers_of: dict[int, set[int]] = field(default_factory=dict)  # slot -> workers given it
-    padding: set[int] = field(default_factory=set)  # slots no query of the batch needs: never sent
+    padding: dict[int, list[int]] = field(default_factory=dict)  # slot never sent -> the sent slots it copies
     hedged: list[int] = field(default_factory=list)
     backups_won: int = 0
 
 
-def padding_slots(coded: CodedModule, num_queries: int) -> set[int]:
-    """The slots whose coded input mixes only padding samples: none for a batch of at least one group (the padding
-    shares a group with real samples), else the workers whose encoder rows read only inputs ``>= num_queries``."""
+def padding_slots(coded: CodedModule, num_queries: int) -> dict[int, list[int]]:
+    """The slots a batch of ``num_queries`` queries need not send, each with the slots whose result it takes.
+
+    A batch of at least one group has none (its padding shares a group with real samples). In a smaller one, the
+    padding samples are copies of the last query (:func:`~torchgcc.coded_module.group_samples`), so slot ``j``'s
+    coded input is ``sum_{i < m - 1} E[j, i] x_i + (sum_{i >= m - 1} E[j, i]) x_{m - 1}`` (``m = num_queries``).
+    A slot that reads only padding is skipped when another slot that is sent has the same coefficients (the same
+    coded input, so the same result: uncoded's and replication's copies of the last query, BACC's and LCC's worker
+    points on its regression point); it then arrives with the first of them, holding that result, as the in-process
+    module would compute it. A slot that reads only padding without such a twin is sent like any other: its result
+    is the model on a coded input no other slot computes, which an interpolating decoder uses (zeros would not be
+    its result)."""
     if num_queries >= coded.code.num_inputs:
-        return set()
-    reads = coded.code.encoder.matrix[:, :num_queries] != 0  # (N, M): which real samples each slot reads
-    return set((~reads.any(dim=1)).nonzero().flatten().tolist())
+        return {}
+    matrix = coded.code.encoder.matrix.detach().cpu()  # (N, K) float64
+    last = num_queries - 1
+    rows = torch.cat([matrix[:, :last], matrix[:, last:].sum(dim=1, keepdim=True)], dim=1)  # what slot j mixes
+    only_padding = (matrix[:, :num_queries] == 0).all(dim=1).tolist()
+    sent = [j for j, padding in enumerate(only_padding) if not padding]
+    twins: dict[int, list[int]] = {}
+    for slot in [j for j, padding in enumerate(only_padding) if padding]:
+        same = [j for j in sent if torch.equal(rows[j], rows[slot])]
+        if same:
+            twins[slot] = same
+        else:
+            sent.append(slot)
+    return twins
 
 
 def serve_open_loop(
@@ -162,6 +184,7 @@ def serve_open_loop(
     lost: set[int] = set(pool.lost_workers())  # lost before this run too
     counts = {"tasks": 0, "backups": 0}
     rotation = [0]  # worker of slot 0 in the next batch
+    padding_of: dict[int, dict[int, list[int]]] = {}  # batch size -> its padding slots (one host read per size)
 
     def submit(state: _InFlight, slot: int, worker: int, copy: int) -> None:
         table = delays if copy == PRIMARY else backup_delays
@@ -178,19 +201,34 @@ def serve_open_loop(
         live = [w for w in range(num_workers) if w not in lost and w not in exclude]
         return min(live, key=lambda w: (load[w], w)) if live else None
 
-    def slot_mask(state: _InFlight, slots) -> torch.Tensor:
-        """``(B, N)`` bool over the slots (the padding slots count as arrived)."""
+    def covered(state: _InFlight, slots) -> list[bool]:
+        """``(N,)`` the ``slots`` and the padding slots that copy one of them (:func:`padding_slots`)."""
         row = [False] * num_workers
-        for slot in (*slots, *state.padding):
+        for slot in slots:
             row[slot] = True
-        return torch.tensor(row).expand(state.coded.coded.shape[0], -1)
+        for slot, twins in state.padding.items():
+            row[slot] = any(row[twin] for twin in twins)
+        return row
+
+    def slot_mask(state: _InFlight, slots) -> torch.Tensor:
+        """``(B, N)`` bool over the ``slots`` and the padding slots that copy one of them."""
+        return torch.tensor(covered(state, slots)).expand(state.coded.coded.shape[0], -1)
+
+    def with_padding(state: _InFlight) -> dict[int, ModelOutput]:
+        """The slots' results, with each padding slot holding the result of the first of its twins that arrived."""
+        results = dict(state.results)
+        for slot, twins in state.padding.items():
+            arrived = [twin for twin in twins if twin in state.results]
+            if arrived:
+                results[slot] = state.results[arrived[0]]
+        return results
 
     def resend_needed(state: _InFlight) -> None:
         """Send the slots without a live copy to other workers if the batch cannot decode without them."""
         waiting = {key[1] for key in state.outstanding}
         if bool(code.decodable(slot_mask(state, set(state.results) | waiting)).all()):
             return
-        for slot in sorted(set(range(num_workers)) - state.padding - set(state.results) - waiting):
+        for slot in sorted(set(range(num_workers)) - set(state.padding) - set(state.results) - waiting):
             worker = least_loaded(set())
             if worker is not None:
                 submit(state, slot, worker, PRIMARY)
@@ -208,8 +246,11 @@ def serve_open_loop(
             stragglers=wait.stragglers(),
         )
         in_flight[batch.index] = state
-        state.padding = padding_slots(coded, len(batch.queries))
-        needed = sorted(set(range(num_workers)) - state.padding)
+        size = len(batch.queries)
+        if size not in padding_of:
+            padding_of[size] = padding_slots(coded, size)
+        state.padding = padding_of[size]
+        needed = sorted(set(range(num_workers)) - set(state.padding))
         offset = rotation[0]
         rotation[0] = (offset + len(needed)) % num_workers  # the next batch starts where this one ended
         for slot in needed:
@@ -243,7 +284,7 @@ def serve_open_loop(
         used: list[int] = []
         if decodable:
             groups = state.coded.coded.shape[0]
-            results = stack_results(state.results, groups, num_workers)
+            results = stack_results(with_padding(state), groups, num_workers)
             mask = slot_mask(state, state.results)
             decoded = coded.decode(results, mask, state.coded)
             if not isinstance(decoded, torch.Tensor):
@@ -252,7 +293,7 @@ def serve_open_loop(
                 outputs = decoded.new_full((len(queries), *decoded.shape[1:]), math.nan)
             outputs[index] = decoded
             lost_queries = torch.isnan(decoded).flatten(1).any(dim=1).nonzero().flatten().tolist()
-            used = sorted(state.results)
+            used = [slot for slot, flag in enumerate(covered(state, state.results)) if flag]
         else:  # given up: nothing decodable arrived in time
             lost_queries = list(range(len(batch.queries)))
         done = pool.now()
@@ -270,7 +311,7 @@ def serve_open_loop(
                 hedged=sorted(state.hedged),
                 backups_won=state.backups_won,
                 missing=gone,
-                compute_s=max((state.compute[s] for s in used), default=0.0),
+                compute_s=max((state.compute[s] for s in used if s in state.compute), default=0.0),
             )
         )
         drop(state)
@@ -280,11 +321,10 @@ def serve_open_loop(
     def check(state: _InFlight) -> None:
         """Decode ``state`` if its wait is over; give it up if it can no longer decode."""
         now = pool.now()
-        arrived = slot_mask(state, state.results)[0]
-        waiting = [False] * num_workers
-        for _, slot, _ in state.outstanding:
-            waiting[slot] = slot not in state.results
-        pending = torch.tensor(waiting)
+        done = covered(state, state.results)
+        waiting = covered(state, [slot for _, slot, _ in state.outstanding if slot not in state.results])
+        arrived = torch.tensor(done)
+        pending = torch.tensor([w and not d for w, d in zip(waiting, done)])
         over = state.results and wait.is_over(
             code,
             arrived,
