@@ -13,6 +13,7 @@ from scipy import stats
 from torch import nn
 
 from torchgcc import BACC, LCC, Code, CodedModule, make_code
+from torchgcc.control.wait_count import WaitCountController
 from torchgcc.points import resolve_points
 from torchgcc.serving import HedgePolicy, PoissonArrivals, form_batches, serve_open_loop
 from torchgcc.serving.batcher import Batch
@@ -328,3 +329,37 @@ def test_a_small_batch_decodes_as_the_module_with_the_reported_mask(name, alpha_
         torch.testing.assert_close(run.outputs, expected, rtol=0, atol=1e-5)
         if slow is None:
             torch.testing.assert_close(run.outputs, CodedModule(model, code)(queries), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("watch_s", [2.0, None])
+def test_an_adaptive_wait_learns_as_in_the_modules_rounds(watch_s):
+    """The audit's finding: serve_open_loop chose S with the controller but never let it observe, so it stayed at
+    its fallback. Batches far apart (no queueing), every worker answers in 1 s: the loop must choose the same S per
+    batch, and leave the controller in the same state, as CodedModule.forward's rounds on the same engine."""
+    model, count, n = _mlp(), 30, 8
+    queries = torch.randn(4 * count, 6)
+
+    def module() -> CodedModule:
+        controller = WaitCountController(n, deadline=2.0, candidates=list(range(n - 4 + 1)), seed=0)
+        wait = WaitPolicy(adaptive=controller, watch_s=watch_s)
+        return CodedModule(
+            model,
+            make_code("gcc", num_inputs=4, num_workers=n),
+            workers=VirtualWorkers(model, n, service_s=1.0),
+            wait=wait,
+        )
+
+    served = module()
+    batches = [Batch(i, list(range(4 * i, 4 * i + 4)), 10.0 * i) for i in range(count)]
+    arrivals = torch.arange(count, dtype=torch.float64).repeat_interleave(4) * 10.0
+    run = serve_open_loop(served, queries, arrivals, batches)
+    rounds, used = module(), []
+    with torch.no_grad():
+        for batch in batches:
+            rounds(queries[batch.queries])
+            used.append(int(rounds.last_mask[0].sum()))
+    assert [len(record.arrived) for record in run.batches] == used
+    assert len(set(used)) > 1  # it did adapt
+    controllers = served.wait.adaptive, rounds.wait.adaptive
+    assert controllers[0].stragglers_distribution() == controllers[1].stragglers_distribution()
+    assert controllers[0].num_stragglers == controllers[1].num_stragglers

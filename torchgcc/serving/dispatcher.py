@@ -13,7 +13,10 @@ all N slots has slot ``j`` on worker ``j``). Workers run their tasks one at a ti
 (:class:`~torchgcc.workers.Workers`), so batches queue behind slow ones. Each batch ends its wait by the module's
 :class:`~torchgcc.workers.WaitPolicy`, the rule every engine uses (the fastest ``N - S`` slots that the code can
 decode from, or its deadline); its unfinished tasks are then cancelled, so a straggler does not keep working on an
-answered batch.
+answered batch. An adaptive wait (``WaitPolicy(adaptive=...)``) chooses S when a batch is dispatched and observes
+the batch's arrival times once it is decoded, as :func:`~torchgcc.workers.run_round` does per round; with its
+``watch_s`` the decoded batch's unfinished tasks run on until ``watch_s`` after dispatch, so the controller learns
+which slots were late, and are cancelled then.
 
 Hedging is a policy of this loop, not a code: with a :class:`~torchgcc.serving.hedging.HedgePolicy` every slot
 still unanswered ``policy.threshold_s()`` after dispatch gets one backup task on the least-loaded other live worker;
@@ -109,6 +112,9 @@ class _InFlight:
     padding: dict[int, list[int]] = field(default_factory=dict)  # slot never sent -> the sent slots it copies
     hedged: list[int] = field(default_factory=list)
     backups_won: int = 0
+    arrival: dict[int, float] = field(default_factory=dict)  # slot -> seconds from dispatch to its first result
+    waited_s: float = 0.0  # seconds from dispatch to the decode
+    watch_until_s: float = math.inf  # absolute: a decoded batch's late results are recorded until then
 
 
 def padding_slots(coded: CodedModule, num_queries: int) -> dict[int, list[int]]:
@@ -155,9 +161,9 @@ def serve_open_loop(
 
     Args:
         coded: the code, the engine (``coded.workers``, whose N must be the code's) and the wait
-            (``coded.wait``: its S, ``deadline_s`` after dispatch, and ``timeout_s``, after which a batch that
-            still cannot be decoded is given up and its queries reported missing, so a hung worker cannot stall
-            the run).
+            (``coded.wait``: its S, or its controller's, ``deadline_s`` after dispatch, ``watch_s`` (see above),
+            and ``timeout_s``, after which a batch that still cannot be decoded is given up and its queries
+            reported missing, so a hung worker cannot stall the run).
         delays: ``(num_batches, N)`` seconds each worker stays busy after the model ran on that batch's primary
             task (injected slowdowns; the same tensor for every code gives every code the same delays).
         backup_delays: ``(num_batches, N)`` the same for backup tasks (default: none).
@@ -180,6 +186,7 @@ def serve_open_loop(
     records: list[BatchRecord] = []
     missing: list[int] = []
     in_flight: dict[int, _InFlight] = {}
+    watching: dict[int, _InFlight] = {}  # decoded, recording late results until the wait's watch_s
     load = [0] * num_workers
     lost: set[int] = set(pool.lost_workers())  # lost before this run too
     counts = {"tasks": 0, "backups": 0}
@@ -270,12 +277,25 @@ def serve_open_loop(
                 submit(state, slot, worker, BACKUP)
                 state.hedged.append(slot)
 
+    def cancel(state: _InFlight, keys: list[tuple]) -> None:
+        pool.cancel(keys)
+        for key in keys:
+            load[state.outstanding.pop(key)] -= 1
+
     def drop(state: _InFlight) -> None:
-        pool.cancel(list(state.outstanding))
-        for worker in state.outstanding.values():
-            load[worker] -= 1
-        state.outstanding.clear()
-        del in_flight[state.batch.index]
+        cancel(state, list(state.outstanding))
+        in_flight.pop(state.batch.index, None)
+        watching.pop(state.batch.index, None)
+
+    def stop_watching(state: _InFlight) -> None:
+        """Tell an adaptive wait the decoded batch's ``(N,)`` arrival seconds, as :func:`~torchgcc.workers.run_round`
+        does after each round (a padding slot arrives with the first of its twins), and cancel what still runs."""
+        times = [state.arrival.get(slot, math.inf) for slot in range(num_workers)]
+        for slot, twins in state.padding.items():
+            times[slot] = min(times[twin] for twin in twins)
+        watched = state.waited_s if wait.watch_s is None else max(state.waited_s, wait.watch_s)
+        wait.observe(torch.tensor(times, dtype=torch.float64), state.stragglers, watched)
+        drop(state)
 
     def finish(state: _InFlight, decodable: bool) -> None:
         nonlocal outputs
@@ -314,7 +334,17 @@ def serve_open_loop(
                 compute_s=max((state.compute[s] for s in used if s in state.compute), default=0.0),
             )
         )
-        drop(state)
+        if not decodable:
+            drop(state)  # no observation: run_round raises without one
+        else:
+            state.waited_s = done - state.dispatched_s
+            cancel(state, [key for key in state.outstanding if key[1] in state.results])  # a slot's other copy
+            if wait.watch_s is not None and state.outstanding and done < state.dispatched_s + wait.watch_s:
+                state.watch_until_s = state.dispatched_s + wait.watch_s  # its stragglers run on until then
+                del in_flight[batch.index]
+                watching[batch.index] = state
+            else:
+                stop_watching(state)
         if on_batch is not None:
             on_batch(len(records), len(batches))
 
@@ -342,22 +372,32 @@ def serve_open_loop(
     def receive(completion: Completion) -> None:
         if completion.error is not None:
             lost.add(completion.worker)
-            for waiting in list(in_flight.values()):
+            for waiting in [*in_flight.values(), *watching.values()]:
                 for key, worker in list(waiting.outstanding.items()):
                     if worker == completion.worker:
                         del waiting.outstanding[key]
                         load[worker] -= 1
+                if waiting.batch.index in watching:
+                    if not waiting.outstanding:
+                        stop_watching(waiting)
+                    continue
                 resend_needed(waiting)
                 check(waiting)
             return
         index, slot, copy = cast("tuple[int, int, int]", completion.key)  # this loop's task keys
-        state = in_flight.get(index)
+        state = in_flight.get(index, watching.get(index))
         if state is None or completion.key not in state.outstanding:
-            return  # a batch already decoded (a task that finished before its cancellation reached it)
+            return  # a batch already done (a task that finished before its cancellation reached it)
         del state.outstanding[completion.key]
         load[completion.worker] -= 1
         if copy == PRIMARY and hedge is not None:
             hedge.observe(completion.finished_s - state.dispatched_s)
+        if completion.output is not None:
+            state.arrival.setdefault(slot, completion.finished_s - state.dispatched_s)
+        if index in watching:
+            if not state.outstanding:
+                stop_watching(state)
+            return
         if slot not in state.results and completion.output is not None:
             state.results[slot] = completion.output
             state.compute[slot] = completion.compute_s
@@ -365,8 +405,10 @@ def serve_open_loop(
         check(state)
 
     next_batch = 0
-    while next_batch < len(batches) or in_flight:
+    while next_batch < len(batches) or in_flight or watching:
         now = pool.now()
+        for state in [state for state in watching.values() if now >= state.watch_until_s]:
+            stop_watching(state)
         while next_batch < len(batches) and start + batches[next_batch].formed_s <= now:
             dispatch(batches[next_batch])
             next_batch += 1
@@ -378,8 +420,9 @@ def serve_open_loop(
         timers = [start + batches[next_batch].formed_s] if next_batch < len(batches) else []
         for state in in_flight.values():  # a deadline already passed waits for results, not for the clock
             timers += [t for t in (state.hedge_at_s, state.deadline_at_s, state.give_up_at_s) if t > now]
+        timers += [state.watch_until_s for state in watching.values()]
         until = min(timers, default=math.inf)
-        if not in_flight and next_batch >= len(batches):
+        if not in_flight and not watching and next_batch >= len(batches):
             break
         for completion in pool.wait(until):
             receive(completion)
