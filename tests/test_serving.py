@@ -363,3 +363,56 @@ def test_an_adaptive_wait_learns_as_in_the_modules_rounds(watch_s):
     controllers = served.wait.adaptive, rounds.wait.adaptive
     assert controllers[0].stragglers_distribution() == controllers[1].stragglers_distribution()
     assert controllers[0].num_stragglers == controllers[1].num_stragglers
+
+
+def _serve(queries=None, arrival_s=None, batches=None, **options):
+    model = _mlp()
+    coded = _coded(model, "uncoded", VirtualWorkers(model, 4, service_s=0.1), num_inputs=4)
+    queries = torch.randn(8, 6) if queries is None else queries
+    arrival_s = torch.zeros(8, dtype=torch.float64) if arrival_s is None else arrival_s
+    batches = [Batch(0, [0, 1, 2, 3], 0.0), Batch(1, [4, 5, 6, 7], 0.0)] if batches is None else batches
+    return serve_open_loop(coded, queries, arrival_s, batches, **options)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "name"),
+    [
+        # two batches with one index: the second replaced the first in flight (queries 4-7 got 0-3's outputs)
+        (lambda: _serve(batches=[Batch(0, [0, 1, 2, 3], 0.0), Batch(0, [4, 5, 6, 7], 0.0)]), ValueError, "batches"),
+        (lambda: _serve(batches=[Batch(0, [0, 1, 2, 3], 0.0), Batch(2, [4, 5, 6, 7], 0.0)]), ValueError, "batches"),
+        (lambda: _serve(batches=[Batch(0, [0, 1, 2, 9], 0.0), Batch(1, [4, 5, 6, 7], 0.0)]), ValueError, "queries"),
+        (lambda: _serve(batches=[Batch(0, [0, 1, 2, 3], 0.0), Batch(1, [3, 5, 6, 7], 0.0)]), ValueError, "queries"),
+        (lambda: _serve(batches=[Batch(0, [], 0.0), Batch(1, [4, 5, 6, 7], 0.0)]), ValueError, "queries"),
+        (lambda: _serve(batches=[Batch(0, [0, 1, 2, 3], math.nan), Batch(1, [4, 5], 0.0)]), ValueError, "formed_s"),
+        (lambda: _serve(batches=[]), ValueError, "batches"),
+        (lambda: _serve(batches=[(0, [0, 1, 2, 3], 0.0)]), TypeError, "batches"),
+        (lambda: _serve(arrival_s=[0.0] * 8), TypeError, "arrival_s"),
+        (lambda: _serve(arrival_s=torch.full((8,), math.nan)), ValueError, "arrival_s"),
+        (lambda: _serve(arrival_s=torch.zeros(2, 4)), ValueError, "arrival_s"),
+        (lambda: _serve(queries=torch.randn(8, 6).tolist()), TypeError, "queries"),
+        (lambda: _serve(delays=[[0.0] * 4] * 2), TypeError, "delays"),
+        (lambda: HedgePolicy(window=2.5), ValueError, "window"),
+        (lambda: HedgePolicy(window=True), TypeError, "window"),
+        (lambda: HedgePolicy(warmup=1.5), ValueError, "warmup"),
+        (lambda: HedgePolicy("0.9"), TypeError, "percentile"),
+        (lambda: HedgePolicy(math.nan), ValueError, "percentile"),
+        (lambda: HedgePolicy(fixed_s="1"), TypeError, "fixed_s"),
+        (lambda: HedgePolicy(fixed_s=math.nan), ValueError, "fixed_s"),
+    ],
+)
+def test_serving_names_a_bad_argument(call, error, name):
+    """One line naming the argument (the audit found silent wrong outputs for a repeated batch index and raw
+    AttributeError / IndexError / TypeError / RuntimeError for the others)."""
+    with pytest.raises(error, match=name) as info:
+        call()
+    assert "\n" not in str(info.value)
+
+
+def test_hand_built_batches_in_any_order_are_served_exactly():
+    """Batch indices must be 0..len-1, each once, but the list may hold them in any order."""
+    model = _mlp()
+    queries = torch.randn(8, 6)
+    run = _serve(queries=queries, batches=[Batch(1, [4, 5, 6, 7], 0.0), Batch(0, [0, 1, 2, 3], 0.0)])
+    assert [record.index for record in run.batches] == [0, 1] and run.missing == []
+    with torch.no_grad():
+        torch.testing.assert_close(run.outputs, model(queries), rtol=0, atol=1e-6)

@@ -35,6 +35,7 @@ from typing import Callable, Optional, cast
 
 import torch
 
+from torchgcc.checks import check_finite, check_integer, check_real, real_tensor
 from torchgcc.coded_module import CodedBatch, CodedModule
 from torchgcc.model_output import ModelOutput
 from torchgcc.serving.batcher import Batch
@@ -146,6 +147,34 @@ def padding_slots(coded: CodedModule, num_queries: int) -> dict[int, list[int]]:
     return twins
 
 
+def _check_batches(batches: object, num_queries: int) -> None:
+    """Raise a one-line error naming ``batches`` unless it is a non-empty list of :class:`Batch` es whose indices are
+    ``0 .. len - 1`` (each once: batches in flight and ``delays`` rows are looked up by index) and whose queries are
+    distinct indices in ``[0, num_queries)``, each in one batch, with a finite ``formed_s``."""
+    if not isinstance(batches, (list, tuple)) or not all(isinstance(batch, Batch) for batch in batches):
+        raise TypeError("batches must be a list of torchgcc.serving.Batch (form_batches(...) makes one)")
+    if not batches:
+        raise ValueError("batches is empty: there is nothing to serve")
+    indices = sorted(check_integer("batches[].index", batch.index) for batch in batches)
+    if indices != list(range(len(batches))):
+        repeated = sorted({i for i in indices if indices.count(i) > 1})
+        raise ValueError(
+            f"batches must have the indices 0..{len(batches) - 1}, each once (they key the batches in flight and the "
+            f"rows of delays), got {'repeated ' + str(repeated) if repeated else indices}"
+        )
+    seen: set[int] = set()
+    for batch in batches:
+        name = f"batches[{batch.index}]"
+        check_real(f"{name}.formed_s", batch.formed_s)
+        if len(batch.queries) == 0:
+            raise ValueError(f"{name}.queries is empty; a batch holds at least one query")
+        for query in batch.queries:
+            query = check_integer(f"{name}.queries", query, minimum=0, maximum=num_queries - 1)
+            if query in seen:
+                raise ValueError(f"{name}.queries: query {query} is already in another batch (or twice in this one)")
+            seen.add(query)
+
+
 def serve_open_loop(
     coded: CodedModule,
     queries: torch.Tensor,
@@ -174,13 +203,20 @@ def serve_open_loop(
     if pool is None:
         raise ValueError("serve_open_loop needs a CodedModule with workers=... (the engine that serves the batches)")
     num_workers = pool.num_workers
-    if len(arrival_s) != len(queries):
-        raise ValueError(f"{len(queries)} queries but {len(arrival_s)} arrival times")
+    if not isinstance(queries, torch.Tensor):
+        raise TypeError(
+            f"queries must be a torch.Tensor (Q, *in), got {type(queries).__name__}; convert it with torch.as_tensor"
+        )
+    arrival = check_finite(arrival_s, "arrival_s")
+    if arrival.ndim != 1 or len(arrival) != len(queries):
+        raise ValueError(
+            f"arrival_s must have shape (Q,) = ({len(queries)},), one time per query, got {tuple(arrival.shape)}"
+        )
+    _check_batches(batches, len(queries))
     for name, table in (("delays", delays), ("backup_delays", backup_delays)):
-        if table is not None and tuple(table.shape) != (len(batches), num_workers):
+        if table is not None and tuple(real_tensor(table, name).shape) != (len(batches), num_workers):
             raise ValueError(f"{name} must have shape (num_batches, N) = ({len(batches)}, {num_workers})")
     start = pool.now()
-    arrival = arrival_s.double()
     latency = torch.full((len(queries),), math.nan, dtype=torch.float64)
     outputs: Optional[torch.Tensor] = None
     records: list[BatchRecord] = []

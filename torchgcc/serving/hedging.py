@@ -17,6 +17,8 @@ import math
 
 import torch
 
+from torchgcc.checks import check_integer, check_real
+
 __all__ = ["HedgePolicy"]
 
 
@@ -28,17 +30,20 @@ class HedgePolicy:
         window: how many recent primary latencies the percentile is taken over.
         warmup: no backups until this many primaries have completed (the percentile is meaningless before).
         fixed_s: a constant threshold in seconds instead of the running percentile (then ``warmup`` is unused).
+
+    Raises:
+        TypeError / ValueError: one line naming the argument, for a value that is not a number, not an integer
+            (``window``, ``warmup``: ``2.5`` is not rounded) or out of range.
     """
 
     def __init__(
         self, percentile: float = 0.95, *, window: int = 1000, warmup: int = 20, fixed_s: float | None = None
     ) -> None:
-        if not 0 < percentile < 1:
-            raise ValueError(f"percentile must be in (0, 1), got {percentile!r}")
-        if window < 1 or warmup < 0:
-            raise ValueError(f"window must be >= 1 and warmup >= 0, got window={window}, warmup={warmup}")
-        if fixed_s is not None and not fixed_s >= 0:
-            raise ValueError(f"fixed_s must be >= 0 seconds, got {fixed_s!r}")
+        percentile = check_real("percentile", percentile, low=0, high=1, low_open=True, high_open=True)
+        window = check_integer("window", window, minimum=1)
+        warmup = check_integer("warmup", warmup, minimum=0)
+        if fixed_s is not None:
+            fixed_s = check_real("fixed_s (seconds)", fixed_s, low=0)
         self.percentile, self.window, self.warmup, self.fixed_s = percentile, window, warmup, fixed_s
         self._latencies: collections.deque[float] = collections.deque(maxlen=window)
         self.observed = 0
