@@ -349,7 +349,8 @@ def serve_open_loop(
                 outputs = decoded.new_full((len(queries), *decoded.shape[1:]), math.nan)
             outputs[index] = decoded
             lost_queries = torch.isnan(decoded).flatten(1).any(dim=1).nonzero().flatten().tolist()
-            used = [slot for slot, flag in enumerate(covered(state, state.results)) if flag]
+            decoded_with = mask if coded.last_mask is None else coded.last_mask  # decode sets it: less non-finite ones
+            used = decoded_with.any(dim=0).nonzero().flatten().tolist()
         else:  # given up: nothing decodable arrived in time
             lost_queries = list(range(len(batch.queries)))
         done = pool.now()
@@ -405,7 +406,9 @@ def serve_open_loop(
         elif not state.outstanding or now >= state.give_up_at_s:
             finish(state, False)
 
-    def receive(completion: Completion) -> None:
+    def receive(completion: Completion) -> Optional[_InFlight]:
+        """Record ``completion``; the in-flight batch it brought a result to (checked once the engine's whole hand-over
+        is in, as :func:`~torchgcc.workers.run_round` does: results that came together are decoded together)."""
         if completion.error is not None:
             lost.add(completion.worker)
             for waiting in [*in_flight.values(), *watching.values()]:
@@ -419,11 +422,11 @@ def serve_open_loop(
                     continue
                 resend_needed(waiting)
                 check(waiting)
-            return
+            return None
         index, slot, copy = cast("tuple[int, int, int]", completion.key)  # this loop's task keys
         state = in_flight.get(index, watching.get(index))
         if state is None or completion.key not in state.outstanding:
-            return  # a batch already done (a task that finished before its cancellation reached it)
+            return None  # a batch already done (a task that finished before its cancellation reached it)
         del state.outstanding[completion.key]
         load[completion.worker] -= 1
         if copy == PRIMARY and hedge is not None:
@@ -433,12 +436,12 @@ def serve_open_loop(
         if index in watching:
             if not state.outstanding:
                 stop_watching(state)
-            return
+            return None
         if slot not in state.results and completion.output is not None:
             state.results[slot] = completion.output
             state.compute[slot] = completion.compute_s
             state.backups_won += copy == BACKUP
-        check(state)
+        return state
 
     next_batch = 0
     while next_batch < len(batches) or in_flight or watching:
@@ -460,8 +463,10 @@ def serve_open_loop(
         until = min(timers, default=math.inf)
         if not in_flight and not watching and next_batch >= len(batches):
             break
-        for completion in pool.wait(until):
-            receive(completion)
+        touched = {id(state): state for state in map(receive, pool.wait(until)) if state is not None}
+        for state in touched.values():
+            if state.batch.index in in_flight:  # not finished meanwhile (a lost worker's check)
+                check(state)
     if outputs is None:
         raise RuntimeError("no batch could be decoded")
     return ServingRun(
