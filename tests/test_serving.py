@@ -344,6 +344,38 @@ class _NanFromWorkerOne(VirtualWorkers):
         ]
 
 
+class _FirstTaskFailsOnWorkerTwo(VirtualWorkers):
+    """VirtualWorkers whose worker 2 fails its first task (its model raised, as on Ray: an error completion with the
+    task's key) and lives on."""
+
+    failed = False
+
+    def wait(self, until_s):
+        done = super().wait(until_s)
+        for i, completion in enumerate(done):
+            if completion.worker == 2 and not self.failed:
+                self.failed = True
+                done[i] = dataclasses.replace(completion, output=None, error="RuntimeError: model failed once")
+        return done
+
+
+def test_a_task_that_fails_on_a_live_worker_loses_that_copy_not_the_worker():
+    """Uncoded on 4 workers: worker 2's first task fails, the worker lives (not in lost_workers()). That slot must be
+    sent again (to another worker), every query served exactly, and worker 2 keep serving later batches: it was
+    marked lost for the rest of the run."""
+    model = _mlp()
+    pool = _FirstTaskFailsOnWorkerTwo(model, 4, service_s=0.1)
+    queries = torch.randn(12, 6)
+    batches = [Batch(i, list(range(4 * i, 4 * i + 4)), 1.0 * i) for i in range(3)]
+    arrivals = torch.arange(3, dtype=torch.float64).repeat_interleave(4)
+    run = serve_open_loop(_coded(model, "uncoded", pool, num_inputs=4), queries, arrivals, batches)
+    assert pool.failed and run.lost_workers == [] and run.missing == []
+    assert run.tasks == 13  # 3 batches of 4, and the failed slot once more
+    with torch.no_grad():
+        torch.testing.assert_close(run.outputs, model(queries), rtol=0, atol=1e-6)
+    assert all(record.arrived == [0, 1, 2, 3] for record in run.batches)
+
+
 def test_a_record_lists_the_slots_the_decoder_used_without_the_non_finite_ones():
     """With nonfinite="straggle" the decoder drops worker 1's NaN result: BatchRecord.arrived must say so (it listed
     slot 1 as used), and decoding clean results under the mask it reports must give the served outputs."""

@@ -22,6 +22,9 @@ Hedging is a policy of this loop, not a code: with a :class:`~torchgcc.serving.h
 still unanswered ``policy.threshold_s()`` after dispatch gets one backup task on the least-loaded other live worker;
 the first copy to answer fills the slot. When a worker is lost, the slots of a batch that can no longer be decoded
 without them (uncoded: every slot; replication: the last copy of an input) are sent to the least-loaded live worker.
+A task that fails on a worker that lives on (its model raised, on Ray: a :class:`~torchgcc.workers.Completion` with
+``error`` from a worker not in ``lost_workers()``) loses that copy only: the worker keeps serving, and a slot the
+batch needs goes to another live worker.
 
 A query's latency runs from its arrival to the end of its batch's decode: batching wait, queueing, compute,
 transport and decoding.
@@ -266,13 +269,15 @@ def serve_open_loop(
                 results[slot] = state.results[arrived[0]]
         return results
 
-    def resend_needed(state: _InFlight) -> None:
-        """Send the slots without a live copy to other workers if the batch cannot decode without them."""
+    def resend_needed(state: _InFlight, avoid: frozenset[int] = frozenset()) -> None:
+        """Send the slots without a live copy to other workers (the least loaded, not in ``avoid`` when another is
+        live) if the batch cannot decode without them."""
         waiting = {key[1] for key in state.outstanding}
         if bool(code.decodable(slot_mask(state, set(state.results) | waiting)).all()):
             return
         for slot in sorted(set(range(num_workers)) - set(state.padding) - set(state.results) - waiting):
-            worker = least_loaded(set())
+            worker = least_loaded(set(avoid))
+            worker = least_loaded(set()) if worker is None else worker
             if worker is not None:
                 submit(state, slot, worker, PRIMARY)
 
@@ -406,10 +411,28 @@ def serve_open_loop(
         elif not state.outstanding or now >= state.give_up_at_s:
             finish(state, False)
 
+    def failed(completion: Completion) -> Optional[_InFlight]:
+        """A task that failed on a worker that lives on (its model raised, on Ray): that copy is gone, as a
+        straggler's; a slot the batch needs is sent again, to another worker when one is live."""
+        index = cast("tuple[int, int, int]", completion.key)[0]
+        state = in_flight.get(index, watching.get(index))
+        if state is None or completion.key not in state.outstanding:
+            return None
+        del state.outstanding[completion.key]
+        load[completion.worker] -= 1
+        if index in watching:
+            if not state.outstanding:
+                stop_watching(state)
+            return None
+        resend_needed(state, avoid=frozenset({completion.worker}))
+        return state
+
     def receive(completion: Completion) -> Optional[_InFlight]:
         """Record ``completion``; the in-flight batch it brought a result to (checked once the engine's whole hand-over
         is in, as :func:`~torchgcc.workers.run_round` does: results that came together are decoded together)."""
-        if completion.error is not None:
+        if completion.error is not None and completion.key is not None and completion.worker not in pool.lost_workers():
+            return failed(completion)
+        if completion.error is not None:  # the worker is gone (Completion.error): every task it held with it
             lost.add(completion.worker)
             for waiting in [*in_flight.values(), *watching.values()]:
                 for key, worker in list(waiting.outstanding.items()):
