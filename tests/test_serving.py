@@ -212,6 +212,16 @@ def test_replication_is_exact_and_waits_for_one_copy_of_each_query():
     torch.testing.assert_close(run.latency_s[1::2], torch.full((count // 2,), 0.01, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("latency", [math.nan, math.inf, -0.1, "0.2"])
+def test_hedge_policy_refuses_a_latency_that_would_turn_hedging_off(latency):
+    """observe(nan) made every later threshold NaN (no clock reaches it: no backup ever again); refused, naming it."""
+    policy = HedgePolicy(percentile=0.5, window=4, warmup=1)
+    with pytest.raises((TypeError, ValueError), match="latency_s"):
+        policy.observe(latency)
+    policy.observe(0.2)
+    assert policy.threshold_s() == pytest.approx(0.2)
+
+
 def test_hedging_sends_a_backup_to_an_idle_worker_after_the_threshold():
     """Two workers, worker 1 takes 1 s longer: its share gets a backup on worker 0 at 0.3 s, done at 0.3 + 0.1."""
     model, count = _mlp(), 10

@@ -49,8 +49,9 @@ class HedgePolicy:
         self.observed = 0
 
     def observe(self, latency_s: float) -> None:
-        """Record a completed primary task's latency (dispatch to result, seconds)."""
-        self._latencies.append(float(latency_s))
+        """Record a completed primary task's latency (dispatch to result, seconds: finite, ``>= 0``; a NaN would make
+        every later threshold NaN, which no clock passes: hedging silently off)."""
+        self._latencies.append(check_real("latency_s", latency_s, low=0))
         self.observed += 1
 
     def threshold_s(self) -> float:
