@@ -24,6 +24,7 @@ __all__ = [
     "NODE_ORDERS",
     "SEED_RANGE",
     "batch_shape",
+    "check_arrived",
     "check_finite",
     "check_integer",
     "check_mask",
@@ -150,6 +151,19 @@ def check_mask(mask: object, num_workers: int, batch: Optional[int] = None) -> t
         hint = "; a single group's (N,) mask is mask.unsqueeze(0)" if mask.ndim == 1 else ""
         raise ValueError(f"mask must have shape {shape()}, got {tuple(mask.shape)}{hint}")
     return mask
+
+
+def check_arrived(mask: torch.Tensor, min_arrived: int) -> None:
+    """A one-line ``ValueError`` naming the first group unless every row of the ``(B, N)`` bool ``mask`` holds at
+    least ``min_arrived`` True (results a decoder needs). One host read."""
+    counts = mask.sum(dim=-1)
+    short = counts < min_arrived
+    if bool(short.any()):
+        group = int(short.nonzero()[0])
+        raise ValueError(
+            f"group {group} has {int(counts[group])} arrived results but this decoder needs at least "
+            f"{min_arrived} ({int(short.sum())} group(s) short)"
+        )
 
 
 def real_tensor(value: object, name: str) -> torch.Tensor:

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from torchgcc.checks import check_mask, check_tensor
+from torchgcc.checks import check_arrived, check_mask, check_tensor
 from torchgcc.functional.survivors import SurvivorLayout, Survivors, compact_survivors, survivor_layout
 from torchgcc.points import check_points
 from torchgcc.tracing import graph_break
@@ -554,11 +554,4 @@ class Decoder(_Float64Buffers):
         return self.scatter(self.fit_matrix(survivors), survivors)
 
     def _check_counts(self, mask: torch.Tensor) -> None:
-        counts = mask.sum(dim=-1)
-        short = counts < self.min_arrived
-        if bool(short.any()):
-            group = int(short.nonzero()[0])
-            raise ValueError(
-                f"group {group} has {int(counts[group])} arrived results but this decoder needs at least "
-                f"{self.min_arrived} ({int(short.sum())} group(s) short)"
-            )
+        check_arrived(mask, self.min_arrived)

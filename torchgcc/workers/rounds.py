@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import torch
 
-from torchgcc.checks import check_mask
+from torchgcc.checks import check_arrived, check_mask
 from torchgcc.model_output import ModelOutput, OutputSpec, flatten_output
 from torchgcc.workers.protocol import Task, Workers
 from torchgcc.workers.wait import WaitPolicy
@@ -211,14 +211,10 @@ def _check_required(required: object, code: Any, groups: int, num_workers: int) 
     except (TypeError, ValueError) as error:
         raise type(error)(f"required: {error}") from None
     assert isinstance(required, torch.Tensor)
-    counts = required.sum(dim=-1)
-    short = counts < code.min_arrived
-    if bool(short.any()):
-        group = int(short.nonzero()[0])
-        raise ValueError(
-            f"required: group {group} has {int(counts[group])} arrived results but this decoder needs at least "
-            f"{code.min_arrived} ({int(short.sum())} group(s) short)"
-        )
+    try:
+        check_arrived(required, code.min_arrived)
+    except ValueError as error:
+        raise ValueError(f"required: {error}") from None
 
 
 def _shapes(tensors: list[torch.Tensor]) -> tuple:
