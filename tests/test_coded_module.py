@@ -335,6 +335,13 @@ def test_calibrate_refuses_samples_it_cannot_choose_from_without_calibrating(x, 
     assert not coded.code.decoder.calibrated
 
 
+@pytest.mark.parametrize("name", ["noise", "attack", "grouping"])
+def test_a_noise_attack_or_grouping_that_is_not_callable_is_refused_at_construction(name):
+    """CodedModule(noise=3) was accepted and failed at the first forward with "'int' object is not callable"."""
+    with pytest.raises(TypeError, match=f"^{name} must be .* or None, got int"):
+        torchgcc.CodedModule(nn.Linear(3, 2), torchgcc.GCC(2, 4), **{name: 3})
+
+
 @pytest.mark.parametrize(
     ("grouping", "error"),
     [

@@ -180,6 +180,13 @@ class CodedModule(nn.Module):
                 f"torchgcc.workers.ProcessWorkers(model, {code.num_workers})), got {type(workers).__name__} with "
                 f"num_workers={getattr(workers, 'num_workers', None)!r}"
             )
+        for name, value, kind in (
+            ("noise", noise, "a noise model (e.g. torchgcc.noise.GaussianNoise(0.01))"),
+            ("attack", attack, "an attack (e.g. torchgcc.attacks.RandomAttack(1, 10.0))"),
+            ("grouping", grouping, "a callable x -> permutation (e.g. torchgcc.manifold.ManifoldGrouping())"),
+        ):
+            if value is not None and not callable(value):
+                raise TypeError(f"{name} must be {kind} or None, got {type(value).__name__}")
         if wait is not None and not isinstance(wait, WaitPolicy):
             raise TypeError(f"wait must be a torchgcc.workers.WaitPolicy, got {type(wait).__name__}")
         if wait is not None and workers is None:
