@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -130,6 +131,34 @@ def test_fault_plan_extra_delays_and_validation():
         FaultPlan(kill_rank=0)
 
 
+@pytest.mark.parametrize(
+    ("fields", "error", "name"),
+    [
+        ({"slow_delay_s": math.nan}, ValueError, "slow_delay_s"),  # injected no delay at all
+        ({"slow_delay_s": -1.0}, ValueError, "slow_delay_s"),
+        ({"slow_delay_s": math.inf}, ValueError, "slow_delay_s"),
+        ({"slow_delay_s": "5"}, TypeError, "slow_delay_s"),
+        ({"slow_workers": (1, -1)}, ValueError, "slow_workers"),
+        ({"slow_workers": (1.5,)}, ValueError, "slow_workers"),
+        ({"kill_rank": -2}, ValueError, "kill_rank"),
+        ({"kill_rank": 1.5}, ValueError, "kill_rank"),
+        ({"hang_rank": -1}, ValueError, "hang_rank"),
+        ({"kill_step": -1}, ValueError, "kill_step"),
+        ({"kill_step": 2.5}, ValueError, "kill_step"),
+        ({"hang_step": -1}, ValueError, "hang_step"),
+        ({"kill_exit_code": 256}, ValueError, "kill_exit_code"),
+        ({"kill_exit_code": -1}, ValueError, "kill_exit_code"),
+    ],
+)
+def test_a_fault_plan_built_in_python_checks_its_fields(fields, error, name):
+    """A FaultPlan built directly (not through JobSettings) refuses a bad field with one line naming it: a NaN
+    delay injected nothing, and a negative rank or step silently never or always fired."""
+    with pytest.raises(error, match=f"^{name}"):
+        FaultPlan(**fields)
+    plan = FaultPlan(slow_workers=(np.int64(2),), slow_delay_s=np.float32(0.5), kill_rank=1, kill_exit_code=255)
+    assert plan.slow_workers == (2,) and type(plan.slow_workers[0]) is int and type(plan.slow_delay_s) is float
+
+
 @pytest.mark.distributed
 def test_launcher_kills_a_stuck_job_when_its_time_is_up():
     # no deadline and a rank hung from the first step: the coordinator would wait for the whole step timeout
@@ -191,6 +220,10 @@ def _job_pids(marker: str) -> list[str]:
         (["--kill-rank", "0"], "--kill-rank"),
         (["--kill-rank", "-2"], "--kill-rank"),
         (["--hang-rank", "0"], "--hang-rank"),
+        (["--kill-rank", "1", "--kill-step", "-1"], "--kill-step"),  # the FaultPlan on the ranks refuses it
+        (["--hang-rank", "1", "--hang-step", "-1"], "--hang-step"),
+        (["--kill-rank", "1", "--kill-exit-code", "256"], "--kill-exit-code"),
+        (["--kill-rank", "1", "--kill-exit-code", "-1"], "--kill-exit-code"),
     ],
 )
 def test_fault_and_deadline_options_are_checked_with_the_settings(argv, option):

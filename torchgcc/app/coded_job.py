@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from torchgcc.app.code_names import NamedCode, named_code
 from torchgcc.app.workloads import Workload, make_workload
+from torchgcc.checks import check_integer
 from torchgcc.coded_module import CodedModule
 from torchgcc.distributed import ProcessGroupWorkers, connect, serve
 from torchgcc.distributed.faults import FaultPlan
@@ -187,6 +188,9 @@ class JobSettings:
                 raise ValueError(
                     f"slow_workers (--slow-worker {worker}) must name coded workers in 0..N-1 = 0..{n - 1}"
                 )
+        for name, maximum in (("kill_step", None), ("hang_step", None), ("kill_exit_code", 255)):
+            option = f"--{name.replace('_', '-')}"
+            setattr(self, name, check_integer(f"{name} ({option})", getattr(self, name), minimum=0, maximum=maximum))
         for name in ("kill_rank", "hang_rank"):
             rank = getattr(self, name)
             if rank is not None and rank < 1:
