@@ -236,8 +236,52 @@ def test_fault_and_deadline_options_are_checked_with_the_settings(argv, option):
 
 
 @pytest.mark.parametrize(
+    ("name", "bad"),
+    [
+        ("wait_deadline", [math.nan, 0.0, -1.0, math.inf]),  # nan: the NaN-deadline controller never adapted
+        ("wait_budget", [math.nan, -0.1, 1.0, 2.0]),  # a share of steps, [0, 1)
+        ("wait_discount", [math.nan, 0.0, 1.5]),  # a forgetting factor, (0, 1]
+        ("wait_max_stragglers", [math.nan, -1, 8, 2.5]),  # candidates 0..this must lie in [0, N - 1]
+        ("wait_warmup", [math.nan, -1, 1.5]),
+        ("wait_max_step", [math.nan, 0, 2.5]),
+        ("seed", [math.nan, 2**64, 1.5]),
+    ],
+)
+def test_controller_options_are_checked_with_the_settings(name, bad):
+    """Every option that reaches the wait-count controller is checked by the settings, one line naming the field
+    and its option: NaN or out-of-range values got through to the first adaptive step (or were never used)."""
+    option = f"--{name.replace('_', '-')}"
+    for value in bad:
+        with pytest.raises(ValueError, match=rf"^{name} \({option}\) must be"):
+            JobSettings(**{name: value})
+    parser = add_job_arguments(argparse.ArgumentParser())
+    text = "nan" if name not in ("wait_max_stragglers", "wait_warmup", "wait_max_step", "seed") else str(bad[1])
+    with pytest.raises(ValueError, match=re.escape(option)):
+        settings_from(parser.parse_args([option, text]))
+
+
+def test_the_controller_options_settings_allow_reach_a_controller():
+    """The edges the settings allow are the controller's own: budget 0, discount 1, warm-up 0, S up to N - 1."""
+    settings = JobSettings(
+        schemes=("gcc:adaptive",),
+        mode="measured",
+        wait_deadline=0.5,
+        wait_budget=0.0,
+        wait_discount=1.0,
+        wait_max_stragglers=7,
+        wait_warmup=0,
+        wait_max_step=1,
+        seed=2**64 - 1,
+    )
+    (named,) = build_codes(settings)
+    assert named.wait.adaptive.controller.sizes.tolist() == list(range(1, 9))
+
+
+@pytest.mark.parametrize(
     ("job", "option"),
     [
+        (["--wait-budget", "nan"], "--wait-budget"),
+        (["--wait-discount", "2"], "--wait-discount"),
         (["--deadline", "nan"], "--deadline"),
         (["--slow-delay", "nan", "--slow-worker", "1"], "--slow-delay"),
         (["--slow-worker", "9"], "--slow-worker"),

@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from torchgcc.app.code_names import NamedCode, named_code
 from torchgcc.app.workloads import Workload, make_workload
-from torchgcc.checks import check_integer
+from torchgcc.checks import check_integer, check_real, check_seed
 from torchgcc.coded_module import CodedModule
 from torchgcc.distributed import ProcessGroupWorkers, connect, serve
 from torchgcc.distributed.faults import FaultPlan
@@ -174,13 +174,11 @@ class JobSettings:
         for name in ("step_timeout", "heartbeat_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
-        for name, option, hint in (
-            ("deadline", "--deadline", " (<= 0: no deadline)"),
-            ("wait_deadline", "--wait-deadline", ""),
-        ):
-            value = getattr(self, name)
-            if value is not None and math.isnan(value):  # NaN > 0 is False: it meant "no deadline"
-                raise ValueError(f"{name} ({option}) must be a number of seconds{hint}, got {value!r}")
+        if self.deadline is not None and math.isnan(self.deadline):  # NaN > 0 is False: it meant "no deadline"
+            raise ValueError(
+                f"deadline (--deadline) must be a number of seconds (<= 0: no deadline), got {self.deadline!r}"
+            )
+        self._check_controller_options()
         if not 0 <= self.slow_delay < math.inf:
             raise ValueError(f"slow_delay (--slow-delay) must be finite seconds >= 0, got {self.slow_delay!r}")
         for worker in self.slow_workers:
@@ -202,6 +200,27 @@ class JobSettings:
                 f"--store-chunk-mb {self.store_chunk_mb} is outside (0, {STORE_VALUE_LIMIT / 2**20:g}] MiB (the "
                 "TCPStore's largest value)"
             )
+
+    def _check_controller_options(self) -> None:
+        """The options that reach the wait-count controller of ``CODE:adaptive`` schemes, in the ranges it takes
+        (checked here, not when rank 0 builds the controllers after every rank has started, so the launcher refuses
+        them before any rank starts): NaN or out-of-range values got through to the first adaptive step."""
+        if self.wait_deadline is not None:
+            self.wait_deadline = check_real("wait_deadline (--wait-deadline)", self.wait_deadline, low=0, low_open=True)
+        self.wait_budget = check_real("wait_budget (--wait-budget)", self.wait_budget, low=0, high=1, high_open=True)
+        self.wait_discount = check_real(
+            "wait_discount (--wait-discount)", self.wait_discount, low=0, low_open=True, high=1
+        )
+        if self.wait_max_stragglers is not None:
+            self.wait_max_stragglers = check_integer(
+                "wait_max_stragglers (--wait-max-stragglers)",
+                self.wait_max_stragglers,
+                minimum=0,
+                maximum=self.num_workers - 1,
+            )
+        self.wait_warmup = check_integer("wait_warmup (--wait-warmup)", self.wait_warmup, minimum=0)
+        self.wait_max_step = check_integer("wait_max_step (--wait-max-step)", self.wait_max_step, minimum=1)
+        self.seed = check_seed("seed (--seed)", self.seed)
 
     @property
     def chunk_bytes(self) -> int:
