@@ -208,6 +208,24 @@ def test_wait_count_controller_accuracy_floor_and_errors():
         WaitCountController(24, deadline=2.0, candidates=[30])
 
 
+@pytest.mark.parametrize("min_accuracy", [None, 0.5])
+@pytest.mark.parametrize(("bad", "error"), [(math.nan, ValueError), (math.inf, ValueError), ("0.9", TypeError)])
+def test_wait_count_controller_refuses_a_non_finite_accuracy(bad, error, min_accuracy):
+    """A NaN accuracy of a candidate S with ``min_accuracy`` set silently dropped that S (NaN >= floor is False);
+    every candidate's accuracy must be a finite number, and the error names ``accuracy`` and the S."""
+    accuracy = {0: 0.99, 1: bad, 2: 0.9, 3: 0.8}
+    with pytest.raises(error, match=r"^accuracy\[1\] \(S = 1\) must be a finite number") as info:
+        WaitCountController(4, deadline=1.0, accuracy=accuracy, min_accuracy=min_accuracy)
+    assert "\n" not in str(info.value)
+    unused = {**accuracy, 1: 0.95, 7: math.nan}  # only the candidates' accuracies are used and checked
+    assert WaitCountController(4, deadline=1.0, accuracy=unused, min_accuracy=0.5).controller.sizes.tolist() == [
+        1,
+        2,
+        3,
+        4,
+    ]
+
+
 def test_group_size_controller_waits_for_every_rollout_of_the_step():
     controller = group_size_controller((4, 8), prompts_per_step=2, budget=0.2, deadline=3.0, warmup=0)
     group = controller.choose()

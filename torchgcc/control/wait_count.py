@@ -61,7 +61,8 @@ class WaitCountController:
     Raises:
         TypeError / ValueError: one line naming the argument, for a ``num_workers``, candidate S or ``fallback``
             that is not an integer (``4.0``, ``"4"``, ``0.5``; numpy integers are integers), a value out of range,
-            or ``accuracy`` lacking a candidate S (checked before ``min_accuracy`` filters on it).
+            or ``accuracy`` lacking a candidate S or giving one a value that is not a finite number (checked before
+            ``min_accuracy`` filters on it).
     """
 
     def __init__(
@@ -94,6 +95,8 @@ class WaitCountController:
             missing = [s for s in candidates if s not in accuracy]
             if missing:
                 raise ValueError(f"accuracy lacks the candidate S values {missing}")
+            # a NaN would be dropped by the floor below (NaN >= floor is False) or break the utility
+            accuracy = {s: check_real(f"accuracy[{s}] (S = {s})", accuracy[s]) for s in candidates}
         if min_accuracy is not None:
             if accuracy is None:
                 raise ValueError("min_accuracy needs accuracy={S: value} to know which S meet it")
@@ -103,7 +106,7 @@ class WaitCountController:
                 raise ValueError(f"no S has accuracy >= min_accuracy={min_accuracy}; lower the floor")
         self.num_workers = num_workers
         waits = [num_workers - s for s in reversed(candidates)]  # ascending wait counts
-        utility = "linear" if accuracy is None else [float(accuracy[num_workers - k]) for k in waits]
+        utility = "linear" if accuracy is None else [accuracy[num_workers - k] for k in waits]
         fallback = candidates[-1] if fallback is None else check_integer("fallback", fallback)
         if fallback not in candidates:
             raise ValueError(f"fallback={fallback} is not one of the candidate S values {candidates}")
