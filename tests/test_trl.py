@@ -285,6 +285,32 @@ def test_group_advantages_by_group_id_match_the_formula():
 
 
 @needs_trl
+@pytest.mark.parametrize(
+    "group_ids",
+    [
+        torch.tensor([0.0, 0.0, 1.0, 1.0]),  # float ids: 0.1 + 0.2 and 0.3 would be different groups
+        torch.tensor([0.5, 0.5, 1.5, 1.5], dtype=torch.float64),
+        torch.tensor([True, True, False, False]),
+        torch.tensor([0, 0, 1, 1], dtype=torch.complex64),
+        [0, 0, 1, 1],
+    ],
+)
+def test_group_ids_must_be_an_integer_tensor(group_ids):
+    """The docstring says integers; float group ids were grouped by exact float equality. A TypeError names
+    ``group_ids`` (for usable_groups too), while every integer dtype keeps working."""
+    from torchgcc.integrations.trl import group_advantages, usable_groups
+
+    rewards = torch.tensor([1.0, 0.0, 2.0, 1.0])
+    for function in (group_advantages, usable_groups):
+        with pytest.raises(TypeError, match="^group_ids must be") as info:
+            function(rewards, group_ids)
+        assert "\n" not in str(info.value)
+    expected = group_advantages(rewards, torch.tensor([0, 0, 1, 1]))
+    for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32):
+        assert torch.equal(group_advantages(rewards, torch.tensor([0, 0, 1, 1], dtype=dtype)), expected)
+
+
+@needs_trl
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool, torch.float64, torch.float16])
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
 def test_group_advantages_of_integer_or_bool_rewards_are_not_truncated(dtype, scale):

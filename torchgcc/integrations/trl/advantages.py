@@ -26,6 +26,14 @@ SCALES = ("group", "batch", "none")
 
 def _group_statistics(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Per-row group index, and per group: usable count, mean and Bessel-corrected std (NaN below 2), float64."""
+    if not isinstance(group_ids, torch.Tensor):
+        raise TypeError(
+            f"group_ids must be an integer torch.Tensor of shape (R,), got {type(group_ids).__name__}; convert it "
+            "with torch.as_tensor(group_ids, dtype=torch.long)"
+        )
+    if group_ids.dtype == torch.bool or group_ids.is_floating_point() or group_ids.is_complex():
+        # float ids group by exact equality (0.1 + 0.2 and 0.3 are two groups); the trainer's ids are int64
+        raise TypeError(f"group_ids must be integers, got a {group_ids.dtype} tensor; use group_ids.long()")
     if rewards.ndim != 1 or rewards.shape != group_ids.shape:
         raise ValueError(
             f"rewards and group_ids must both be of shape (R,), got {tuple(rewards.shape)} and {tuple(group_ids.shape)}"
@@ -46,6 +54,7 @@ def group_advantages(
 ) -> torch.Tensor:
     """Advantages ``(R,)`` of ``rewards`` ``(R,)`` (NaN: left out) in groups ``group_ids`` ``(R,)`` (integers).
     Left-out completions, and members of a group with a single usable completion under ``scale="group"``, get 0.
+    ``group_ids`` of any other dtype (float, bool, complex) or not a tensor raise a ``TypeError`` naming it.
 
     Computed in float64 and returned in the dtype of floating-point ``rewards``; integer or bool rewards (0/1
     exact-match scores, say) give the default float dtype (``torch.get_default_dtype()``, float32 unless changed),
@@ -75,7 +84,7 @@ def usable_groups(
 ) -> torch.Tensor:
     """``(R,)`` bool: True for the usable completions (reward not NaN) of groups that keep at least ``min_size``
     usable completions and, with ``require_variance``, whose usable rewards are not all equal (DAPO's dynamic
-    sampling drops those: they carry no group-relative signal)."""
+    sampling drops those: they carry no group-relative signal). ``group_ids`` as in :func:`group_advantages`."""
     min_size = check_integer("min_size", min_size, minimum=1)
     index, count, _, _ = _group_statistics(rewards, group_ids)
     keep = count >= min_size
