@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from torchgcc import __version__
 
@@ -47,11 +47,15 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """``ArgumentParser`` that never expands abbreviated options (``--out`` must not silently mean ``--output``)."""
+    """``ArgumentParser`` that never expands abbreviated options (``--out`` must not silently mean ``--output``) and
+    says a command-line mistake in one line (argparse prints its usage block above the error)."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (--help for the options)\n")
 
 
 def _chosen(argv: Sequence[str]) -> str | None:
