@@ -298,3 +298,24 @@ def test_the_launcher_refuses_bad_fault_options_before_any_process_starts(job, o
     monkeypatch.setattr(launch_command.launch, "launch", no_launch)
     assert launch_command.main(["--nproc", "3", "--", *job]) == EXIT_USAGE
     assert option in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv", [["--nproc", "0", "--", "-N", "8"], ["--nproc", "3", "--", "-N", "8", "--deadline", "abc"]]
+)
+def test_the_launcher_says_a_command_line_mistake_in_one_line(argv, monkeypatch, capsys):
+    """The launcher's and the job's parsers print one error line (argparse printed its usage block above it, once
+    per rank under torchrun), exit status 2, nothing launched."""
+    from torchgcc.app.commands import launch as launch_command
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("the job was launched")
+
+    monkeypatch.setattr(launch_command.launch, "launch", no_launch)
+    try:
+        code = launch_command.main(argv)
+    except SystemExit as exit_info:
+        code = exit_info.code
+    assert code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "error:" in lines[0] and "--help for the options" in lines[0], lines

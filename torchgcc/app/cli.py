@@ -20,7 +20,7 @@ from typing import NoReturn, Sequence
 
 from torchgcc import __version__
 
-__all__ = ["SUBCOMMANDS", "UsageError", "build_parser", "main"]
+__all__ = ["SUBCOMMANDS", "Parser", "UsageError", "build_parser", "main"]
 
 #: ``name -> (module that registers it, one-line help)``, in the order ``--help`` lists them.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -46,7 +46,7 @@ class UsageError(Exception):
     ``torchgcc: error: <message>`` on one line and exits with status 2. The message should say how to fix it."""
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """``ArgumentParser`` that never expands abbreviated options (``--out`` must not silently mean ``--output``) and
     says a command-line mistake in one line (argparse prints its usage block above the error)."""
 
@@ -68,12 +68,12 @@ def _chosen(argv: Sequence[str]) -> str | None:
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The ``torchgcc`` parser, with the full options of the subcommand ``argv`` names (the others listed only)."""
-    parser = _Parser(
+    parser = Parser(
         prog="torchgcc",
         description="General Coded Computing for PyTorch: straggler-resilient coded inference and training.",
     )
     parser.add_argument("--version", action="version", version=f"torchgcc {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
     chosen = _chosen(argv)
     for name, (module, help_text) in SUBCOMMANDS.items():
         if name == chosen:

@@ -18,6 +18,7 @@ from typing import Sequence
 
 import torch
 
+from torchgcc.app.cli import Parser
 from torchgcc.app.code_names import code_name_choices
 from torchgcc.app.coded_job import DEADLINE_S, EXIT_USAGE, JobSettings, Terminated, run_job
 from torchgcc.app.logs import configure_logging
@@ -305,7 +306,7 @@ def _is_rank0() -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and take part in the job; returns this rank's exit status."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=JOB_PROG,
         description="Coded inference across torchrun ranks: rank 0 coordinates, ranks 1..P-1 host the N workers.",
         allow_abbrev=False,

@@ -19,6 +19,7 @@ from typing import Optional
 
 import torch
 
+from torchgcc.app.cli import Parser
 from torchgcc.app.data import list_datasets, load_dataset
 from torchgcc.app.models import build_model, list_models
 from torchgcc.gradient_coding.catalog import list_gradient_codes, make_gradient_code
@@ -37,9 +38,7 @@ EXIT_USAGE = 2
 
 def parser() -> argparse.ArgumentParser:
     """The job's options."""
-    options = argparse.ArgumentParser(
-        prog=PROG, description="Gradient-coded training across torchrun ranks.", allow_abbrev=False
-    )
+    options = Parser(prog=PROG, description="Gradient-coded training across torchrun ranks.", allow_abbrev=False)
     options.add_argument("--scheme", choices=list_gradient_codes(), default="gc-fr")
     options.add_argument("-s", type=int, default=1, help="stragglers tolerated (default 1)")
     options.add_argument("--steps", type=int, default=10)

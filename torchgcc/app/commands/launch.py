@@ -12,6 +12,7 @@ import signal
 import sys
 from typing import Sequence
 
+from torchgcc.app.cli import Parser
 from torchgcc.app.coded_job import EXIT_USAGE
 from torchgcc.app.commands.distributed_job import JOB_PROG, add_job_arguments, settings_from
 from torchgcc.distributed import launch
@@ -29,7 +30,7 @@ def _stop(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m torchgcc.distributed.launch --nproc P [--timeout S] -- JOB OPTIONS``: rank 0's lines on stdout."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m torchgcc.distributed.launch",
         allow_abbrev=False,
         description=launch.__doc__,
@@ -43,9 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.nproc < 2:
         parser.error(f"--nproc must be at least 2 (a coordinator and a worker rank), got {args.nproc}")
     try:  # the job's own options, checked here once before any process starts
-        settings = settings_from(
-            add_job_arguments(argparse.ArgumentParser(prog=JOB_PROG, allow_abbrev=False)).parse_args(job)
-        )
+        settings = settings_from(add_job_arguments(Parser(prog=JOB_PROG, allow_abbrev=False)).parse_args(job))
         for name in ("kill_rank", "hang_rank"):  # the ranks that exist are known here, not to the job's settings
             rank = getattr(settings, name)
             if rank is not None and rank >= args.nproc:
