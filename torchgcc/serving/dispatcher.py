@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Optional, cast
+from typing import AbstractSet, Callable, Optional, cast
 
 import torch
 
@@ -243,7 +243,7 @@ def serve_open_loop(
         counts["tasks"] += 1
         counts["backups"] += copy == BACKUP
 
-    def least_loaded(exclude: set[int]) -> Optional[int]:
+    def least_loaded(exclude: AbstractSet[int]) -> Optional[int]:
         live = [w for w in range(num_workers) if w not in lost and w not in exclude]
         return min(live, key=lambda w: (load[w], w)) if live else None
 
@@ -276,8 +276,8 @@ def serve_open_loop(
         if bool(code.decodable(slot_mask(state, set(state.results) | waiting)).all()):
             return
         for slot in sorted(set(range(num_workers)) - set(state.padding) - set(state.results) - waiting):
-            worker = least_loaded(set(avoid))
-            worker = least_loaded(set()) if worker is None else worker
+            worker = least_loaded(avoid)
+            worker = least_loaded(frozenset()) if worker is None else worker
             if worker is not None:
                 submit(state, slot, worker, PRIMARY)
 
@@ -354,8 +354,8 @@ def serve_open_loop(
                 outputs = decoded.new_full((len(queries), *decoded.shape[1:]), math.nan)
             outputs[index] = decoded
             lost_queries = torch.isnan(decoded).flatten(1).any(dim=1).nonzero().flatten().tolist()
-            decoded_with = mask if coded.last_mask is None else coded.last_mask  # decode sets it: less non-finite ones
-            used = decoded_with.any(dim=0).nonzero().flatten().tolist()
+            assert coded.last_mask is not None  # decode sets it: the mask it used, less non-finite results
+            used = coded.last_mask.any(dim=0).nonzero().flatten().tolist()
         else:  # given up: nothing decodable arrived in time
             lost_queries = list(range(len(batch.queries)))
         done = pool.now()
@@ -411,18 +411,31 @@ def serve_open_loop(
         elif not state.outstanding or now >= state.give_up_at_s:
             finish(state, False)
 
-    def failed(completion: Completion) -> Optional[_InFlight]:
-        """A task that failed on a worker that lives on (its model raised, on Ray): that copy is gone, as a
-        straggler's; a slot the batch needs is sent again, to another worker when one is live."""
-        index = cast("tuple[int, int, int]", completion.key)[0]
+    def watched(state: _InFlight) -> bool:
+        """Whether ``state`` is a decoded batch whose late results are being recorded (the watch ends with its last
+        task)."""
+        if state.batch.index not in watching:
+            return False
+        if not state.outstanding:
+            stop_watching(state)
+        return True
+
+    def take(completion: Completion) -> Optional[_InFlight]:
+        """The batch whose task ``completion`` ended, that task off its books (None: a batch already done, a task
+        that finished before its cancellation reached it)."""
+        index = cast("tuple[int, int, int]", completion.key)[0]  # this loop's task keys
         state = in_flight.get(index, watching.get(index))
         if state is None or completion.key not in state.outstanding:
             return None
         del state.outstanding[completion.key]
         load[completion.worker] -= 1
-        if index in watching:
-            if not state.outstanding:
-                stop_watching(state)
+        return state
+
+    def failed(completion: Completion) -> Optional[_InFlight]:
+        """A task that failed on a worker that lives on (its model raised, on Ray): that copy is gone, as a
+        straggler's; a slot the batch needs is sent again, to another worker when one is live."""
+        state = take(completion)
+        if state is None or watched(state):
             return None
         resend_needed(state, avoid=frozenset({completion.worker}))
         return state
@@ -439,26 +452,20 @@ def serve_open_loop(
                     if worker == completion.worker:
                         del waiting.outstanding[key]
                         load[worker] -= 1
-                if waiting.batch.index in watching:
-                    if not waiting.outstanding:
-                        stop_watching(waiting)
+                if watched(waiting):
                     continue
                 resend_needed(waiting)
                 check(waiting)
             return None
-        index, slot, copy = cast("tuple[int, int, int]", completion.key)  # this loop's task keys
-        state = in_flight.get(index, watching.get(index))
-        if state is None or completion.key not in state.outstanding:
-            return None  # a batch already done (a task that finished before its cancellation reached it)
-        del state.outstanding[completion.key]
-        load[completion.worker] -= 1
+        state = take(completion)
+        if state is None:
+            return None
+        _, slot, copy = cast("tuple[int, int, int]", completion.key)
         if copy == PRIMARY and hedge is not None:
             hedge.observe(completion.finished_s - state.dispatched_s)
         if completion.output is not None:
             state.arrival.setdefault(slot, completion.finished_s - state.dispatched_s)
-        if index in watching:
-            if not state.outstanding:
-                stop_watching(state)
+        if watched(state):
             return None
         if slot not in state.results and completion.output is not None:
             state.results[slot] = completion.output
