@@ -3,6 +3,7 @@ workers (local processes, Ray actors, the ranks of a torchrun job) decoding from
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import warnings
@@ -219,8 +220,8 @@ class CodedModule(nn.Module):
             results, mask = self.last_round.results, self.last_round.mask
         outputs = self.decode(results, mask, batch)  # sets last_mask: the results it used
         used = self.last_mask
-        if self.workers is not None and self.last_round is not None and used is not None and used is not mask:
-            self.last_round = dataclasses.replace(self.last_round, mask=used)
+        if self.last_round is not None and self.workers is not None and used is not None and used is not mask:
+            self.last_round = dataclasses.replace(self.last_round, mask=used)  # less the non-finite results
         return outputs
 
     def encode(self, x: torch.Tensor) -> CodedBatch:
@@ -269,16 +270,10 @@ class CodedModule(nn.Module):
             return perm
         graph_break(GROUPING_UNDER_COMPILE)
         if not bool(_is_permutation(perm)):  # the one read back
-            values = perm.tolist()
-            outside = [v for v in values if not 0 <= v < size]
-            seen: set[int] = set()
-            twice = None
-            for value in values:
-                if value in seen:
-                    twice = value
-                    break
-                seen.add(value)
-            detail = f"index {outside[0]} is outside 0..{size - 1}" if outside else f"index {twice} is repeated"
+            counts = collections.Counter(perm.tolist())
+            outside = [v for v in counts if not 0 <= v < size]
+            twice = [v for v, count in counts.items() if count > 1]  # some index is, when none is outside
+            detail = f"index {outside[0]} is outside 0..{size - 1}" if outside else f"index {twice[0]} is repeated"
             raise ValueError(f"{what}, got one where {detail}")
         return perm
 
