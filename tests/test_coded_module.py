@@ -260,6 +260,7 @@ def test_calibrate_makes_the_choice_of_a_first_forward_on_the_same_samples(sigma
 
     x, mask = torch.randn(64, 3, 4, generator=torch.Generator().manual_seed(1)), random_masks(16, 10, 3, seed=4)
     calibrated, first = coded_module(), coded_module()
+    first.validate_calibration = False  # GCV's choice alone, as calibrate(validate=False) makes it
     ratio = calibrated.calibrate(x, mask, validate=False)
     first(x, mask=mask)
     assert calibrated.code.decoder.calibrated and float(ratio) == float(first.code.decoder.ratio)
@@ -298,6 +299,61 @@ def test_calibrate_validates_against_the_models_outputs_on_the_samples_themselve
         outputs = by_hand.model(x).reshape(16, 4, 5)
     results = by_hand.noise(torch.where(mask.unsqueeze(-1), results, 0.0), mask)
     assert float(by_hand.code.decoder.calibrate(results, mask, reference=outputs)) == float(ratio)
+
+
+class CountingModel(nn.Module):
+    """``small_model()`` that counts the samples it is run on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner, self.samples = small_model(), 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.samples += x.shape[0]
+        return self.inner(x)
+
+
+@pytest.mark.parametrize("groups", [16, 40])
+def test_a_first_forward_validates_on_the_groups_its_choice_reads(groups):
+    """The default first forward: the model also runs on the samples of the pooled groups (all 16 of a batch of 16;
+    16 evenly spaced ones of 40), and the choice is ``calibrate`` on those samples under their masks. Noisy enough
+    that validation moves GCV's choice, so validating on other samples, or not at all, would show."""
+    k, n = 4, 10
+    x = torch.randn(groups * k, 3, 4, generator=torch.Generator().manual_seed(1))
+    mask = random_masks(groups, n, 3, seed=4)
+    model = CountingModel()
+    first = torchgcc.CodedModule(model, torchgcc.GCC(k, n), noise=GaussianNoise(1e-1, seed=5))
+    first(x, mask=mask)
+    pooled = torch.linspace(0, groups - 1, 16).round().long()
+    torch.testing.assert_close(first.code.decoder.pooled_index(groups), pooled, rtol=0, atol=0)
+    assert model.samples == groups * n + 16 * k  # the coded inputs, then the pooled groups' samples, once
+    samples = x.reshape(groups, k, 3, 4)[pooled].reshape(16 * k, 3, 4)
+    # the noise is seeded per call: the pooled groups' noise is what the first forward drew for those groups
+    by_hand = torchgcc.CodedModule(small_model(), torchgcc.GCC(k, n))
+    with torch.no_grad():
+        results = small_model()(first.code.encoder(group_samples(x, k)).reshape(groups * n, 3, 4)).reshape(groups, n, 5)
+        results = GaussianNoise(1e-1, seed=5)(torch.where(mask.unsqueeze(-1), results, 0.0), mask)
+        outputs = small_model()(samples).reshape(16, k, 5)
+    validated = by_hand.code.decoder.calibrate(results[pooled], mask[pooled], reference=outputs)
+    assert float(first.code.decoder.ratio) == float(validated)
+    gcv_alone = torchgcc.GCC(k, n).decoder.calibrate(results[pooled], mask[pooled])
+    assert float(validated) != float(gcv_alone)
+    model.samples = 0
+    first(x[:8], mask=mask[:2])  # calibrated: later forwards run the coded inputs only
+    assert model.samples == 2 * n
+
+
+def test_validate_calibration_off_leaves_the_choice_to_gcv_and_is_checked():
+    x, mask = torch.randn(64, 3, 4, generator=torch.Generator().manual_seed(1)), random_masks(16, 10, 3, seed=4)
+    model = CountingModel()
+    coded = torchgcc.CodedModule(model, torchgcc.GCC(4, 10), validate_calibration=False)
+    coded(x, mask=mask)
+    assert model.samples == 160
+    assert float(coded.code.decoder.ratio) == float(
+        torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10)).calibrate(x, mask, validate=False)
+    )
+    with pytest.raises(TypeError, match="validate_calibration must be True or False, got int"):
+        torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10), validate_calibration=1)
 
 
 def test_calibrate_draws_its_mask_from_the_straggler_model_and_refuses_what_it_cannot_use():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import math
 import warnings
 from functools import wraps
@@ -15,11 +16,13 @@ from torch import nn
 
 from torchgcc.call_site import user_stacklevel
 from torchgcc.codes import Code
-from torchgcc.codes.gcc import GCVSplineDecoder
+from torchgcc.codes.gcc import CALIBRATION_LOCK, GCVSplineDecoder
 from torchgcc.model_output import ModelOutput, OutputSpec, flatten_output
 from torchgcc.stragglers import StragglerModel
 from torchgcc.tracing import graph_break
 from torchgcc.workers import Round, WaitPolicy, Workers, run_round
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["CodedBatch", "CodedModule", "ModelOutput", "group_samples", "ungroup_samples"]
 
@@ -89,11 +92,14 @@ class CodedBatch(NamedTuple):
         coded: ``(B, N, *in)`` the coded inputs, worker ``n``'s in ``coded[:, n]``.
         num_samples: M, the samples of the batch (the last group is padded).
         perm: ``(M,)`` the grouping's order of the samples, or None.
+        inputs: ``(B, K, *in)`` the samples as grouped (in the grouping's order, the last group padded): what a
+            validated calibration runs the model on.
     """
 
     coded: torch.Tensor
     num_samples: int
     perm: Optional[torch.Tensor]
+    inputs: torch.Tensor
 
 
 class CodedModule(nn.Module):
@@ -136,6 +142,15 @@ class CodedModule(nn.Module):
       ``0..M-1`` once is a ``ValueError`` with the code's ``check=True`` (one more read back from the device) and
       gives NaN outputs with ``check=False``.
 
+    GCC's default decoder (``lambda_dec="adaptive"``) chooses its smoothing once, on the first batch it decodes
+    (:class:`~torchgcc.codes.gcc.GCVSplineDecoder`). With ``validate_calibration=True`` (the default) that first
+    decode also runs the model, here, without gradients and in its current mode, on the samples of the groups the
+    choice reads (up to 16 groups, ``K`` samples each: :meth:`~torchgcc.codes.gcc.GCVSplineDecoder.pooled_index`),
+    and chooses the smoothing that decodes those samples' outputs best
+    (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`; :meth:`calibrate` does the same on samples of
+    your choice). ``validate_calibration=False`` leaves the choice to GCV on the results alone, as the decoder does
+    without a model (docs/family.md measures both).
+
     With the code's ``check=False`` the in-process forward never reads back from the device (capturable in a CUDA
     graph and by ``torch.compile(fullgraph=True)`` with an explicit ``mask=``); with the default ``check=True`` it
     reads one flag (two with a ``grouping``).
@@ -160,6 +175,7 @@ class CodedModule(nn.Module):
         noise: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
         attack: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
         grouping: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        validate_calibration: bool = True,
     ) -> None:
         super().__init__()
         if not callable(model):
@@ -188,6 +204,8 @@ class CodedModule(nn.Module):
         ):
             if value is not None and not callable(value):
                 raise TypeError(f"{name} must be {kind} or None, got {type(value).__name__}")
+        if not isinstance(validate_calibration, bool):
+            raise TypeError(f"validate_calibration must be True or False, got {type(validate_calibration).__name__}")
         if wait is not None and not isinstance(wait, WaitPolicy):
             raise TypeError(f"wait must be a torchgcc.workers.WaitPolicy, got {type(wait).__name__}")
         if wait is not None and workers is None:
@@ -201,6 +219,7 @@ class CodedModule(nn.Module):
         self.last_mask: Optional[torch.Tensor] = None
         self.last_round: Optional[Round] = None
         self.noise, self.attack, self.grouping = noise, attack, grouping
+        self.validate_calibration = validate_calibration
         self._warned_batchnorm = False
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> ModelOutput:
@@ -245,7 +264,8 @@ class CodedModule(nn.Module):
         perm = None if self.grouping is None else self._grouping_order(x)
         if perm is not None:
             x = self._in_grouping_order(x, perm)
-        return CodedBatch(self.code.encoder(group_samples(x, self.code.num_inputs)), x.shape[0], perm)
+        grouped = group_samples(x, self.code.num_inputs)
+        return CodedBatch(self.code.encoder(grouped), x.shape[0], perm, grouped)
 
     def _checks_grouping(self) -> bool:
         """Whether :meth:`encode` reads back that ``grouping(x)`` is a permutation: on workers (a round reads its
@@ -294,6 +314,8 @@ class CodedModule(nn.Module):
         spec, leaves = flatten_output(results, batch.coded.shape[0])
         inputs = list(self._decoder_inputs(leaves, mask))
         mask = self.last_mask = self._used_mask(mask, [joined for _, _, joined in inputs])
+        if self._validates_first_calibration(inputs[0][2]):
+            self._calibrate_validated(inputs[0][0], inputs[0][2], mask, batch)
         estimates: list[Optional[torch.Tensor]] = [None] * len(leaves)
         for members, widths, joined in inputs:
             parts = self.code.decoder(joined, mask).split(widths, 2)
@@ -307,6 +329,41 @@ class CodedModule(nn.Module):
                 valid = _is_permutation(batch.perm).to(outputs[0].device)
                 outputs = [torch.where(valid, out, math.nan) for out in outputs]
         return spec.build(outputs)
+
+    def _validates_first_calibration(self, joined: torch.Tensor) -> bool:
+        """Whether this decode is the first of a calibrating decoder (GCC's default) that ``validate_calibration``
+        validates: eager, on results ``joined`` with values."""
+        decoder = self.code.decoder
+        return (
+            self.validate_calibration
+            and isinstance(decoder, GCVSplineDecoder)
+            and decoder.calibrates
+            and not decoder.calibrated
+            and not torch.compiler.is_compiling()  # the decoder's own error says to calibrate before compiling
+            and not joined.is_meta
+            and joined.shape[-1] > 0
+        )
+
+    def _calibrate_validated(
+        self, members: list[int], joined: torch.Tensor, mask: torch.Tensor, batch: CodedBatch
+    ) -> None:
+        """Calibrate the decoder on the groups of ``joined`` ``(B, N, d)`` (the first dtype's outputs ``members``) that
+        its pooled choice reads, validated against the model's outputs on those groups' samples (run here, once,
+        without gradients; :meth:`calibrate`). Outputs that are not all finite validate nothing: GCV's choice alone,
+        logged."""
+        decoder = self.code.decoder
+        assert isinstance(decoder, GCVSplineDecoder)  # _validates_first_calibration checked it
+        with CALIBRATION_LOCK:
+            if decoder.calibrated:  # another thread's first decode calibrated meanwhile
+                return
+            index = decoder.pooled_index(len(mask), batch.inputs.device)
+            with torch.no_grad():
+                outputs = self._uncoded_outputs(batch.inputs[index], members).to(joined.device)
+            finite = bool(torch.isfinite(outputs).all())
+            if not finite:
+                logger.warning("the model's outputs on the calibration samples are not all finite: GCV's choice alone")
+            picked = index.to(joined.device)
+            decoder.calibrate(joined[picked], mask.to(joined.device)[picked], outputs if finite else None)
 
     def _used_mask(self, mask: torch.Tensor, joined: list[torch.Tensor]) -> torch.Tensor:
         """``mask`` less the results a ``nonfinite="straggle"`` decoder drops: those with a NaN or Inf in any of the
@@ -373,10 +430,10 @@ class CodedModule(nn.Module):
         results under ``mask`` (default: drawn from ``stragglers``, else every result) with
         :meth:`torchgcc.codes.gcc.GCVSplineDecoder.calibrate`, from every output of the first output dtype side by
         side. With ``validate`` (the default) the model also runs on the samples themselves (``M`` more samples,
-        once) and the choice is validated against those uncoded outputs: the candidate that decodes the batch best
-        replaces GCV's choice when it is better by more than one standard error over the groups
-        (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`). ``validate=False`` makes the choice a first
-        :meth:`forward` of ``x`` under ``mask`` would make (GCV's alone). Pass ``decoder.full_pool() * K`` samples or
+        once) and the choice is validated against those uncoded outputs: the candidate, GCV's choice among them,
+        that decodes the batch best (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`), as a first
+        :meth:`forward` does on its pooled groups. ``validate=False`` makes GCV's choice alone (a first forward with
+        ``validate_calibration=False``). Pass ``decoder.full_pool() * K`` samples or
         more for the pooled choice (16 groups up to N = 64, fewer above: :func:`torchgcc.codes.gcc.pooled_groups`;
         fewer samples: a ``CalibrationWarning``). A decoder that is already calibrated chooses again. Raises
         ``TypeError`` for a code whose decoder does not calibrate."""
@@ -394,14 +451,12 @@ class CodedModule(nn.Module):
             if mask is None:
                 mask = self.draw_mask(groups, leaves[0].device)
             members, _, joined = next(self._decoder_inputs(leaves, mask))
-            reference = self._uncoded_outputs(x, batch, members) if validate else None
+            reference = self._uncoded_outputs(batch.inputs, members) if validate else None
             return decoder.calibrate(joined, mask, reference)
 
-    def _uncoded_outputs(self, x: torch.Tensor, batch: CodedBatch, members: list[int]) -> torch.Tensor:
-        """``(B, K, d)``: the model's outputs on ``batch``'s samples ``x`` themselves, grouped as :meth:`encode`
-        groups them, the output leaves ``members`` side by side (as the decoder reads their results)."""
-        samples = x if batch.perm is None else self._in_grouping_order(x, batch.perm)
-        grouped = group_samples(samples, self.code.num_inputs)
+    def _uncoded_outputs(self, grouped: torch.Tensor, members: list[int]) -> torch.Tensor:
+        """``(B, K, d)``: the model's outputs on the grouped samples ``grouped`` ``(B, K, *in)`` themselves, the output
+        leaves ``members`` side by side (as the decoder reads their results)."""
         groups, inputs = grouped.shape[:2]
         _, leaves = flatten_output(
             self.run_model(grouped.reshape((groups * inputs,) + grouped.shape[2:])), groups * inputs

@@ -239,8 +239,8 @@ class GCVSplineDecoder(SplineDecoder):
         """Choose the ratio from results ``y`` ``(B, N, *out)`` under ``mask`` (pooled GCV) and keep it for every later
         call; returns it (a float64 0-d tensor). With ``reference`` ``(B, K, *out)``, the uncoded outputs of the same
         groups, the choice is validated against the decode error itself
-        (:func:`~torchgcc.functional.decoder_smoothing.validated_ratio`: the candidate of ``ratios`` that decodes
-        these groups best replaces GCV's choice when it is better by more than one standard error)."""
+        (:func:`~torchgcc.functional.decoder_smoothing.validated_ratio`: the candidate of ``ratios``, or GCV's
+        choice, that decodes these groups best, each group's error as a share of its error at interpolation)."""
         if not self.calibrates:
             raise TypeError("this decoder scores every call (calibrate=False); build it with calibrate=True")
         y, mask = self.check_inputs(y, mask)
@@ -364,6 +364,12 @@ class GCVSplineDecoder(SplineDecoder):
         ``torch.jit.trace`` evaluates a module's properties."""
         return 1 if self.pool is None else pooled_groups(self.num_workers, self.pool)
 
+    def pooled_index(self, num_groups: int, device: Optional[torch.device] = None) -> torch.Tensor:
+        """``(min(num_groups, full_pool()),)`` int64: the groups of a batch of ``num_groups`` whose scores a pooled
+        choice reads, evenly spaced over the batch (a function of the sizes only)."""
+        pooled = min(num_groups, self.full_pool())
+        return torch.linspace(0, num_groups - 1, pooled, device=device).round().long()
+
     def _choose(
         self, flat: torch.Tensor, mask: torch.Tensor, survivors: Survivors
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -377,9 +383,8 @@ class GCVSplineDecoder(SplineDecoder):
             return ratio, spacing_lambda(survivors.counts, ratio)
         if self.pool is None:
             scored, picked = survivors, flat
-        else:  # groups evenly spaced over the batch (a function of the sizes only)
-            pooled = min(len(mask), self.full_pool())
-            index = torch.linspace(0, len(mask) - 1, pooled, device=mask.device).round().long()
+        else:
+            index = self.pooled_index(len(mask), mask.device)
             scored, picked = Survivors(*(field[index] for field in survivors)), flat[index]
         width = min(self.num_workers, scored.order.shape[-1])
         compacted = picked.gather(

@@ -29,12 +29,12 @@ optimal recovery in the second-order Sobolev space, GCC's own setting.
 
 GCV scores the fit at the workers' coded points; the decoder is read at the regression points, where the results are
 the model's outputs at the data themselves. When a calibration batch's uncoded outputs are known (a ``CodedModule``
-has the model: :meth:`torchgcc.CodedModule.calibrate` computes them), :func:`validated_ratio` checks the choice
-against the decode error itself: each group's squared error at every candidate, as a share of its error at
-interpolation (natural-spline GCC), so that each group weighs alike; the candidate with the least mean share replaces
-the GCV choice when it improves on it by more than one standard error of the paired differences over the groups (the
-one-standard-error rule; Breiman, Friedman, Olshen and Stone, 1984), so a batch too small or too noisy to tell keeps
-the GCV choice.
+has the model: its first forward of an uncalibrated decoder and :meth:`torchgcc.CodedModule.calibrate` compute them),
+:func:`validated_ratio` chooses by the decode error itself, the criterion the ratio is for: each group's squared
+error at every candidate, as a share of its error at interpolation (natural-spline GCC), so that each group weighs
+alike, and the candidate with the least mean share over the groups (validation on held-out truth; the GCV choice is
+a candidate too). A model whose outputs are rough between its inputs (a transformer's logits) is where the two
+disagree: GCV reads the roughness at the coded points as signal and under-smooths.
 """
 
 from __future__ import annotations
@@ -81,28 +81,24 @@ def pooled_gcv_ratio(
 
 
 def validated_ratio(errors: torch.Tensor, candidates: torch.Tensor, proposed: int) -> torch.Tensor:
-    """The ratio a calibration batch with known outputs validates (module docstring).
+    """The ratio a calibration batch with known outputs validates (module docstring): the candidate minimising
+    ``mean_g errors[g, l] / errors[g, 0]`` over the groups ``g`` with ``errors[g, 0] > 0``.
 
     Args:
         errors: ``(G, L)`` each group's squared decode error against its uncoded outputs at each candidate.
         candidates: ``(L,)`` the candidate ratios; the first is interpolation (ratio 0) or stands in for it: each
             group's errors are taken as shares of its error there.
-        proposed: the index of the choice made without the outputs (GCV's).
+        proposed: the index of the choice made without the outputs (GCV's), kept when fewer than two groups count.
 
     Returns:
-        A float64 0-d tensor: the candidate with the least mean share over the groups if its mean improvement on
-        ``candidates[proposed]`` exceeds one standard error of the ``G`` paired differences, else
-        ``candidates[proposed]``. Groups decoded exactly at interpolation (error 0: no share) do not count; with
-        fewer than two counting groups the proposed ratio stands. No host reads.
+        A float64 0-d tensor: the candidate with the least mean share over the groups (the first of equal ones).
+        Groups decoded exactly at interpolation (error 0: no share) do not count; with fewer than two counting
+        groups (one group's errors are no sample to validate on) ``candidates[proposed]``. No host reads.
     """
     errors = errors.to(torch.float64)
     counted = errors[:, 0] > 0  # (G,)
     shares = torch.where(counted.unsqueeze(-1), errors / torch.where(counted, errors[:, 0], 1.0).unsqueeze(-1), 0.0)
     count = counted.sum()
     best = (shares.sum(dim=0) / count.clamp_min(1)).argmin()
-    gain = torch.where(counted, shares[:, proposed] - shares[:, best], 0.0)  # (G,) paired improvements
-    mean = gain.sum() / count.clamp_min(1)
-    spread = torch.where(counted, gain - mean, 0.0).pow(2).sum() / (count - 1).clamp_min(1)
-    significant = (count >= 2) & (mean > (spread / count.clamp_min(1)).sqrt())
     values = candidates.to(device=errors.device, dtype=torch.float64)
-    return torch.where(significant, values[best], values[proposed])
+    return torch.where(count >= 2, values[best], values[proposed])
