@@ -24,14 +24,16 @@ suite, and chooses one bandwidth ratio per cell from the same calibration groups
   It reads worker results only, never the uncoded outputs, and differs from the decoder's task only in where it
   predicts: at the coded points ``beta`` of the late workers, not at the regression points ``alpha``.
 
-Beside the rules, the default calibrated as ``CodedModule.calibrate(x)`` calibrates it (``validated``): on the
-calibration groups' results and their uncoded outputs, ``decoder.calibrate(y, mask, reference=outputs)``, GCV's choice
-validated against the decode error itself (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`). And two
+Beside the rules, the default as a ``CodedModule`` calibrates it, on its first forward or in ``coded.calibrate(x)``
+(``validated``): on the calibration groups' results and their uncoded outputs, ``decoder.calibrate(y, mask,
+reference=outputs)``, the candidate that decodes those groups best, each group's error as a share of its error at
+interpolation (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`). The decoder without a model (GCV alone,
+the first call of ``GCC(K, N).decoder``) is ``default_rebuilt``; the suite's own record of it is ``default``. And two
 references that read more than a calibration does, bounds rather than rules (:data:`REFERENCES`):
 
 - ``calibration_oracle``: the candidate whose decode of the calibration groups is closest to their uncoded outputs
-  in plain mean squared error, always taken: ``validated`` without its per-group shares and without its
-  one-standard-error guard. Where it fails, the batch's groups and masks do not represent the measured ones;
+  in plain mean squared error: ``validated`` without its per-group shares. Where it fails, the batch's groups and
+  masks do not represent the measured ones;
 - ``hindsight``: the candidate with the least MSE on the measured groups themselves: where it fails, no single pooled
   ratio meets the criterion in that cell (the best of natural / spacing / GCV includes GCV's per-group choice).
 
@@ -47,7 +49,8 @@ cells failing)::
     python benchmarks/lambda_derived_rules.py benchmarks/results/lambda_suite_tuning.json \\
         benchmarks/results/lambda_suite_heldout.json benchmarks/results/lambda_suite_unseen.json \\
         benchmarks/results/lambda_suite_fresh.json benchmarks/results/lambda_suite_fresh2.json \\
-        benchmarks/results/lambda_suite_fresh3.json --out benchmarks/results/lambda_derived_rules.json
+        benchmarks/results/lambda_suite_fresh3.json benchmarks/results/lambda_suite_fresh4.json \\
+        --out benchmarks/results/lambda_derived_rules.json
     python benchmarks/lambda_derived_rules.py benchmarks/results/lambda_suite_heldout_pool1.json \\
         benchmarks/results/lambda_suite_heldout_pool4.json --out benchmarks/results/lambda_derived_rules_pools.json
 """
@@ -238,7 +241,7 @@ def cell_rules(workload, record: dict, args) -> dict:
         default = torchgcc.GCC(k, n).decoder
         default(results[:held], calibration)
         default_mse = mse(default(ys, masks), target)
-        validated = torchgcc.GCC(k, n).decoder  # the default calibrated as coded.calibrate(x) does: with the outputs
+        validated = torchgcc.GCC(k, n).decoder  # the default calibrated as a CodedModule does: with the outputs
         validated.calibrate(results[:held], calibration, reference=truth[:held])
         system = pooled_system(plain, results[:held], calibration)
         batch = Calibration(system, plain.alpha, plain.beta, results[:held], calibration)

@@ -356,6 +356,20 @@ def test_validate_calibration_off_leaves_the_choice_to_gcv_and_is_checked():
         torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10), validate_calibration=1)
 
 
+def test_a_first_forward_that_fails_keeps_no_calibration_and_checks_the_mask_first():
+    """The validated calibration runs before the decode: a decode that then raises (a Triton backend on CPU data)
+    must leave the decoder uncalibrated, and a mask the decoder refuses is its clear error, not a raw one."""
+    x = torch.randn(64, 3, 4, generator=torch.Generator().manual_seed(1))
+    triton = torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10, backend="triton"))
+    with pytest.raises(ValueError, match="backend='triton' runs on CUDA tensors"):
+        triton(x)
+    assert not triton.code.decoder.calibrated and math.isnan(float(triton.code.decoder.ratio))
+    coded = torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10))
+    with pytest.raises(ValueError, match="mask"):
+        coded(x, mask=torch.ones(16, 10, dtype=torch.bool, device="meta"))
+    assert not coded.code.decoder.calibrated
+
+
 def test_calibrate_draws_its_mask_from_the_straggler_model_and_refuses_what_it_cannot_use():
     x = torch.randn(64, 3, 4, generator=torch.Generator().manual_seed(1))
     drawn = torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10), FixedStragglers(3, seed=2))

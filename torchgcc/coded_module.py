@@ -314,13 +314,21 @@ class CodedModule(nn.Module):
         spec, leaves = flatten_output(results, batch.coded.shape[0])
         inputs = list(self._decoder_inputs(leaves, mask))
         mask = self.last_mask = self._used_mask(mask, [joined for _, _, joined in inputs])
-        if self._validates_first_calibration(inputs[0][2]):
-            self._calibrate_validated(inputs[0][0], inputs[0][2], mask, batch)
+        calibrated = self._validates_first_calibration(inputs[0][2]) and self._calibrate_validated(
+            inputs[0][0], inputs[0][2], mask, batch
+        )
         estimates: list[Optional[torch.Tensor]] = [None] * len(leaves)
-        for members, widths, joined in inputs:
-            parts = self.code.decoder(joined, mask).split(widths, 2)
-            for i, part in zip(members, parts):
-                estimates[i] = part.reshape(part.shape[:2] + leaves[i].shape[2:])
+        try:
+            for members, widths, joined in inputs:
+                parts = self.code.decoder(joined, mask).split(widths, 2)
+                for i, part in zip(members, parts):
+                    estimates[i] = part.reshape(part.shape[:2] + leaves[i].shape[2:])
+        except BaseException:
+            if calibrated:  # a batch the decoder rejects must not set the smoothing of every later call
+                decoder = self.code.decoder
+                assert isinstance(decoder, GCVSplineDecoder)
+                decoder.recalibrate()
+            raise
         outputs = [ungroup_samples(estimate, batch.num_samples) for estimate in estimates if estimate is not None]
         if batch.perm is not None:
             inverse = torch.argsort(batch.perm)
@@ -346,16 +354,18 @@ class CodedModule(nn.Module):
 
     def _calibrate_validated(
         self, members: list[int], joined: torch.Tensor, mask: torch.Tensor, batch: CodedBatch
-    ) -> None:
+    ) -> bool:
         """Calibrate the decoder on the groups of ``joined`` ``(B, N, d)`` (the first dtype's outputs ``members``) that
         its pooled choice reads, validated against the model's outputs on those groups' samples (run here, once,
-        without gradients; :meth:`calibrate`). Outputs that are not all finite validate nothing: GCV's choice alone,
-        logged."""
+        without gradients; :meth:`calibrate`), after the decoder's own checks of ``joined`` and ``mask``. Outputs that
+        are not all finite validate nothing: GCV's choice alone, logged. Returns whether it calibrated (False: another
+        thread's first decode did meanwhile)."""
         decoder = self.code.decoder
         assert isinstance(decoder, GCVSplineDecoder)  # _validates_first_calibration checked it
         with CALIBRATION_LOCK:
-            if decoder.calibrated:  # another thread's first decode calibrated meanwhile
-                return
+            if decoder.calibrated:
+                return False
+            joined, mask = decoder.check_inputs(joined, mask)
             index = decoder.pooled_index(len(mask), batch.inputs.device)
             with torch.no_grad():
                 outputs = self._uncoded_outputs(batch.inputs[index], members).to(joined.device)
@@ -363,7 +373,8 @@ class CodedModule(nn.Module):
             if not finite:
                 logger.warning("the model's outputs on the calibration samples are not all finite: GCV's choice alone")
             picked = index.to(joined.device)
-            decoder.calibrate(joined[picked], mask.to(joined.device)[picked], outputs if finite else None)
+            decoder.calibrate(joined[picked], mask[picked], outputs if finite else None)
+            return True
 
     def _used_mask(self, mask: torch.Tensor, joined: list[torch.Tensor]) -> torch.Tensor:
         """``mask`` less the results a ``nonfinite="straggle"`` decoder drops: those with a NaN or Inf in any of the

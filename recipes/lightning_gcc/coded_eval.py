@@ -23,6 +23,7 @@ import torchgcc
 from torchgcc.app.plots import plot_straggler_sweep
 from torchgcc.app.results import write_results
 from torchgcc.coded_module import group_samples, ungroup_samples
+from torchgcc.codes.gcc import GCVSplineDecoder
 from torchgcc.metrics import CodedMetrics
 from torchgcc.stragglers import FixedStragglers
 
@@ -106,7 +107,8 @@ class CodedEvaluation(Callback):
         for code in self.codes.values():
             code.to(pl_module.device)
         # one decoder per straggler level: a calibrating decoder (GCC's default) chooses its smoothing on the first
-        # batch it decodes, and each level is its own deployment
+        # batch it decodes (validated as a CodedModule's first forward validates it), and each level is its own
+        # deployment
         self._decoders = {
             (name, s): copy.deepcopy(code.decoder) for name, code in self.codes.items() for s in self.stragglers
         }
@@ -132,6 +134,11 @@ class CodedEvaluation(Callback):
             coded = code.encoder(groups)  # (B, N, *in)
             results = pl_module(coded.flatten(0, 1)).unflatten(0, coded.shape[:2])  # (B, N, classes)
             for s, repeated in masks.items():
+                decoder = self._decoders[name, s]
+                if isinstance(decoder, GCVSplineDecoder) and decoder.calibrates and not decoder.calibrated:
+                    pooled = decoder.pooled_index(len(groups), x.device)
+                    outputs = group_samples(reference, self.num_inputs)[pooled]  # (G, K, classes): the model's own
+                    decoder.calibrate(results[pooled], repeated[0].to(x.device)[pooled], reference=outputs)
                 for mask in repeated.to(x.device):
                     decoded = ungroup_samples(self._decoders[name, s](results, mask), len(x))  # (M, classes)
                     self._metrics[name, s].update(decoded, reference, labels)

@@ -17,6 +17,7 @@ import torch
 
 from torchgcc.coded_module import group_samples, ungroup_samples
 from torchgcc.codes import Code
+from torchgcc.codes.gcc import GCVSplineDecoder
 from torchgcc.metrics import CodedMetrics
 from torchgcc.optional import require
 from torchgcc.stragglers import StragglerModel
@@ -47,7 +48,9 @@ def evaluate_coded(
 
     ``B = ceil(M / K)`` groups per repeat, ``R`` repeats. This is :class:`torchgcc.CodedModule`'s pipeline
     (group, encode, run the model on the ``B * N`` coded inputs, decode, ungroup) with the workers' results computed
-    once and decoded under every mask, since they do not depend on the mask. ``reference`` ``(M, *out)`` defaults to
+    once and decoded under every mask, since they do not depend on the mask. A decoder that calibrates (GCC's
+    default) calibrates as a ``CodedModule``'s first forward does: on the pooled groups of the first repeat,
+    validated against ``model``'s outputs on those groups' samples. ``reference`` ``(M, *out)`` defaults to
     the uncoded outputs; ``model`` should be in eval mode. Returns :class:`~torchgcc.metrics.CodedMetrics`' ``mse``,
     ``mse_ci`` and, when ``classification``, ``agreement``, ``agreement_ci`` (argmax agreement with the uncoded model),
     plus ``groups`` (the number of CI units, ``R * B``).
@@ -60,8 +63,14 @@ def evaluate_coded(
         )
     if reference is None:
         reference = model_outputs(model, inputs, batch_size=batch_size)
-    coded = code.encoder(group_samples(inputs, num_inputs))  # (B, N, *in)
+    grouped = group_samples(inputs, num_inputs)  # (B, K, *in)
+    coded = code.encoder(grouped)  # (B, N, *in)
     results = model_outputs(model, coded.flatten(0, 1), batch_size=batch_size).unflatten(0, coded.shape[:2])
+    decoder = code.decoder
+    if isinstance(decoder, GCVSplineDecoder) and decoder.calibrates and not decoder.calibrated:
+        pooled = decoder.pooled_index(num_groups)
+        outputs = model_outputs(model, grouped[pooled].flatten(0, 1), batch_size=batch_size)
+        decoder.calibrate(results[pooled], masks[0][pooled], reference=outputs.unflatten(0, (len(pooled), num_inputs)))
     metrics = CodedMetrics(num_inputs, classification=classification)
     for mask in masks:
         metrics.update(ungroup_samples(code.decoder(results, mask), len(inputs)), reference)
