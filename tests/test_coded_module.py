@@ -343,6 +343,22 @@ def test_a_first_forward_validates_on_the_groups_its_choice_reads(groups):
     assert model.samples == 2 * n
 
 
+def test_a_compiled_first_forward_validates_as_an_eager_one():
+    """Under torch.compile (Dynamo, the eager backend: no code generation) the validation runs eagerly behind a
+    graph break and makes the eager choice."""
+    x, mask = torch.randn(64, 3, 4, generator=torch.Generator().manual_seed(1)), random_masks(16, 10, 3, seed=4)
+
+    def coded_module() -> torchgcc.CodedModule:
+        return torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10), noise=GaussianNoise(1e-1, seed=5))
+
+    eager, compiled = coded_module(), coded_module()
+    eager(x, mask=mask)
+    with torch.no_grad():
+        torch.compile(compiled, backend="eager")(x, mask=mask)
+    assert compiled.code.decoder.calibrated and float(compiled.code.decoder.ratio) == float(eager.code.decoder.ratio)
+    assert float(eager.code.decoder.ratio) != float(coded_module().calibrate(x, mask, validate=False))
+
+
 def test_validate_calibration_off_leaves_the_choice_to_gcv_and_is_checked():
     x, mask = torch.randn(64, 3, 4, generator=torch.Generator().manual_seed(1)), random_masks(16, 10, 3, seed=4)
     model = CountingModel()

@@ -16,7 +16,7 @@ from torch import nn
 
 from torchgcc.call_site import user_stacklevel
 from torchgcc.codes import Code
-from torchgcc.codes.gcc import CALIBRATION_LOCK, GCVSplineDecoder
+from torchgcc.codes.gcc import CALIBRATION_LOCK, UNCALIBRATED_UNDER_COMPILE, GCVSplineDecoder
 from torchgcc.model_output import ModelOutput, OutputSpec, flatten_output
 from torchgcc.stragglers import StragglerModel
 from torchgcc.tracing import graph_break
@@ -45,19 +45,22 @@ GROUPING_UNDER_COMPILE = (
 )
 
 
-def eager_under_compile(fn):
-    """Run ``fn`` eagerly under ``torch.compile`` (a graph break with the reason :data:`MASK_UNDER_COMPILE`, then
-    ``torch.compiler.disable``), for code Dynamo cannot trace (a straggler model's generator). Applied at call time,
-    so importing torchgcc does not import Dynamo."""
+def eager_under_compile(reason: str):
+    """A decorator: run the function eagerly under ``torch.compile`` (a graph break with ``reason``, then
+    ``torch.compiler.disable``), for code Dynamo cannot trace (a straggler model's generator, the first call's
+    calibration). Applied at call time, so importing torchgcc does not import Dynamo."""
 
-    @wraps(fn)
-    def wrapper(*args, **kwargs):
-        if torch.compiler.is_compiling():
-            graph_break(MASK_UNDER_COMPILE)
-            return torch.compiler.disable(fn)(*args, **kwargs)
-        return fn(*args, **kwargs)
+    def decorator(fn):
+        @wraps(fn)
+        def wrapper(*args, **kwargs):
+            if torch.compiler.is_compiling():
+                graph_break(reason)
+                return torch.compiler.disable(fn)(*args, **kwargs)
+            return fn(*args, **kwargs)
 
-    return wrapper
+        return wrapper
+
+    return decorator
 
 
 def _is_permutation(perm: torch.Tensor) -> torch.Tensor:
@@ -340,18 +343,18 @@ class CodedModule(nn.Module):
 
     def _validates_first_calibration(self, joined: torch.Tensor) -> bool:
         """Whether this decode is the first of a calibrating decoder (GCC's default) that ``validate_calibration``
-        validates: eager, on results ``joined`` with values."""
+        validates, on results ``joined`` with values (under ``torch.compile`` it runs eagerly)."""
         decoder = self.code.decoder
         return (
             self.validate_calibration
             and isinstance(decoder, GCVSplineDecoder)
             and decoder.calibrates
             and not decoder.calibrated
-            and not torch.compiler.is_compiling()  # the decoder's own error says to calibrate before compiling
             and not joined.is_meta
             and joined.shape[-1] > 0
         )
 
+    @eager_under_compile(UNCALIBRATED_UNDER_COMPILE)  # as the decoder's own first call: eagerly, also under compile
     def _calibrate_validated(
         self, members: list[int], joined: torch.Tensor, mask: torch.Tensor, batch: CodedBatch
     ) -> bool:
@@ -494,7 +497,7 @@ class CodedModule(nn.Module):
             return torch.ones(num_groups, self.code.num_workers, dtype=torch.bool, device=device)
         return self._sample(num_groups, device)
 
-    @eager_under_compile  # the straggler model's generator advances eagerly, also under torch.compile
+    @eager_under_compile(MASK_UNDER_COMPILE)  # the straggler model's generator advances eagerly, also under compile
     def _sample(self, num_groups: int, device: torch.device) -> torch.Tensor:
         assert self.stragglers is not None  # draw_mask's caller checked
         if device.type == "meta":
