@@ -1095,7 +1095,9 @@ def draw_coded_module(rng: random.Random, seed: int) -> Case:
         joined = torch.cat([a.reshape(groups, n, -1) for a in actual], -1)  # decoded together, in one call
         exact = torch.cat([v.reshape(groups, n, -1) for v, _ in pairs], -1)
         bounds = torch.cat([e.reshape(groups, n, -1) for _, e in pairs], -1)
-        ref, env, nan_ok = decode_reference(code, joined, mask, check, exact, bounds)  # may raise Expected
+        # the decoder as the forward left it: a calibrating default chose its smoothing there (validated against the
+        # model's outputs: tests/test_coded_module.py checks that choice)
+        ref, env, nan_ok = decode_reference(coded.code, joined, mask, check, exact, bounds)  # may raise Expected
         got = [out] if isinstance(out, torch.Tensor) else list(out.values() if isinstance(out, dict) else out)
         kind = {"dict": dict, "tuple": tuple, "list": list}.get(model_name, torch.Tensor)
         if not isinstance(out, kind) or len(got) != len(pairs):

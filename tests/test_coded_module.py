@@ -359,6 +359,31 @@ def test_a_compiled_first_forward_validates_as_an_eager_one():
     assert float(eager.code.decoder.ratio) != float(coded_module().calibrate(x, mask, validate=False))
 
 
+def test_a_validated_first_forward_refuses_nothing_the_decoder_alone_would_decode():
+    """With ``check=False`` a group too short to decode gives NaN estimates and results may be non-finite: the
+    validated calibration leaves such groups (and a batch of nothing else) to the decoder's own first call instead
+    of raising where the decoder would not."""
+    x = torch.randn(64, 3, 4, generator=torch.Generator().manual_seed(1))
+    mask = random_masks(16, 10, 3, seed=4)
+    mask[5] = False
+    mask[5, 0] = True  # one arrived result: too few
+    coded = torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10, check=False), noise=GaussianNoise(1e-1, seed=5))
+    out = coded(x, mask=mask)
+    assert torch.isnan(out[20:24]).all() and torch.isfinite(torch.cat([out[:20], out[24:]])).all()
+    # the 15 decodable groups validated the choice, as calibrate on them does
+    keep = torch.arange(16) != 5
+    by_hand = torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10), noise=GaussianNoise(1e-1, seed=5))
+    with torch.no_grad():
+        results = small_model()(by_hand.code.encoder(group_samples(x, 4)).reshape(160, 3, 4)).reshape(16, 10, 5)
+        results = GaussianNoise(1e-1, seed=5)(torch.where(mask.unsqueeze(-1), results, 0.0), mask)
+        outputs = small_model()(x).reshape(16, 4, 5)
+    expected = by_hand.code.decoder.calibrate(results[keep], mask[keep], reference=outputs[keep])
+    assert float(coded.code.decoder.ratio) == float(expected)
+    infinite = torchgcc.CodedModule(lambda t: torch.full((len(t), 2), math.inf), torchgcc.GCC(4, 10, check=False))
+    infinite(x, mask=random_masks(16, 10, 3, seed=4))  # the decoder alone decodes these without a read: no error
+    assert infinite.code.decoder.calibrated
+
+
 def test_validate_calibration_off_leaves_the_choice_to_gcv_and_is_checked():
     x, mask = torch.randn(64, 3, 4, generator=torch.Generator().manual_seed(1)), random_masks(16, 10, 3, seed=4)
     model = CountingModel()

@@ -148,11 +148,11 @@ class CodedModule(nn.Module):
     GCC's default decoder (``lambda_dec="adaptive"``) chooses its smoothing once, on the first batch it decodes
     (:class:`~torchgcc.codes.gcc.GCVSplineDecoder`). With ``validate_calibration=True`` (the default) that first
     decode also runs the model, here, without gradients and in its current mode, on the samples of the groups the
-    choice reads (up to 16 groups, ``K`` samples each: :meth:`~torchgcc.codes.gcc.GCVSplineDecoder.pooled_index`),
-    and chooses the smoothing that decodes those samples' outputs best
-    (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`; :meth:`calibrate` does the same on samples of
-    your choice). ``validate_calibration=False`` leaves the choice to GCV on the results alone, as the decoder does
-    without a model (docs/family.md measures both).
+    choice reads (up to :data:`~torchgcc.codes.gcc.GCV_POOL` groups, ``K`` samples each:
+    :meth:`~torchgcc.codes.gcc.GCVSplineDecoder.pooled_index`), and chooses the smoothing that decodes those
+    samples' outputs best (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`; :meth:`calibrate` does the
+    same on samples of your choice). ``validate_calibration=False`` leaves the choice to GCV on the results alone, as
+    the decoder does without a model (docs/family.md measures both).
 
     With the code's ``check=False`` the in-process forward never reads back from the device (capturable in a CUDA
     graph and by ``torch.compile(fullgraph=True)`` with an explicit ``mask=``); with the default ``check=True`` it
@@ -361,8 +361,9 @@ class CodedModule(nn.Module):
         """Calibrate the decoder on the groups of ``joined`` ``(B, N, d)`` (the first dtype's outputs ``members``) that
         its pooled choice reads, validated against the model's outputs on those groups' samples (run here, once,
         without gradients; :meth:`calibrate`), after the decoder's own checks of ``joined`` and ``mask``. Outputs that
-        are not all finite validate nothing: GCV's choice alone, logged. Returns whether it calibrated (False: another
-        thread's first decode did meanwhile)."""
+        are not all finite validate nothing, nor do results that are not (``check=False`` decodes them without a
+        read): the decoder's own first call then chooses by GCV alone. Groups too short to decode (``check=False``
+        lets them through) are left out. Returns whether it calibrated here."""
         decoder = self.code.decoder
         assert isinstance(decoder, GCVSplineDecoder)  # _validates_first_calibration checked it
         with CALIBRATION_LOCK:
@@ -372,11 +373,16 @@ class CodedModule(nn.Module):
             index = decoder.pooled_index(len(mask), batch.inputs.device)
             with torch.no_grad():
                 outputs = self._uncoded_outputs(batch.inputs[index], members).to(joined.device)
-            finite = bool(torch.isfinite(outputs).all())
-            if not finite:
-                logger.warning("the model's outputs on the calibration samples are not all finite: GCV's choice alone")
             picked = index.to(joined.device)
-            decoder.calibrate(joined[picked], mask[picked], outputs if finite else None)
+            results, used = joined[picked], mask[picked]
+            decodable = used.sum(-1) >= decoder.min_arrived  # check=False lets short groups through (NaN estimates)
+            results, used, outputs = results[decodable], used[decodable], outputs[decodable.to(outputs.device)]
+            if not len(used):
+                return False
+            if not bool(torch.isfinite(outputs).all() & torch.isfinite(results[used]).all()):
+                logger.warning("non-finite results or outputs on the calibration groups: GCV's choice alone")
+                return False
+            decoder.calibrate(results, used, outputs)
             return True
 
     def _used_mask(self, mask: torch.Tensor, joined: list[torch.Tensor]) -> torch.Tensor:

@@ -418,7 +418,9 @@ class GCC(Code):
       batch decoded chooses one bandwidth ratio among :data:`GCV_RATIOS`, interpolation included, and the decoder
       takes half of it (GCV predicts across two worker spacings, the decoder within one:
       :mod:`torchgcc.functional.decoder_smoothing`), kept for every later batch (:class:`GCVSplineDecoder` with
-      ``calibrate=True``; ``code.decoder.recalibrate()`` chooses again);
+      ``calibrate=True``; ``code.decoder.recalibrate()`` chooses again). A :class:`torchgcc.CodedModule` has the
+      model and validates that first choice against the model's own outputs on the pooled groups' samples
+      (``validate_calibration``);
     - ``"gcv"``: the same criterion per group, every call;
     - ``"spacing"``: :func:`spacing_lambda` at :data:`BANDWIDTH_RATIO`, a fixed rule of the mask only.
 
