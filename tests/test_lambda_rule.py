@@ -1,5 +1,6 @@
 """The GCV smoothing rules (``lambda_dec="gcv"`` per group, ``"adaptive"`` pooled over the batch) against scipy."""
 
+import math
 import warnings
 
 import numpy as np
@@ -278,6 +279,38 @@ def test_validated_ratio_weighs_each_group_alike_and_needs_two():
     assert validated_ratio(scaled, ratios, 0).item() == 0.1
     exact = torch.tensor([[0.0, 1.0, 1.0], [2.0, 1.0, 3.0], [1.0, 0.4, 2.0]], dtype=torch.float64)
     assert validated_ratio(exact, ratios, 2).item() == 0.1  # the group exact at interpolation has no share
+
+
+def test_calibrate_validated_asks_for_the_decodable_pooled_groups_only():
+    """A first call with the model at hand: the outputs are computed for the pooled groups (16 evenly spaced of 40)
+    that can be decoded, and the choice is calibrate() on exactly those; a batch with none of them, or with an
+    infinite result, leaves the choice to the decoder's own first call."""
+    k, n, groups = 4, 10, 40
+    generator = torch.Generator().manual_seed(2)
+    code = torchgcc.GCC(k, n, check=False)
+    y = torch.sin(3 * code.beta).view(1, n, 1) + 0.1 * torch.randn(
+        groups, n, 2, generator=generator, dtype=torch.float64
+    )
+    truth = torch.sin(3 * code.alpha).view(1, k, 1).expand(groups, k, 2)
+    mask = FixedStragglers(3, seed=1).sample(groups, n)
+    pooled = torch.linspace(0, groups - 1, 16).round().long()
+    mask[pooled[3]] = False  # a pooled group with nothing arrived: left out
+    asked = []
+
+    def outputs(index):
+        asked.append(index)
+        return truth[index]
+
+    assert code.decoder.calibrate_validated(y, mask, outputs)
+    (index,) = asked
+    torch.testing.assert_close(index, pooled[pooled != pooled[3]], rtol=0, atol=0)
+    expected = torchgcc.GCC(k, n).decoder.calibrate(y[index], mask[index], reference=truth[index])
+    assert float(code.decoder.ratio) == float(expected)
+    assert not code.decoder.calibrate_validated(y, mask, outputs)  # calibrated already
+    fresh = torchgcc.GCC(k, n, check=False).decoder
+    assert not fresh.calibrate_validated(y, torch.zeros_like(mask), outputs)
+    assert not fresh.calibrate_validated(torch.where(mask.unsqueeze(-1), math.inf, y), mask, outputs)
+    assert not fresh.calibrated
 
 
 @pytest.mark.parametrize("truth_ratio", [0.0, 0.1, 0.4, 1.6])

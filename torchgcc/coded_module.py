@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import logging
 import math
 import warnings
 from functools import wraps
@@ -16,13 +15,11 @@ from torch import nn
 
 from torchgcc.call_site import user_stacklevel
 from torchgcc.codes import Code
-from torchgcc.codes.gcc import CALIBRATION_LOCK, UNCALIBRATED_UNDER_COMPILE, GCVSplineDecoder
+from torchgcc.codes.gcc import UNCALIBRATED_UNDER_COMPILE, GCVSplineDecoder
 from torchgcc.model_output import ModelOutput, OutputSpec, flatten_output
 from torchgcc.stragglers import StragglerModel
 from torchgcc.tracing import graph_break
 from torchgcc.workers import Round, WaitPolicy, Workers, run_round
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["CodedBatch", "CodedModule", "ModelOutput", "group_samples", "ungroup_samples"]
 
@@ -358,32 +355,17 @@ class CodedModule(nn.Module):
     def _calibrate_validated(
         self, members: list[int], joined: torch.Tensor, mask: torch.Tensor, batch: CodedBatch
     ) -> bool:
-        """Calibrate the decoder on the groups of ``joined`` ``(B, N, d)`` (the first dtype's outputs ``members``) that
-        its pooled choice reads, validated against the model's outputs on those groups' samples (run here, once,
-        without gradients; :meth:`calibrate`), after the decoder's own checks of ``joined`` and ``mask``. Outputs that
-        are not all finite validate nothing, nor do results that are not (``check=False`` decodes them without a
-        read): the decoder's own first call then chooses by GCV alone. Groups too short to decode (``check=False``
-        lets them through) are left out. Returns whether it calibrated here."""
+        """:meth:`~torchgcc.codes.gcc.GCVSplineDecoder.calibrate_validated` on the results ``joined`` ``(B, N, d)``
+        (the first dtype's outputs ``members``), the model run here, once, without gradients, on the samples of the
+        groups it asks for (:meth:`calibrate`). Returns whether it calibrated."""
         decoder = self.code.decoder
         assert isinstance(decoder, GCVSplineDecoder)  # _validates_first_calibration checked it
-        with CALIBRATION_LOCK:
-            if decoder.calibrated:
-                return False
-            joined, mask = decoder.check_inputs(joined, mask)
-            index = decoder.pooled_index(len(mask), batch.inputs.device)
+
+        def outputs(index: torch.Tensor) -> torch.Tensor:
             with torch.no_grad():
-                outputs = self._uncoded_outputs(batch.inputs[index], members).to(joined.device)
-            picked = index.to(joined.device)
-            results, used = joined[picked], mask[picked]
-            decodable = used.sum(-1) >= decoder.min_arrived  # check=False lets short groups through (NaN estimates)
-            results, used, outputs = results[decodable], used[decodable], outputs[decodable.to(outputs.device)]
-            if not len(used):
-                return False
-            if not bool(torch.isfinite(outputs).all() & torch.isfinite(results[used]).all()):
-                logger.warning("non-finite results or outputs on the calibration groups: GCV's choice alone")
-                return False
-            decoder.calibrate(results, used, outputs)
-            return True
+                return self._uncoded_outputs(batch.inputs[index.to(batch.inputs.device)], members)
+
+        return decoder.calibrate_validated(joined, mask, outputs)
 
     def _used_mask(self, mask: torch.Tensor, joined: list[torch.Tensor]) -> torch.Tensor:
         """``mask`` less the results a ``nonfinite="straggle"`` decoder drops: those with a NaN or Inf in any of the

@@ -136,9 +136,8 @@ class CodedEvaluation(Callback):
             for s, repeated in masks.items():
                 decoder = self._decoders[name, s]
                 if isinstance(decoder, GCVSplineDecoder) and decoder.calibrates and not decoder.calibrated:
-                    pooled = decoder.pooled_index(len(groups), x.device)
-                    outputs = group_samples(reference, self.num_inputs)[pooled]  # (G, K, classes): the model's own
-                    decoder.calibrate(results[pooled], repeated[0].to(x.device)[pooled], reference=outputs)
+                    outputs = group_samples(reference, self.num_inputs)  # (B, K, classes): the model's own
+                    decoder.calibrate_validated(results, repeated[0].to(x.device), outputs.__getitem__)
                 for mask in repeated.to(x.device):
                     decoded = ungroup_samples(self._decoders[name, s](results, mask), len(x))  # (M, classes)
                     self._metrics[name, s].update(decoded, reference, labels)

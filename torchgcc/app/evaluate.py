@@ -68,9 +68,13 @@ def evaluate_coded(
     results = model_outputs(model, coded.flatten(0, 1), batch_size=batch_size).unflatten(0, coded.shape[:2])
     decoder = code.decoder
     if isinstance(decoder, GCVSplineDecoder) and decoder.calibrates and not decoder.calibrated:
-        pooled = decoder.pooled_index(num_groups)
-        outputs = model_outputs(model, grouped[pooled].flatten(0, 1), batch_size=batch_size)
-        decoder.calibrate(results[pooled], masks[0][pooled], reference=outputs.unflatten(0, (len(pooled), num_inputs)))
+        decoder.calibrate_validated(
+            results,
+            masks[0],
+            lambda index: model_outputs(model, grouped[index].flatten(0, 1), batch_size=batch_size).unflatten(
+                0, (len(index), num_inputs)
+            ),
+        )
     metrics = CodedMetrics(num_inputs, classification=classification)
     for mask in masks:
         metrics.update(ungroup_samples(code.decoder(results, mask), len(inputs)), reference)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import warnings
 from types import ModuleType
@@ -19,6 +20,8 @@ from torchgcc.functional.gcv import gcv_scores
 from torchgcc.functional.spline import padded_spline_matrices, smoothing_spline_matrix, spline_plan
 from torchgcc.functional.survivors import Survivors
 from torchgcc.tracing import graph_break
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "BANDWIDTH_RATIO",
@@ -255,6 +258,35 @@ class GCVSplineDecoder(SplineDecoder):
         outputs = None if reference is None else self._check_reference(reference, y)
         with CALIBRATION_LOCK:
             return self._calibrate(flat, mask, outputs)
+
+    def calibrate_validated(
+        self, y: torch.Tensor, mask: torch.Tensor, outputs: Callable[[torch.Tensor], torch.Tensor]
+    ) -> bool:
+        """The first call's calibration when the model is at hand (a :class:`torchgcc.CodedModule`'s first forward):
+        :meth:`calibrate` on the groups of ``y`` ``(B, N, *out)`` that the pooled choice reads (:meth:`pooled_index`)
+        and that have enough results under ``mask`` to decode, validated against ``outputs(index)``, the model's
+        ``(G, K, *out)`` outputs on the samples of the groups ``index`` ``(G,)``, computed only for them.
+
+        Returns whether it calibrated. It does not (and the decoder's own first call then chooses by GCV alone) when
+        the decoder is calibrated already (another thread's first call), when no pooled group can be decoded, or when
+        the results or the outputs are not all finite (a ``check=False`` decoder decodes those without a read; logged):
+        a batch the decoder alone decodes is never refused here. ``y`` and ``mask`` go through the decoder's checks
+        first."""
+        with CALIBRATION_LOCK:
+            if self.calibrated:
+                return False
+            y, mask = self.check_inputs(y, mask)
+            index = self.pooled_index(len(mask), y.device)
+            index = index[mask[index].sum(-1) >= self.min_arrived]  # check=False lets short groups through
+            if not len(index):
+                return False
+            results, used = y[index], mask[index]
+            reference = outputs(index).to(y.device)
+            if not bool(torch.isfinite(reference).all() & torch.isfinite(results[used]).all()):
+                logger.warning("non-finite results or outputs on the calibration groups: GCV's choice alone")
+                return False
+            self.calibrate(results, used, reference)
+            return True
 
     def _check_reference(self, reference: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``reference`` as ``(B, K, d)``, after checking it is ``(B, K, *out)`` for results ``y`` ``(B, N, *out)``,
