@@ -311,6 +311,9 @@ def test_calibrate_validated_asks_for_the_decodable_pooled_groups_only():
     assert not fresh.calibrate_validated(y, torch.zeros_like(mask), outputs)
     assert not fresh.calibrate_validated(torch.where(mask.unsqueeze(-1), math.inf, y), mask, outputs)
     assert not fresh.calibrated
+    asked.clear()
+    assert not torchgcc.GCC(k, n, lambda_dec="gcv").decoder.calibrate_validated(y, mask, outputs)  # never calibrates
+    assert asked == []
 
 
 @pytest.mark.parametrize("truth_ratio", [0.0, 0.1, 0.4, 1.6])

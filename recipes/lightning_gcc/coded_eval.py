@@ -134,12 +134,13 @@ class CodedEvaluation(Callback):
             coded = code.encoder(groups)  # (B, N, *in)
             results = pl_module(coded.flatten(0, 1)).unflatten(0, coded.shape[:2])  # (B, N, classes)
             for s, repeated in masks.items():
-                decoder = self._decoders[name, s]
-                if isinstance(decoder, GCVSplineDecoder) and decoder.calibrates and not decoder.calibrated:
-                    outputs = group_samples(reference, self.num_inputs)  # (B, K, classes): the model's own
-                    decoder.calibrate_validated(results, repeated[0].to(x.device), outputs.__getitem__)
-                for mask in repeated.to(x.device):
-                    decoded = ungroup_samples(self._decoders[name, s](results, mask), len(x))  # (M, classes)
+                decoder, repeated = self._decoders[name, s], repeated.to(x.device)
+                if isinstance(decoder, GCVSplineDecoder):  # GCC's default calibrates here, on its first batch
+                    decoder.calibrate_validated(  # against the model's own outputs (G, K, classes)
+                        results, repeated[0], lambda index: group_samples(reference, self.num_inputs)[index]
+                    )
+                for mask in repeated:
+                    decoded = ungroup_samples(decoder(results, mask), len(x))  # (M, classes)
                     self._metrics[name, s].update(decoded, reference, labels)
 
     def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

@@ -67,7 +67,7 @@ def evaluate_coded(
     coded = code.encoder(grouped)  # (B, N, *in)
     results = model_outputs(model, coded.flatten(0, 1), batch_size=batch_size).unflatten(0, coded.shape[:2])
     decoder = code.decoder
-    if isinstance(decoder, GCVSplineDecoder) and decoder.calibrates and not decoder.calibrated:
+    if isinstance(decoder, GCVSplineDecoder):  # GCC's default calibrates here, on its first batch
         decoder.calibrate_validated(
             results,
             masks[0],

@@ -267,13 +267,14 @@ class GCVSplineDecoder(SplineDecoder):
         and that have enough results under ``mask`` to decode, validated against ``outputs(index)``, the model's
         ``(G, K, *out)`` outputs on the samples of the groups ``index`` ``(G,)``, computed only for them.
 
-        Returns whether it calibrated. It does not (and the decoder's own first call then chooses by GCV alone) when
-        the decoder is calibrated already (another thread's first call), when no pooled group can be decoded, or when
+        Returns whether it calibrated. It does not, and reads nothing, for a decoder that does not calibrate
+        (``pool=None``) or is calibrated already (another thread's first call); it does not (and the decoder's own first
+        call then chooses by GCV alone) when no pooled group can be decoded, or when
         the results or the outputs are not all finite (a ``check=False`` decoder decodes those without a read; logged):
         a batch the decoder alone decodes is never refused here. ``y`` and ``mask`` go through the decoder's checks
         first."""
         with CALIBRATION_LOCK:
-            if self.calibrated:
+            if not self.calibrates or self.calibrated:
                 return False
             y, mask = self.check_inputs(y, mask)
             index = self.pooled_index(len(mask), y.device)
