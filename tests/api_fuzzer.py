@@ -769,6 +769,8 @@ def draw_calibrate(rng: random.Random, seed: int) -> Case:
         y = ns["y"]
         if method == "calibrate" and not torch.isfinite(y.reshape(*y.shape[:2], -1)[mask]).all():
             raise Expected(["non-finite"])  # ... and the results of the arrived workers
+        if method == "calibrate" and reference == "ok" and not torch.isfinite(y).all():
+            raise Expected(["non-finite", "every worker's result"])  # validation reads the stragglers' results too
         out = ns["out"]
         if method == "calibrate":  # a candidate r* divided by 2^(1 - rho), rho in [0, 1], or 0 (interpolation)
             ratios = code.decoder.ratios

@@ -281,8 +281,8 @@ def test_calibrate_makes_the_choice_of_a_first_forward_on_the_same_samples(sigma
 @pytest.mark.parametrize(("sigma", "stragglers"), [(1e-1, 3), (3e-1, 5)])
 def test_calibrate_validates_against_the_models_outputs_on_the_samples_themselves(sigma, stragglers):
     """``validate=True`` (the default): the decoder's calibration with the model's uncoded outputs on the grouped
-    samples as the reference, after the noise reached the results (not the reference). Noisy enough that the
-    validation moves GCV's choice here, so a wrong reference would show."""
+    samples as the reference, on every worker's result after the noise reached them (not the reference). Noisy
+    enough that the validation moves GCV's choice here, so a wrong reference would show."""
 
     def coded_module() -> torchgcc.CodedModule:  # each its own seeded noise
         return torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10), noise=GaussianNoise(sigma, seed=5))
@@ -297,7 +297,7 @@ def test_calibrate_validates_against_the_models_outputs_on_the_samples_themselve
     with torch.no_grad():
         results = by_hand.model(by_hand.code.encoder(group_samples(x, 4)).reshape(160, 3, 4)).reshape(16, 10, 5)
         outputs = by_hand.model(x).reshape(16, 4, 5)
-    results = by_hand.noise(torch.where(mask.unsqueeze(-1), results, 0.0), mask)
+    results = by_hand.noise(results, torch.ones_like(mask))  # every result: validation draws other straggler sets
     assert float(by_hand.code.decoder.calibrate(results, mask, reference=outputs)) == float(ratio)
 
 
@@ -315,9 +315,10 @@ class CountingModel(nn.Module):
 
 @pytest.mark.parametrize("groups", [16, 40])
 def test_a_first_forward_validates_on_the_groups_its_choice_reads(groups):
-    """The default first forward: the model also runs on the samples of the pooled groups (all 16 of a batch of 16;
-    16 evenly spaced ones of 40), and the choice is ``calibrate`` on those samples under their masks. Noisy enough
-    that validation moves GCV's choice, so validating on other samples, or not at all, would show."""
+    """The default first forward: the model also runs on the coded inputs and the samples of the pooled groups (all
+    16 of a batch of 16; 16 evenly spaced ones of 40), and the choice is ``calibrate`` on every worker's result of
+    those groups under their masks. Noisy enough that validation moves GCV's choice, so validating on other samples,
+    or not at all, would show."""
     k, n = 4, 10
     x = torch.randn(groups * k, 3, 4, generator=torch.Generator().manual_seed(1))
     mask = random_masks(groups, n, 3, seed=4)
@@ -326,17 +327,20 @@ def test_a_first_forward_validates_on_the_groups_its_choice_reads(groups):
     first(x, mask=mask)
     pooled = torch.linspace(0, groups - 1, 16).round().long()
     torch.testing.assert_close(first.code.decoder.pooled_index(groups), pooled, rtol=0, atol=0)
-    assert model.samples == groups * n + 16 * k  # the coded inputs, then the pooled groups' samples, once
+    # the coded inputs, then once each the pooled groups' coded inputs and samples
+    assert model.samples == groups * n + 16 * n + 16 * k
     samples = x.reshape(groups, k, 3, 4)[pooled].reshape(16 * k, 3, 4)
-    # the noise is seeded per call: the pooled groups' noise is what the first forward drew for those groups
+    # one seeded noise stream: first the batch's arrived results, then every result of the pooled groups
+    noise = GaussianNoise(1e-1, seed=5)
     by_hand = torchgcc.CodedModule(small_model(), torchgcc.GCC(k, n))
     with torch.no_grad():
         results = small_model()(first.code.encoder(group_samples(x, k)).reshape(groups * n, 3, 4)).reshape(groups, n, 5)
-        results = GaussianNoise(1e-1, seed=5)(torch.where(mask.unsqueeze(-1), results, 0.0), mask)
+        arrived = noise(torch.where(mask.unsqueeze(-1), results, 0.0), mask)
+        every = noise(results[pooled], torch.ones_like(mask[pooled]))
         outputs = small_model()(samples).reshape(16, k, 5)
-    validated = by_hand.code.decoder.calibrate(results[pooled], mask[pooled], reference=outputs)
+    validated = by_hand.code.decoder.calibrate(every, mask[pooled], reference=outputs)
     assert float(first.code.decoder.ratio) == float(validated)
-    gcv_alone = torchgcc.GCC(k, n).decoder.calibrate(results[pooled], mask[pooled])
+    gcv_alone = torchgcc.GCC(k, n).decoder.calibrate(arrived[pooled], mask[pooled])
     assert float(validated) != float(gcv_alone)
     model.samples = 0
     first(x[:8], mask=mask[:2])  # calibrated: later forwards run the coded inputs only
@@ -373,11 +377,13 @@ def test_a_validated_first_forward_refuses_nothing_the_decoder_alone_would_decod
     # the 15 decodable groups validated the choice, as calibrate on them does
     keep = torch.arange(16) != 5
     by_hand = torchgcc.CodedModule(small_model(), torchgcc.GCC(4, 10), noise=GaussianNoise(1e-1, seed=5))
+    noise = GaussianNoise(1e-1, seed=5)
     with torch.no_grad():
         results = small_model()(by_hand.code.encoder(group_samples(x, 4)).reshape(160, 3, 4)).reshape(16, 10, 5)
-        results = GaussianNoise(1e-1, seed=5)(torch.where(mask.unsqueeze(-1), results, 0.0), mask)
+        noise(torch.where(mask.unsqueeze(-1), results, 0.0), mask)  # the forward's draw, before the validation's
+        every = noise(results[keep], torch.ones_like(mask[keep]))
         outputs = small_model()(x).reshape(16, 4, 5)
-    expected = by_hand.code.decoder.calibrate(results[keep], mask[keep], reference=outputs[keep])
+    expected = by_hand.code.decoder.calibrate(every, mask[keep], reference=outputs[keep])
     assert float(coded.code.decoder.ratio) == float(expected)
     infinite = torchgcc.CodedModule(lambda t: torch.full((len(t), 2), math.inf), torchgcc.GCC(4, 10, check=False))
     infinite(x, mask=random_masks(16, 10, 3, seed=4))  # the decoder alone decodes these without a read: no error

@@ -1,5 +1,6 @@
 """The GCV smoothing rules (``lambda_dec="gcv"`` per group, ``"adaptive"`` pooled over the batch) against scipy."""
 
+import collections
 import math
 import warnings
 
@@ -12,7 +13,14 @@ from scipy.interpolate import make_smoothing_spline
 import torchgcc
 from torchgcc.codes.gcc import GCV_POOL, GCV_RATIOS, GCVSplineDecoder, SplineDecoder, spacing_lambda
 from torchgcc.functional import compact_survivors, survivor_layout
-from torchgcc.functional.decoder_smoothing import LEFT_OUT_GAP, pooled_gcv_ratio, validated_ratio
+from torchgcc.functional.decoder_smoothing import (
+    LEFT_OUT_GAP,
+    VALIDATION_DRAWS,
+    VALIDATION_SEED,
+    drawn_masks,
+    pooled_gcv_ratio,
+    validated_ratio,
+)
 from torchgcc.functional.gcv import GRAM_JITTER, gcv_scores
 from torchgcc.stragglers import FixedStragglers
 
@@ -242,17 +250,25 @@ def test_the_choice_is_not_differentiated_the_decode_is(lambda_dec):
 
 
 def validated_reference(errors: np.ndarray, candidates: np.ndarray, proposed: int) -> float:
-    """The validation from its definition, group by group in numpy: the least mean share of each group's error at
-    interpolation, over the groups with a share; the proposal with fewer than two of them."""
-    kept = [row / row[0] for row in errors if row[0] > 0]
-    if len(kept) < 2:
+    """The validation from its definition, candidate by candidate in numpy: the least ratio among those whose total
+    error is within one standard error (of the paired difference, over the groups) of the least total; the proposal
+    with fewer than two groups."""
+    if len(errors) < 2:
         return float(candidates[proposed])
-    return float(candidates[int(np.argmin(np.mean(kept, axis=0)))])
+    totals = errors.sum(axis=0)
+    least = int(np.argmin(totals))
+    within = [
+        float(candidates[column])
+        for column in range(errors.shape[1])
+        if totals[column] - totals[least]
+        <= np.std(errors[:, column] - errors[:, least], ddof=1) * np.sqrt(len(errors))
+    ]
+    return min(within)
 
 
 @pytest.mark.parametrize("seed", range(12))
 def test_validated_ratio_matches_its_definition(seed):
-    """Random error tables, some groups decoded exactly at interpolation (no share), some with a clear winner."""
+    """Random error tables with groups of very different scales, some with a clear winner."""
     rng = np.random.default_rng(seed)
     groups, candidates = int(rng.integers(1, 20)), int(rng.integers(2, 9))
     errors = rng.gamma(2.0, size=(groups, candidates)) * rng.gamma(1.0, size=(groups, 1)) * 10.0 ** rng.normal()
@@ -266,25 +282,73 @@ def test_validated_ratio_matches_its_definition(seed):
     assert chosen.item() == validated_reference(errors, ratios, proposed)
 
 
-def test_validated_ratio_weighs_each_group_alike_and_needs_two():
+def test_validated_ratio_takes_the_least_total_error_beyond_noise_and_needs_two_groups():
     ratios = torch.tensor([0.0, 0.1, 0.2], dtype=torch.float64)
     one = torch.tensor([[2.0, 1.0, 0.5]], dtype=torch.float64)  # one group: no sample to validate on
     assert validated_ratio(one, ratios, 0).item() == 0.0
-    # mean shares 1, 0.9, 1: 0.1
-    split = torch.tensor([[2.0, 1.0, 2.0], [2.0, 2.6, 2.0]], dtype=torch.float64)
-    assert validated_ratio(split, ratios, 2).item() == 0.1
-    # a group with errors 100 times larger would decide a plain sum (101, 110.2, 95.9: 0.2); the mean shares (1,
-    # 0.65, 0.925) say 0.1
-    scaled = torch.tensor([[1.0, 0.2, 0.9], [100.0, 110.0, 95.0]], dtype=torch.float64)
-    assert validated_ratio(scaled, ratios, 0).item() == 0.1
-    exact = torch.tensor([[0.0, 1.0, 1.0], [2.0, 1.0, 3.0], [1.0, 0.4, 2.0]], dtype=torch.float64)
-    assert validated_ratio(exact, ratios, 2).item() == 0.1  # the group exact at interpolation has no share
+    # every group gains the same at 0.2: no spread, a clear gain (a group 100 times larger weighs 100 times more)
+    consistent = torch.tensor([[1.0, 0.9, 0.8], [100.0, 90.0, 80.0], [10.0, 9.0, 8.0]], dtype=torch.float64)
+    assert validated_ratio(consistent, ratios, 0).item() == 0.2
+    # 0.2 has the least total (9 against 10) but the groups disagree: differences at 0 of 4, -4 and 1, standard
+    # deviation 4.04, standard error of the total 4.04 sqrt(3) = 7.0 > 1: the least smoothing within it, interpolation
+    noisy = torch.tensor([[5.0, 5.0, 1.0], [1.0, 1.0, 5.0], [4.0, 4.0, 3.0]], dtype=torch.float64)
+    assert validated_ratio(noisy, ratios, 1).item() == 0.0
+    # candidates in any order (GCV's proposal last): the least ratio among those within, not the first index
+    unordered = torch.tensor([0.3, 0.0, 0.1], dtype=torch.float64)
+    tie = torch.tensor([[1.0, 2.0, 1.0], [1.0, 2.0, 1.0]], dtype=torch.float64)
+    assert validated_ratio(tie, unordered, 0).item() == 0.1
+
+
+def test_validated_ratio_keeps_the_proposal_where_an_error_is_not_finite():
+    ratios = torch.tensor([0.0, 0.1, 0.2], dtype=torch.float64)
+    errors = torch.tensor([[1.0, 0.5, 0.2], [math.inf, 0.5, 0.2]], dtype=torch.float64)
+    assert validated_ratio(errors, ratios, 1).item() == 0.1
+    assert validated_ratio(torch.where(torch.isinf(errors), math.nan, errors), ratios, 2).item() == 0.2
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-150, 1e-20, 1e20, 1e150, 1e300])
+def test_the_validated_choice_is_invariant_to_the_scale_of_results_and_outputs(scale):
+    """Results and outputs scaled alike (to where their squares under- or overflow float64) validate the same ratio:
+    the decoder divides them by their largest magnitude first."""
+    k, n, groups = 6, 14, 16
+    code = torchgcc.GCC(k, n)
+    generator = torch.Generator().manual_seed(11)
+    noise = torch.randn(groups, n, 3, generator=generator, dtype=torch.float64)
+    y = torch.sin(2 * code.beta).view(1, n, 1) + 0.2 * noise
+    outputs = torch.sin(2 * code.alpha).view(1, k, 1).expand(groups, k, 3)
+    mask = FixedStragglers(4, seed=2).sample(groups, n)
+    unit = torchgcc.GCC(k, n).decoder.calibrate(y, mask, reference=outputs).item()
+    # GCV's proposal, a candidate, is itself invariant to rounding (its scores are of normalised results)
+    assert code.decoder.calibrate(y * scale, mask, reference=outputs * scale).item() == pytest.approx(unit, rel=1e-12)
+
+
+@pytest.mark.parametrize(("workers", "arrived"), [(5, 3), (6, 2), (4, 4)])
+def test_drawn_masks_are_uniform_over_the_sets_with_each_groups_count(workers, arrived):
+    """Every straggler set with the group's count is drawn equally often: each set's frequency over 4000 draws within
+    five binomial standard errors of ``1 / C(N, n)`` (a chance failure about 1e-6 per set), and the draws are a
+    function of the generator's seed. A second group with one fewer result keeps its own count."""
+    mask = torch.zeros(2, workers, dtype=torch.bool)
+    mask[0, :arrived] = True
+    mask[1, : arrived - 1] = True
+    draws = 4000
+    drawn = drawn_masks(mask, draws, torch.Generator().manual_seed(3))
+    assert drawn.shape == (2 * draws, workers) and drawn.dtype == torch.bool
+    torch.testing.assert_close(drawn.sum(-1), mask.sum(-1).repeat(draws), rtol=0, atol=0)
+    torch.testing.assert_close(drawn, drawn_masks(mask, draws, torch.Generator().manual_seed(3)), rtol=0, atol=0)
+    first = drawn.view(draws, 2, workers)[:, 0]
+    sets = math.comb(workers, arrived)
+    counts = collections.Counter(tuple(row.tolist()) for row in first)
+    assert len(counts) == sets
+    p = 1 / sets
+    bound = 5 * math.sqrt(p * (1 - p) / draws)
+    assert all(abs(c / draws - p) <= bound for c in counts.values())
 
 
 def test_calibrate_validated_asks_for_the_decodable_pooled_groups_only():
-    """A first call with the model at hand: the outputs are computed for the pooled groups (16 evenly spaced of 40)
-    that can be decoded, and the choice is calibrate() on exactly those; a batch with none of them, or with an
-    infinite result, leaves the choice to the decoder's own first call."""
+    """A first call with the model at hand: the outputs (and every worker's results, when asked for them) are
+    computed for the pooled groups (16 evenly spaced of 40) that can be decoded, and the choice is calibrate() on
+    exactly those; a batch with none of them, or with an infinite result, leaves the choice to the decoder's own
+    first call."""
     k, n, groups = 4, 10, 40
     generator = torch.Generator().manual_seed(2)
     code = torchgcc.GCC(k, n, check=False)
@@ -307,9 +371,19 @@ def test_calibrate_validated_asks_for_the_decodable_pooled_groups_only():
     expected = torchgcc.GCC(k, n).decoder.calibrate(y[index], mask[index], reference=truth[index])
     assert float(code.decoder.ratio) == float(expected)
     assert not code.decoder.calibrate_validated(y, mask, outputs)  # calibrated already
+    # every worker's results from results(index): the stragglers' slots of y are never read then
+    other = y + 0.3 * torch.randn(groups, n, 2, generator=generator, dtype=torch.float64)
+    given = torchgcc.GCC(k, n, check=False).decoder
+    asked.clear()
+    assert given.calibrate_validated(torch.where(mask.unsqueeze(-1), y, math.nan), mask, outputs, lambda i: other[i])
+    expected = torchgcc.GCC(k, n).decoder.calibrate(other[index], mask[index], reference=truth[index])
+    assert float(given.ratio) == float(expected) and len(asked) == 1
+    with pytest.raises(ValueError, match=r"results\(index\) must be every worker's results \(G, N, \*out\)"):
+        torchgcc.GCC(k, n).decoder.calibrate_validated(y, mask, outputs, lambda i: other[i, :, :1])
     fresh = torchgcc.GCC(k, n, check=False).decoder
     assert not fresh.calibrate_validated(y, torch.zeros_like(mask), outputs)
     assert not fresh.calibrate_validated(torch.where(mask.unsqueeze(-1), math.inf, y), mask, outputs)
+    assert not fresh.calibrate_validated(y, mask, outputs, lambda i: torch.where(mask[i].unsqueeze(-1), y[i], math.inf))
     assert not fresh.calibrated
     asked.clear()
     assert not torchgcc.GCC(k, n, lambda_dec="gcv").decoder.calibrate_validated(y, mask, outputs)  # never calibrates
@@ -318,45 +392,56 @@ def test_calibrate_validated_asks_for_the_decodable_pooled_groups_only():
 
 @pytest.mark.parametrize("truth_ratio", [0.0, 0.1, 0.4, 1.6])
 def test_validation_picks_the_ratio_whose_decode_the_outputs_are(truth_ratio):
-    """Outputs that are exactly what ratio ``r0`` decodes: its error is zero in every group, so validation takes it
-    (whatever GCV proposed), and later calls decode as a fixed-ratio decoder at ``r0`` does (the numba kernel)."""
+    """Outputs that are exactly what ratio ``r0`` decodes from every result (no stragglers: the drawn straggler sets
+    are the groups' own): its error is zero in every group, so validation takes it (whatever GCV proposed), and later
+    calls decode as a fixed-ratio decoder at ``r0`` does (the numba kernel)."""
     k, n, groups = 6, 18, 16
     code = torchgcc.GCC(k, n)
     generator = torch.Generator().manual_seed(3)
     y = torch.sin(2 * code.beta).view(1, n, 1) + 0.2 * torch.randn(
         groups, n, 2, generator=generator, dtype=torch.float64
     )
-    mask = FixedStragglers(5, seed=1).sample(groups, n)
+    mask = torch.ones(groups, n, dtype=torch.bool)
     fixed = SplineDecoder(code.alpha, code.beta, lam=None, bandwidth_ratio=truth_ratio, min_arrived=2)
     outputs = fixed(y, mask)
     assert code.decoder.calibrate(y, mask, reference=outputs).item() == truth_ratio
     torch.testing.assert_close(code.decoder(y, mask), outputs, rtol=1e-12, atol=1e-12)
 
 
-def test_validated_calibration_scores_each_candidate_as_a_fixed_ratio_decoder_decodes():
-    """The decoder's own scoring (compacted splines, float64) against the kernel path of fixed-ratio decoders: the
-    same error table gives the same choice, GCV's proposal included as the last candidate."""
+@pytest.mark.parametrize("features", [3, 40])
+def test_validated_calibration_scores_each_candidate_as_a_fixed_ratio_decoder_decodes(features):
+    """The decoder's own scoring (compacted splines, float64; with more features than N + K, on the QR-reduced
+    results) against the kernel path of fixed-ratio decoders on the full features: each group's error summed over its
+    own straggler set and the drawn ones gives the same choice, GCV's proposal included as the last candidate."""
     k, n, groups = 8, 16, 16
     code, plain = torchgcc.GCC(k, n), torchgcc.GCC(k, n)
     generator = torch.Generator().manual_seed(7)
-    y = torch.tanh(3 * code.beta).view(1, n, 1) + 0.05 * torch.randn(
-        groups, n, 3, generator=generator, dtype=torch.float64
+    shift = torch.linspace(0, 1, features, dtype=torch.float64)
+    y = torch.tanh(3 * code.beta.view(1, n, 1) + shift) + 0.05 * torch.randn(
+        groups, n, features, generator=generator, dtype=torch.float64
     )
-    outputs = torch.tanh(3 * code.alpha).view(1, k, 1).expand(groups, k, 3)
+    outputs = torch.tanh(3 * code.alpha.view(1, k, 1) + shift).expand(groups, k, features)
     mask = FixedStragglers(6, seed=4).sample(groups, n)
     proposed = plain.decoder.calibrate(y, mask)
     candidates = [*GCV_RATIOS, proposed.item()]
+    sets = 1 + VALIDATION_DRAWS
+    masks = torch.cat([mask, drawn_masks(mask, VALIDATION_DRAWS, torch.Generator().manual_seed(VALIDATION_SEED))])
+    ys, targets = y.repeat(sets, 1, 1), outputs.repeat(sets, 1, 1)
     errors = torch.stack(
         [
-            (SplineDecoder(code.alpha, code.beta, lam=None, bandwidth_ratio=r, min_arrived=2)(y, mask) - outputs)
+            (SplineDecoder(code.alpha, code.beta, lam=None, bandwidth_ratio=r, min_arrived=2)(ys, masks) - targets)
             .pow(2)
             .sum((1, 2))
+            .view(sets, groups)
+            .sum(0)
             for r in candidates
         ],
         dim=1,
     )
     expected = validated_ratio(errors, torch.tensor(candidates, dtype=torch.float64), len(candidates) - 1)
     assert code.decoder.calibrate(y, mask, reference=outputs).item() == pytest.approx(expected.item(), rel=1e-12)
+    best, second = sorted(errors.sum(0).tolist())[:2]
+    assert best < (1 - 1e-9) * second  # no near-tie that rounding (about 1e-13 relative here) could turn
 
 
 @pytest.mark.parametrize(

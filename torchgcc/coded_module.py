@@ -144,11 +144,13 @@ class CodedModule(nn.Module):
 
     GCC's default decoder (``lambda_dec="adaptive"``) chooses its smoothing once, on the first batch it decodes
     (:class:`~torchgcc.codes.gcc.GCVSplineDecoder`). With ``validate_calibration=True`` (the default) that first
-    decode also runs the model, here, without gradients and in its current mode, on the samples of the groups the
-    choice reads (up to :data:`~torchgcc.codes.gcc.GCV_POOL` groups, ``K`` samples each:
+    decode also runs the model, here, without gradients and in its current mode, on the samples and the coded inputs
+    of the groups the choice reads (up to :data:`~torchgcc.codes.gcc.GCV_POOL` groups, ``K + N`` inputs each:
     :meth:`~torchgcc.codes.gcc.GCVSplineDecoder.pooled_index`), and chooses the smoothing that decodes those
-    samples' outputs best (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`; :meth:`calibrate` does the
-    same on samples of your choice). ``validate_calibration=False`` leaves the choice to GCV on the results alone, as
+    samples' outputs best under their straggler sets and under drawn ones
+    (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`; :meth:`calibrate` does the same on samples of
+    your choice). That run applies ``noise`` and ``attack`` as if every worker had arrived and draws from their
+    generators. ``validate_calibration=False`` leaves the choice to GCV on the results alone, as
     the decoder does without a model (docs/family.md measures both).
 
     With the code's ``check=False`` the in-process forward never reads back from the device (capturable in a CUDA
@@ -228,7 +230,7 @@ class CodedModule(nn.Module):
         self._check_mask(mask, batch)
         if self.workers is None:
             self._warn_train_batchnorm()
-            spec, leaves = self._results_here(batch)
+            spec, leaves = self._results_here(batch.coded)
             results = spec.build(leaves)
             if mask is None:
                 mask = self.draw_mask(groups, leaves[0].device)
@@ -357,7 +359,8 @@ class CodedModule(nn.Module):
     ) -> bool:
         """:meth:`~torchgcc.codes.gcc.GCVSplineDecoder.calibrate_validated` on the results ``joined`` ``(B, N, d)``
         (the first dtype's outputs ``members``), the model run here, once, without gradients, on the samples of the
-        groups it asks for (:meth:`calibrate`). Returns whether it calibrated."""
+        groups it asks for and on those groups' coded inputs (every worker's result, the stragglers' too, after
+        ``noise`` and ``attack`` as if every worker had arrived). Returns whether it calibrated."""
         decoder = self.code.decoder
         assert isinstance(decoder, GCVSplineDecoder)  # _validates_first_calibration checked it
 
@@ -365,7 +368,18 @@ class CodedModule(nn.Module):
             with torch.no_grad():
                 return self._uncoded_outputs(batch.inputs[index.to(batch.inputs.device)], members)
 
-        return decoder.calibrate_validated(joined, mask, outputs)
+        def results(index: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():
+                return self._every_result(batch.coded[index.to(batch.coded.device)])
+
+        return decoder.calibrate_validated(joined, mask, outputs, results)
+
+    def _every_result(self, coded: torch.Tensor) -> torch.Tensor:
+        """``(G, N, d)``: the decoder's inputs of the first output dtype for the coded inputs ``coded`` ``(G, N, *in)``
+        with every worker arrived (the model run here; ``noise`` and ``attack`` under an all-True mask)."""
+        _, leaves = self._results_here(coded)
+        every = torch.ones(coded.shape[:2], dtype=torch.bool, device=leaves[0].device)
+        return next(self._decoder_inputs(leaves, every))[2]
 
     def _used_mask(self, mask: torch.Tensor, joined: list[torch.Tensor]) -> torch.Tensor:
         """``mask`` less the results a ``nonfinite="straggle"`` decoder drops: those with a NaN or Inf in any of the
@@ -380,11 +394,11 @@ class CodedModule(nn.Module):
             used = used & torch.isfinite(part).all(dim=-1)
         return used
 
-    def _results_here(self, batch: CodedBatch) -> tuple[OutputSpec, list[torch.Tensor]]:
-        """The model's results on ``batch``'s coded inputs, run in this process (:meth:`run_model`): the model's
-        container and its ``(B, N, *out)`` tensors."""
-        groups, workers = batch.coded.shape[:2]
-        output = self.run_model(batch.coded.reshape((groups * workers,) + batch.coded.shape[2:]))
+    def _results_here(self, coded: torch.Tensor) -> tuple[OutputSpec, list[torch.Tensor]]:
+        """The model's results on the coded inputs ``coded`` ``(B, N, *in)``, run in this process (:meth:`run_model`):
+        the model's container and its ``(B, N, *out)`` tensors."""
+        groups, workers = coded.shape[:2]
+        output = self.run_model(coded.reshape((groups * workers,) + coded.shape[2:]))
         spec, leaves = flatten_output(output, groups * workers)
         return spec, [leaf.reshape((groups, workers) + leaf.shape[1:]) for leaf in leaves]
 
@@ -433,9 +447,10 @@ class CodedModule(nn.Module):
         :meth:`torchgcc.codes.gcc.GCVSplineDecoder.calibrate`, from every output of the first output dtype side by
         side. With ``validate`` (the default) the model also runs on the samples themselves (``M`` more samples,
         once) and the choice is validated against those uncoded outputs: the candidate, GCV's choice among them,
-        that decodes the batch best (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`), as a first
-        :meth:`forward` does on its pooled groups. ``validate=False`` makes GCV's choice alone (a first forward with
-        ``validate_calibration=False``). Pass ``decoder.full_pool() * K`` samples or
+        that decodes the batch best under its mask and under drawn straggler sets
+        (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`; ``noise`` and ``attack`` then apply to every
+        worker's result), as a first :meth:`forward` does on its pooled groups. ``validate=False`` makes GCV's choice
+        alone (a first forward with ``validate_calibration=False``). Pass ``decoder.full_pool() * K`` samples or
         more for the pooled choice (16 groups up to N = 64, fewer above: :func:`torchgcc.codes.gcc.pooled_groups`;
         fewer samples: a ``CalibrationWarning``). A decoder that is already calibrated chooses again. Raises
         ``TypeError`` for a code whose decoder does not calibrate."""
@@ -449,12 +464,14 @@ class CodedModule(nn.Module):
             batch = self.encode(x)
             self._check_mask(mask, batch)
             groups = batch.coded.shape[0]
-            _, leaves = self._results_here(batch)
+            _, leaves = self._results_here(batch.coded)
             if mask is None:
                 mask = self.draw_mask(groups, leaves[0].device)
-            members, _, joined = next(self._decoder_inputs(leaves, mask))
-            reference = self._uncoded_outputs(batch.inputs, members) if validate else None
-            return decoder.calibrate(joined, mask, reference)
+            if not validate:
+                return decoder.calibrate(next(self._decoder_inputs(leaves, mask))[2], mask)
+            every = torch.ones_like(mask)  # validation decodes under drawn straggler sets too: every result
+            members, _, joined = next(self._decoder_inputs(leaves, every))
+            return decoder.calibrate(joined, mask, self._uncoded_outputs(batch.inputs, members))
 
     def _uncoded_outputs(self, grouped: torch.Tensor, members: list[int]) -> torch.Tensor:
         """``(B, K, d)``: the model's outputs on the grouped samples ``grouped`` ``(B, K, *in)`` themselves, the output

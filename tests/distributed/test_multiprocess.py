@@ -298,13 +298,14 @@ def test_coded_module_on_the_ranks_of_a_launch_equals_the_in_process_module(tmp_
             if channel.rank == 0:
                 code = torchgcc.GCC(3, 6)
                 # four groups a batch: the default warns that it calibrates on fewer than its pool; this test
-                # compares the two modules, which calibrate alike
+                # compares the two modules, which calibrate alike (the same first batch and mask)
                 warnings.filterwarnings("ignore", category=torchgcc.CalibrationWarning)
                 x = torch.randn(12, 16, generator=torch.Generator().manual_seed(0))
                 with ProcessGroupWorkers(channel, num_workers=6) as workers:
                     noise = GaussianNoise(0.1, seed=3)
                     on_ranks = torchgcc.CodedModule(model, code, workers=workers, wait=WaitPolicy(2), noise=noise)
-                    in_process = torchgcc.CodedModule(model, code, noise=GaussianNoise(0.1, seed=3))
+                    # its own code: each module's first forward validates, drawing from its own noise stream
+                    in_process = torchgcc.CodedModule(model, torchgcc.GCC(3, 6), noise=GaussianNoise(0.1, seed=3))
                     for _ in range(3):
                         with torch.no_grad():
                             got = on_ranks(x)

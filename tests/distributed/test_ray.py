@@ -72,7 +72,8 @@ def test_coded_module_on_ray_actors_equals_the_in_process_module_given_the_same_
     drawn = FixedStragglers(2, seed=1).sample(4, N)
     with RayWorkers(model, N) as actors:
         on_ray = CodedModule(model, code, workers=actors, wait=WaitPolicy(2), noise=GaussianNoise(0.1, seed=3))
-        in_process = CodedModule(model, code, noise=GaussianNoise(0.1, seed=3))
+        # its own code: each module's first forward validates, drawing from its own noise stream
+        in_process = CodedModule(model, make_code("gcc", num_inputs=K, num_workers=N), noise=GaussianNoise(0.1, seed=3))
         for mask in (None, drawn):
             with torch.no_grad():
                 got = on_ray(x, mask=mask)

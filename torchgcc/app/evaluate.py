@@ -50,7 +50,8 @@ def evaluate_coded(
     (group, encode, run the model on the ``B * N`` coded inputs, decode, ungroup) with the workers' results computed
     once and decoded under every mask, since they do not depend on the mask. A decoder that calibrates (GCC's
     default) calibrates as a ``CodedModule``'s first forward does: on the pooled groups of the first repeat,
-    validated against ``model``'s outputs on those groups' samples. ``reference`` ``(M, *out)`` defaults to
+    validated against ``model``'s outputs on those groups' samples (every worker's result is at hand here, so the
+    validation's drawn straggler sets read no extra model run). ``reference`` ``(M, *out)`` defaults to
     the uncoded outputs; ``model`` should be in eval mode. Returns :class:`~torchgcc.metrics.CodedMetrics`' ``mse``,
     ``mse_ci`` and, when ``classification``, ``agreement``, ``agreement_ci`` (argmax agreement with the uncoded model),
     plus ``groups`` (the number of CI units, ``R * B``).

@@ -15,7 +15,14 @@ from torchgcc.call_site import user_stacklevel
 from torchgcc.checks import check_integer
 from torchgcc.codes.base import Code
 from torchgcc.codes.maps import Decoder, Encoder
-from torchgcc.functional.decoder_smoothing import informative_groups, pooled_gcv_ratio, validated_ratio
+from torchgcc.functional.decoder_smoothing import (
+    VALIDATION_DRAWS,
+    VALIDATION_SEED,
+    drawn_masks,
+    informative_groups,
+    pooled_gcv_ratio,
+    validated_ratio,
+)
 from torchgcc.functional.gcv import gcv_scores
 from torchgcc.functional.spline import padded_spline_matrices, smoothing_spline_matrix, spline_plan
 from torchgcc.functional.survivors import Survivors
@@ -243,7 +250,9 @@ class GCVSplineDecoder(SplineDecoder):
         call; returns it (a float64 0-d tensor). With ``reference`` ``(B, K, *out)``, the uncoded outputs of the same
         groups, the choice is validated against the decode error itself
         (:func:`~torchgcc.functional.decoder_smoothing.validated_ratio`: the candidate of ``ratios``, or GCV's
-        choice, that decodes these groups best, each group's error as a share of its error at interpolation)."""
+        choice, that decodes these groups best under their masks and under
+        :data:`~torchgcc.functional.decoder_smoothing.VALIDATION_DRAWS` straggler sets drawn like each): then ``y``
+        must hold every worker's result, those outside ``mask`` too (all of ``y`` must be finite)."""
         if not self.calibrates:
             raise TypeError("this decoder scores every call (calibrate=False); build it with calibrate=True")
         y, mask = self.check_inputs(y, mask)
@@ -256,16 +265,27 @@ class GCVSplineDecoder(SplineDecoder):
         if not torch.isfinite(flat[mask]).all():
             raise ValueError("calibrate: non-finite result from an arrived worker; calibrate on finite results")
         outputs = None if reference is None else self._check_reference(reference, y)
+        if outputs is not None and not torch.isfinite(flat).all():
+            raise ValueError(
+                "calibrate with reference= decodes every group under drawn straggler sets too, so y must hold every "
+                "worker's result (the stragglers' too), finite; got a non-finite result outside mask"
+            )
         with CALIBRATION_LOCK:
             return self._calibrate(flat, mask, outputs)
 
     def calibrate_validated(
-        self, y: torch.Tensor, mask: torch.Tensor, outputs: Callable[[torch.Tensor], torch.Tensor]
+        self,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        outputs: Callable[[torch.Tensor], torch.Tensor],
+        results: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
     ) -> bool:
         """The first call's calibration when the model is at hand (a :class:`torchgcc.CodedModule`'s first forward):
         :meth:`calibrate` on the groups of ``y`` ``(B, N, *out)`` that the pooled choice reads (:meth:`pooled_index`)
         and that have enough results under ``mask`` to decode, validated against ``outputs(index)``, the model's
-        ``(G, K, *out)`` outputs on the samples of the groups ``index`` ``(G,)``, computed only for them.
+        ``(G, K, *out)`` outputs on the samples of the groups ``index`` ``(G,)``, computed only for them. The
+        validation reads every worker's result of those groups: ``results(index)`` ``(G, N, *out)`` when given (the
+        stragglers' results computed for them), else ``y[index]`` (``y`` then holds every worker's result).
 
         Returns whether it calibrated. It does not, and reads nothing, for a decoder that does not calibrate
         (``pool=None``) or is calibrated already (another thread's first call); it does not (and the decoder's own first
@@ -281,12 +301,17 @@ class GCVSplineDecoder(SplineDecoder):
             index = index[mask[index].sum(-1) >= self.min_arrived]  # check=False lets short groups through
             if not len(index):
                 return False
-            results, used = y[index], mask[index]
+            complete = y[index] if results is None else results(index).to(y.device)
+            if complete.shape != (len(index),) + tuple(y.shape[1:]):
+                raise ValueError(
+                    f"results(index) must be every worker's results (G, N, *out) = "
+                    f"{(len(index),) + tuple(y.shape[1:])} of the groups index, got {tuple(complete.shape)}"
+                )
             reference = outputs(index).to(y.device)
-            if not bool(torch.isfinite(reference).all() & torch.isfinite(results[used]).all()):
+            if not bool(torch.isfinite(reference).all() & torch.isfinite(complete).all()):
                 logger.warning("non-finite results or outputs on the calibration groups: GCV's choice alone")
                 return False
-            self.calibrate(results, used, reference)
+            self.calibrate(complete, mask[index], reference)
             return True
 
     def _check_reference(self, reference: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -326,7 +351,7 @@ class GCVSplineDecoder(SplineDecoder):
         survivors = self.survivors(mask)
         ratio, lam = self._choose(flat, mask, survivors)
         if reference is not None:
-            ratio = self._validated(flat, survivors, reference, ratio)
+            ratio = self._validated(flat, mask, reference, ratio)
             lam = spacing_lambda(survivors.counts, ratio)
         self.last_ratio, self.last_lambda = ratio, lam
         self.ratio.copy_(ratio)
@@ -335,18 +360,50 @@ class GCVSplineDecoder(SplineDecoder):
         return self.ratio.clone()
 
     def _validated(
-        self, flat: torch.Tensor, survivors: Survivors, reference: torch.Tensor, proposed: torch.Tensor
+        self, flat: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor, proposed: torch.Tensor
     ) -> torch.Tensor:
-        """:func:`validated_ratio` of GCV's ``proposed`` ratio among :attr:`ratios`: every candidate decodes the
-        ``(B, N, d)`` results ``flat`` in float64 and is scored against ``reference`` ``(B, K, d)``."""
+        """:func:`validated_ratio` of GCV's ``proposed`` ratio among :attr:`ratios`: every candidate decodes, in
+        float64, each group of the ``(B, N, d)`` results ``flat`` (every worker's) under its ``(B, N)`` ``mask`` and
+        under :data:`VALIDATION_DRAWS` drawn sets (:func:`drawn_masks`), scored against ``reference`` ``(B, K, d)``.
+
+        The results and outputs are first divided by the power of two at their largest magnitude (the choice does not
+        depend on their scale, and no squared error overflows), and where ``d > N + K`` each group's are reduced to
+        ``N + K`` columns by an orthogonal transform of the feature axis (the R factor of their QR decomposition),
+        which keeps every decode's squared error and bounds the work by the code's size, not the model's output
+        size."""
         candidates = torch.cat([self.ratios, proposed.reshape(1).to(self.ratios)])
-        results, outputs = flat.detach().to(torch.float64), reference.detach().to(torch.float64)
-        errors = []
-        for ratio in candidates:  # once per calibration: a decode of the batch per candidate
-            mu = survivors.counts * spacing_lambda(survivors.counts, ratio)
-            estimate = self.scatter(self.spline(survivors, mu), survivors).to(torch.float64) @ results
-            errors.append((estimate - outputs).pow(2).sum(dim=(1, 2)))
-        return validated_ratio(torch.stack(errors, dim=1), candidates, len(candidates) - 1)
+        joined = torch.cat([flat.detach().to(torch.float64), reference.detach().to(torch.float64)], dim=1)
+        # to a largest magnitude in [1/2, 1) by a power of two (exact: every error scales alike, to the last bit)
+        joined = torch.ldexp(joined, -torch.frexp(joined.abs().amax()).exponent)
+        if joined.shape[-1] > joined.shape[1]:
+            joined = torch.linalg.qr(joined.transpose(1, 2), mode="r").R.transpose(1, 2)
+        sets = 1 + VALIDATION_DRAWS
+        results = joined[:, : self.num_workers].repeat(sets, 1, 1)  # (sets B, N, d')
+        outputs = joined[:, self.num_workers :].repeat(sets, 1, 1)  # (sets B, K, d')
+        generator = torch.Generator().manual_seed(VALIDATION_SEED)
+        masks = torch.cat([mask, drawn_masks(mask, VALIDATION_DRAWS, generator)])  # (sets B, N)
+        rows = self._candidate_matrices(masks.repeat(len(candidates), 1), candidates.repeat_interleave(len(masks)))
+        errors = torch.stack(  # (B, L): one product per candidate bounds the memory by one candidate's estimates
+            [
+                (matrices @ results - outputs).pow(2).sum(dim=(1, 2)).view(sets, len(mask)).sum(dim=0)
+                for matrices in rows.view(len(candidates), len(masks), *rows.shape[1:])
+            ],
+            dim=1,
+        )
+        return validated_ratio(errors, candidates, len(candidates) - 1)
+
+    def _candidate_matrices(self, masks: torch.Tensor, ratios: torch.Tensor) -> torch.Tensor:
+        """``(R, K, N)`` float64 decode matrices of the ``(R, N)`` ``masks``, row ``i`` smoothed at bandwidth ratio
+        ``ratios[i]``, in one call: the kernel's (a ``mu`` table per row) or the torch path's."""
+        kernels = self.kernels(masks.device)
+        if kernels is not None:
+            counts = torch.arange(self.num_workers + 1, dtype=torch.float64, device=masks.device)
+            mu = counts * spacing_lambda(counts, ratios.unsqueeze(-1))  # (R, N + 1)
+            rows = kernels.spline_rows(masks.contiguous(), self.beta, self.alpha, mu, self.min_arrived, torch.float64)
+            return rows.transpose(1, 2)
+        survivors = self.survivors(masks)
+        mu = survivors.counts * spacing_lambda(survivors.counts, ratios)
+        return self.scatter(self.spline(survivors, mu), survivors).to(torch.float64)
 
     def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.calibrates and not self.calibrated:

@@ -30,18 +30,33 @@ optimal recovery in the second-order Sobolev space, GCC's own setting.
 GCV scores the fit at the workers' coded points; the decoder is read at the regression points, where the results are
 the model's outputs at the data themselves. When a calibration batch's uncoded outputs are known (a ``CodedModule``
 has the model: its first forward of an uncalibrated decoder and :meth:`torchgcc.CodedModule.calibrate` compute them),
-:func:`validated_ratio` chooses by the decode error itself, the criterion the ratio is for: each group's squared
-error at every candidate, as a share of its error at interpolation (natural-spline GCC), so that each group weighs
-alike, and the candidate with the least mean share over the groups (validation on held-out truth; the GCV choice is
-a candidate too). A model whose outputs are rough between its inputs (a transformer's logits) is where the two
-disagree: GCV reads the roughness at the coded points as signal and under-smooths.
+:func:`validated_ratio` chooses by the decode error itself, the criterion the ratio is for: the candidate (the GCV
+choice among them) with the least squared error over the calibration groups, each group decoded under its own
+straggler set and under :data:`VALIDATION_DRAWS` more drawn uniformly with its number of stragglers
+(:func:`drawn_masks`; the decoder then needs every worker's result of those groups, the stragglers' too), or the
+least smoothing within one standard error of it (a gain the groups' spread cannot tell from noise is no reason to
+smooth). One straggler
+set per group is a poor sample of where stragglers fall: a group's error varies by orders of magnitude with the gaps
+its stragglers leave, so the choice then follows a few groups' sets (and weighing every group alike, as an earlier
+rule did, trades that noise for a bias toward the groups whose sets left no large gap). A model whose outputs are
+rough between its inputs (a transformer's logits) is where validation and GCV disagree: GCV reads the roughness at
+the coded points as signal and under-smooths.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["LEFT_OUT_GAP", "SAME_SCORE", "informative_groups", "pooled_gcv_ratio", "validated_ratio"]
+__all__ = [
+    "LEFT_OUT_GAP",
+    "SAME_SCORE",
+    "VALIDATION_DRAWS",
+    "VALIDATION_SEED",
+    "drawn_masks",
+    "informative_groups",
+    "pooled_gcv_ratio",
+    "validated_ratio",
+]
 
 #: The gap, in worker spacings, across which GCV predicts a left-out result (the decoder predicts within one).
 LEFT_OUT_GAP = 2.0
@@ -50,6 +65,13 @@ LEFT_OUT_GAP = 2.0
 #: the digits (a constant row computed in float64 varies by about 1e-15; a candidate whose score differs by 1e-8
 #: relative is not a choice either way).
 SAME_SCORE = torch.finfo(torch.float64).eps ** 0.5
+
+#: Straggler sets drawn per calibration group, beside its own, when a validated calibration measures the decode error
+#: (:func:`drawn_masks`): a Monte Carlo average over where the stragglers fall. Its error shrinks as one over the
+#: square root of the sets per group, and a calibration decodes ``1 + VALIDATION_DRAWS`` sets per group and candidate.
+VALIDATION_DRAWS = 64
+#: The seed of those draws (a CPU generator): a calibration is a function of its batch.
+VALIDATION_SEED = 0
 
 
 def informative_groups(scores: torch.Tensor) -> torch.Tensor:
@@ -80,25 +102,42 @@ def pooled_gcv_ratio(
     return torch.where(informative.any(), chosen, torch.zeros((), dtype=torch.float64, device=scores.device))
 
 
+def drawn_masks(mask: torch.Tensor, draws: int, generator: torch.Generator) -> torch.Tensor:
+    """``(draws * G, N)`` bool: ``draws`` straggler sets for each of the ``G`` groups of ``mask`` ``(G, N)``, each
+    uniform among the sets with as many arrived results as that group has (row ``d * G + g`` is group ``g``'s ``d``-th
+    draw), on ``mask``'s device. ``generator`` is a CPU ``torch.Generator`` (the draws do not depend on the device)."""
+    groups, workers = mask.shape
+    scores = torch.rand(draws * groups, workers, generator=generator, dtype=torch.float64).to(mask.device)
+    ranks = scores.argsort(dim=-1).argsort(dim=-1)  # a uniform random permutation of the workers per row
+    return ranks < mask.sum(dim=-1).repeat(draws).unsqueeze(-1)
+
+
 def validated_ratio(errors: torch.Tensor, candidates: torch.Tensor, proposed: int) -> torch.Tensor:
-    """The ratio a calibration batch with known outputs validates (module docstring): the candidate minimising
-    ``mean_g errors[g, l] / errors[g, 0]`` over the groups ``g`` with ``errors[g, 0] > 0``.
+    """The ratio a calibration batch with known outputs validates (module docstring): the least smoothing among the
+    candidates whose total error ``T_l = sum_g errors[g, l]`` is within one standard error of the least total
+    ``T_m``,
+
+        T_l - T_m <= sqrt(G) * std_g(errors[g, l] - errors[g, m])
+
+    (the one-standard-error rule: the standard error of the paired difference of the totals over the ``G`` groups),
+    so that smoothing away from interpolation, GCC's noiseless optimum, must show a gain beyond the groups' noise.
 
     Args:
-        errors: ``(G, L)`` each group's squared decode error against its uncoded outputs at each candidate.
-        candidates: ``(L,)`` the candidate ratios; the first is interpolation (ratio 0) or stands in for it: each
-            group's errors are taken as shares of its error there.
-        proposed: the index of the choice made without the outputs (GCV's), kept when fewer than two groups count.
+        errors: ``(G, L)`` each group's squared decode error against its uncoded outputs at each candidate, summed
+            over the straggler sets it was decoded under (its own and :func:`drawn_masks`').
+        candidates: ``(L,)`` the candidate ratios (in any order: the least smoothing is the least ratio).
+        proposed: the index of the choice made without the outputs (GCV's), kept for fewer than two groups.
 
     Returns:
-        A float64 0-d tensor: the candidate with the least mean share over the groups (the first of equal ones).
-        Groups decoded exactly at interpolation (error 0: no share) do not count; with fewer than two counting
-        groups (one group's errors are no sample to validate on) ``candidates[proposed]``. No host reads.
+        A float64 0-d tensor: that candidate's ratio; ``candidates[proposed]`` with fewer than two groups (one group's
+        samples are no sample of the model's inputs, nor a spread) or where an error is not finite. No host reads.
     """
     errors = errors.to(torch.float64)
-    counted = errors[:, 0] > 0  # (G,)
-    shares = torch.where(counted.unsqueeze(-1), errors / torch.where(counted, errors[:, 0], 1.0).unsqueeze(-1), 0.0)
-    count = counted.sum()
-    best = (shares.sum(dim=0) / count.clamp_min(1)).argmin()
     values = candidates.to(device=errors.device, dtype=torch.float64)
-    return torch.where(count >= 2, values[best], values[proposed])
+    if len(errors) < 2:
+        return values[proposed]
+    totals = errors.sum(dim=0)
+    least = totals.argmin()
+    paired = errors - errors[:, least].unsqueeze(-1)  # (G, L): each group's excess over the least total's candidate
+    within = totals - totals[least] <= paired.std(dim=0) * len(errors) ** 0.5
+    return torch.where(torch.isfinite(errors).all(), torch.where(within, values, torch.inf).min(), values[proposed])
