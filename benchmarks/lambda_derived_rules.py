@@ -25,15 +25,19 @@ suite, and chooses one bandwidth ratio per cell from the same calibration groups
   predicts: at the coded points ``beta`` of the late workers, not at the regression points ``alpha``.
 
 Beside the rules, the default as a ``CodedModule`` calibrates it, on its first forward or in ``coded.calibrate(x)``
-(``validated``): on the calibration groups' results and their uncoded outputs, ``decoder.calibrate(y, mask,
-reference=outputs)``, the candidate that decodes those groups best, each group's error as a share of its error at
-interpolation (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`). The decoder without a model (GCV alone,
-the first call of ``GCC(K, N).decoder``) is ``default_rebuilt``; the suite's own record of it is ``default``. And two
-references that read more than a calibration does, bounds rather than rules (:data:`REFERENCES`):
+(``validated``): on the calibration groups' results (every worker's) and their uncoded outputs,
+``decoder.calibrate(y, mask, reference=outputs)``: the least smoothing within one standard error of the least
+squared error over those groups, each decoded under its own mask and under drawn straggler sets with as many
+stragglers (:func:`torchgcc.functional.decoder_smoothing.validated_ratio`). The decoder without a model (GCV alone,
+the first call of ``GCC(K, N).decoder``) is ``default_rebuilt``; the suite's own record of it is ``default``. And
+references that read more than GCV does (:data:`REFERENCES`):
 
-- ``calibration_oracle``: the candidate whose decode of the calibration groups is closest to their uncoded outputs
-  in plain mean squared error: ``validated`` without its per-group shares. Where it fails, the batch's groups and
-  masks do not represent the measured ones;
+- ``calibration_oracle``: the candidate whose decode of the calibration groups under their own masks only is closest
+  to their uncoded outputs in plain mean squared error: ``validated`` without the drawn straggler sets. Where it
+  fails, one straggler set per group does not represent the measured masks;
+- ``one_set_shares``: the validation before the drawn sets (commit ed5afb2): one set per group, each group's error as a
+  share of its error at interpolation, the least mean share over the groups with a share (two at least, else GCV's
+  choice), GCV's choice a candidate;
 - ``hindsight``: the candidate with the least MSE on the measured groups themselves: where it fails, no single pooled
   ratio meets the criterion in that cell (the best of natural / spacing / GCV includes GCV's per-group choice).
 
@@ -50,7 +54,7 @@ cells failing)::
         benchmarks/results/lambda_suite_heldout.json benchmarks/results/lambda_suite_unseen.json \\
         benchmarks/results/lambda_suite_fresh.json benchmarks/results/lambda_suite_fresh2.json \\
         benchmarks/results/lambda_suite_fresh3.json benchmarks/results/lambda_suite_fresh4.json \\
-        --out benchmarks/results/lambda_derived_rules.json
+        benchmarks/results/lambda_suite_fresh5.json --out benchmarks/results/lambda_derived_rules.json
     python benchmarks/lambda_derived_rules.py benchmarks/results/lambda_suite_heldout_pool1.json \\
         benchmarks/results/lambda_suite_heldout_pool4.json --out benchmarks/results/lambda_derived_rules_pools.json
 """
@@ -210,7 +214,7 @@ RULES: dict[str, Callable[[Calibration], float]] = {
 
 
 #: The references: choices that read the uncoded outputs (no decoder can), bounds on what one pooled ratio can do.
-REFERENCES = ("calibration_oracle", "hindsight")
+REFERENCES = ("calibration_oracle", "one_set_shares", "hindsight")
 
 
 def decoded_mse(
@@ -227,6 +231,23 @@ def least_error_ratio(plain: SplineDecoder, results: torch.Tensor, masks: torch.
     ``truth`` (the first of equal ones)."""
     errors = [decoded_mse(plain, ratio, results, masks, truth) for ratio in GCV_RATIOS]
     return GCV_RATIOS[min(range(len(errors)), key=errors.__getitem__)]
+
+
+def one_set_shares(
+    plain: SplineDecoder, results: torch.Tensor, masks: torch.Tensor, truth: torch.Tensor, proposed: float
+) -> float:
+    """The former validation (``one_set_shares`` in the module docstring) among :data:`GCV_RATIOS` and GCV's
+    ``proposed`` ratio."""
+    candidates = [*GCV_RATIOS, proposed]
+    decoders = [SplineDecoder(plain.alpha, plain.beta, lam=None, bandwidth_ratio=r, min_arrived=2) for r in candidates]
+    errors = torch.stack(
+        [(decoder(results, masks).double() - truth.double()).pow(2).flatten(1).sum(1) for decoder in decoders], dim=1
+    )
+    counted = errors[:, 0] > 0
+    if int(counted.sum()) < 2:
+        return proposed
+    shares = errors[counted] / errors[counted, :1]
+    return candidates[int(shares.mean(0).argmin())]
 
 
 def cell_rules(workload, record: dict, args) -> dict:
@@ -247,6 +268,9 @@ def cell_rules(workload, record: dict, args) -> dict:
         batch = Calibration(system, plain.alpha, plain.beta, results[:held], calibration)
         chosen = {name: rule(batch) for name, rule in RULES.items()}
         chosen["calibration_oracle"] = least_error_ratio(plain, results[:held], calibration, truth[:held])
+        chosen["one_set_shares"] = one_set_shares(
+            plain, results[:held], calibration, truth[:held], float(default.ratio)
+        )
         chosen["hindsight"] = least_error_ratio(plain, ys, masks, target)
         errors = {name: decoded_mse(plain, ratio, ys, masks, target) for name, ratio in chosen.items()}
     best = min(record["mse"][rule] for rule in BASELINES)

@@ -10,14 +10,16 @@ coded inputs, the same masks) where natural-spline GCC is not.
 
 Workloads (random seeded weights, eval mode): a small CNN on torchvision ``FakeData`` images, timm's ``vit_tiny``
 (32 px input, patch 8, depth 4) and ``resnet10t`` on Gaussian images, 8 -> 64 -> 64 -> 4 MLPs with ``sin(3 x)`` and a
-triangle-wave activation, a CNN with Gaussian noise 0.05 on every result and a ``sin(2 x)`` MLP with noise 0.2.
+triangle-wave activation, a CNN with Gaussian noise 0.05 on every result and a ``sin(2 x)`` MLP with noise 0.2; and,
+added when the validation came to decode drawn straggler sets (before it ran on them), timm's ``mobilenetv3_small_050``
+on Gaussian 32 px images and a softplus MLP with noise 0.02.
 Settings: (K, N) = (4, 8) with S = 0..4, (8, 16) with S = 0..8, (8, 32) with S in {0, 4, 8, 16}. Seeds: the cell's
 ``seed = --seed + 1000 * workload index + 10 * setting index``; calibration inputs ``seed``, measured inputs
 ``seed + 1``, calibration masks ``seed + 2``, measured masks ``seed + 3``, noise ``seed + 4``. Written after the
 validated first calibration was fixed (first as an independent audit, from a brief, not from the suite's code).
 Writes JSON (settings, seeds, load average, threads, one row per cell, the failing cells), progress on stderr::
 
-    python benchmarks/lambda_independent.py --out benchmarks/results/lambda_independent.json
+    python benchmarks/lambda_independent.py --seed 20261206 --out benchmarks/results/lambda_independent.json
 """
 
 from __future__ import annotations
@@ -128,6 +130,11 @@ WORKLOADS = {
     "mlp_triangle": Workload(lambda: mlp(TriangleWave(), 5), gaussian((8,)), masks_per_group=4),
     "cnn_noise0.05": Workload(lambda: cnn(6), gaussian((3, 16, 16)), sigma=0.05),
     "mlp_sin_noise0.2": Workload(lambda: mlp(Sine(2.0), 7), gaussian((8,)), sigma=0.2, masks_per_group=4),
+    # added with the drawn straggler sets of the validation, before any run of it
+    "mobilenetv3_32px": Workload(lambda: timm_model("mobilenetv3_small_050", 8), gaussian((3, 32, 32))),
+    "mlp_softplus_noise0.02": Workload(
+        lambda: mlp(nn.Softplus(beta=4.0), 9), gaussian((8,)), sigma=0.02, masks_per_group=4
+    ),
 }
 
 

@@ -45,7 +45,14 @@ digits MLP run at other noise levels and seeds):
   ``sin(2 x)`` MLP with noise 3e-3 (``sin_wide_noise3e-3``), GELU's tanh approximation with noise 3e-2
   (``gelu_tanh_noise3e-2``), a 20 -> 32 -> 10 ReLU6 MLP (``relu6_narrow``), hardshrink (``hardshrink``, jumps at
   +-0.5), LeNet5 with noise 1e-1 (``lenet5_noise1e-1``) and the ViT with bfloat16 workers and noise 3e-3
-  (``vit_bf16_noise3e-3``).
+  (``vit_bf16_noise3e-3``);
+- ``--split fresh5`` (seeds 16 and 17), added after the validated calibration came to decode each calibration group
+  under drawn straggler sets with a one-standard-error rule toward interpolation, both fixed before this split first
+  ran: a 20 -> 256 -> 10 softplus MLP with noise 1e-2 (``softplus_wide_noise1e-2``), a two-hidden-layer ELU MLP with
+  noise 3e-2 (``deep_elu_noise3e-2``), a 20 -> 16 -> 10 tanh MLP (``tanh_narrow``), a 20 -> 256 -> 10 SELU MLP with
+  noise 1e-3 (``selu_wide_noise1e-3``), a three-hidden-layer sigmoid MLP (``deep_sigmoid``), LeNet5 with noise 3e-2
+  (``lenet5_noise3e-2``), the digits MLP classifier with noise 1e-1 (``mlp_noise1e-1``) and the ViT with bfloat16
+  workers and noise 3e-2 (``vit_bf16_noise3e-2``).
 
 Settings (K, N): every workload at (4, 8) and (8, 16) with S = 0, 1, ..., N - K stragglers, and at its large
 setting, (10, 40) for the MLPs and (8, 32) for the classifiers, with S in {0, N/8, N/4, N/2}. A cell is one
@@ -78,6 +85,7 @@ cell, every rule's worst ratio, the failing cells), progress on stderr:
     python benchmarks/lambda_suite.py --split fresh2      # ./torchgcc-results/lambda_suite/fresh2.json
     python benchmarks/lambda_suite.py --split fresh3      # ./torchgcc-results/lambda_suite/fresh3.json
     python benchmarks/lambda_suite.py --split fresh4      # ./torchgcc-results/lambda_suite/fresh4.json
+    python benchmarks/lambda_suite.py --split fresh5      # ./torchgcc-results/lambda_suite/fresh5.json
     python benchmarks/lambda_suite.py --quick             # seconds: 400 MLP inputs, one mask per group, one seed
     python benchmarks/lambda_suite.py --split held-out --calibration-groups 1 --out held-out-pool1.json  # a first
                                                           # batch of one group (the default pools 16 when it can)
@@ -195,6 +203,11 @@ def _mlps(seed: int, samples: int) -> tuple[dict[str, torch.nn.Module], torch.Te
         "gelu_tanh": mlp(64, torch.nn.GELU(approximate="tanh")),
         "relu6_narrow": mlp(32, torch.nn.ReLU6()),
         "hardshrink": mlp(64, torch.nn.Hardshrink(0.5)),
+        "softplus_wide": mlp(256, torch.nn.Softplus()),
+        "deep_elu": mlp(64, torch.nn.ELU(), layers=2),
+        "tanh_narrow": mlp(16, torch.nn.Tanh()),
+        "selu_wide": mlp(256, torch.nn.SELU()),
+        "deep_sigmoid": mlp(64, torch.nn.Sigmoid(), layers=3),
     }
     x = torch.randn(samples, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
     return models, x
@@ -260,6 +273,14 @@ WORKLOADS = {
     "hardshrink": ("hardshrink", 0.0, False),
     "lenet5_noise1e-1": ("digits:lenet5", 1e-1, False),
     "vit_bf16_noise3e-3": ("digits:vit", 3e-3, True),
+    "softplus_wide_noise1e-2": ("softplus_wide", 1e-2, False),
+    "deep_elu_noise3e-2": ("deep_elu", 3e-2, False),
+    "tanh_narrow": ("tanh_narrow", 0.0, False),
+    "selu_wide_noise1e-3": ("selu_wide", 1e-3, False),
+    "deep_sigmoid": ("deep_sigmoid", 0.0, False),
+    "lenet5_noise3e-2": ("digits:lenet5", 3e-2, False),
+    "mlp_noise1e-1": ("digits:mlp", 1e-1, False),
+    "vit_bf16_noise3e-2": ("digits:vit", 3e-2, True),
 }
 
 #: The two halves: their workloads and seeds (disjoint).
@@ -297,6 +318,11 @@ SPLITS = {
         ("prelu_noise1e-2", "deep_silu", "sin_wide_noise3e-3", "gelu_tanh_noise3e-2", "relu6_narrow", "hardshrink")
         + ("lenet5_noise1e-1", "vit_bf16_noise3e-3"),
         (14, 15),
+    ),
+    "fresh5": (
+        ("softplus_wide_noise1e-2", "deep_elu_noise3e-2", "tanh_narrow", "selu_wide_noise1e-3", "deep_sigmoid")
+        + ("lenet5_noise3e-2", "mlp_noise1e-1", "vit_bf16_noise3e-2"),
+        (16, 17),
     ),
 }
 
