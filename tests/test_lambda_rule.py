@@ -260,8 +260,7 @@ def validated_reference(errors: np.ndarray, candidates: np.ndarray, proposed: in
     within = [
         float(candidates[column])
         for column in range(errors.shape[1])
-        if totals[column] - totals[least]
-        <= np.std(errors[:, column] - errors[:, least], ddof=1) * np.sqrt(len(errors))
+        if totals[column] - totals[least] <= np.std(errors[:, column] - errors[:, least], ddof=1) * np.sqrt(len(errors))
     ]
     return min(within)
 
