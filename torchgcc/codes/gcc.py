@@ -382,7 +382,9 @@ class GCVSplineDecoder(SplineDecoder):
         outputs = joined[:, self.num_workers :].repeat(sets, 1, 1)  # (sets B, K, d')
         generator = torch.Generator().manual_seed(VALIDATION_SEED)
         masks = torch.cat([mask, drawn_masks(mask, VALIDATION_DRAWS, generator)])  # (sets B, N)
-        rows = self._candidate_matrices(masks.repeat(len(candidates), 1), candidates.repeat_interleave(len(masks)))
+        every = masks.repeat(len(candidates), 1)  # candidate-major: candidate l's sets are rows l * len(masks) ...
+        lam = spacing_lambda(every.sum(dim=-1), candidates.repeat_interleave(len(masks)))
+        rows = self._per_group_matrices(every, lam, torch.float64)
         errors = torch.stack(  # (B, L): one product per candidate bounds the memory by one candidate's estimates
             [
                 (matrices @ results - outputs).pow(2).sum(dim=(1, 2)).view(sets, len(mask)).sum(dim=0)
@@ -391,19 +393,6 @@ class GCVSplineDecoder(SplineDecoder):
             dim=1,
         )
         return validated_ratio(errors, candidates, len(candidates) - 1)
-
-    def _candidate_matrices(self, masks: torch.Tensor, ratios: torch.Tensor) -> torch.Tensor:
-        """``(R, K, N)`` float64 decode matrices of the ``(R, N)`` ``masks``, row ``i`` smoothed at bandwidth ratio
-        ``ratios[i]``, in one call: the kernel's (a ``mu`` table per row) or the torch path's."""
-        kernels = self.kernels(masks.device)
-        if kernels is not None:
-            counts = torch.arange(self.num_workers + 1, dtype=torch.float64, device=masks.device)
-            mu = counts * spacing_lambda(counts, ratios.unsqueeze(-1))  # (R, N + 1)
-            rows = kernels.spline_rows(masks.contiguous(), self.beta, self.alpha, mu, self.min_arrived, torch.float64)
-            return rows.transpose(1, 2)
-        survivors = self.survivors(masks)
-        mu = survivors.counts * spacing_lambda(survivors.counts, ratios)
-        return self.scatter(self.spline(survivors, mu), survivors).to(torch.float64)
 
     def forward(self, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.calibrates and not self.calibrated:
@@ -442,11 +431,20 @@ class GCVSplineDecoder(SplineDecoder):
         survivors = self.survivors(mask)
         ratio, lam = self._choose(flat, mask, survivors)
         self.last_ratio, self.last_lambda = ratio, lam
+        return self._per_group_matrices(mask, lam, dtype, survivors)
+
+    def _per_group_matrices(
+        self, mask: torch.Tensor, lam: torch.Tensor, dtype: torch.dtype, survivors: Optional[Survivors] = None
+    ) -> torch.Tensor:
+        """``(B, K, N)`` decode matrices of the ``(B, N)`` ``mask``, group ``b`` smoothed at ``lam[b]`` (float64
+        ``(B,)``), in one call: the kernel's rows in ``dtype`` (a ``mu`` table per group, ``mu[b, n] = n lam_b``) or
+        the torch path's, in float64 (``survivors``: the mask's, when the caller has them)."""
         kernels = self.kernels(mask.device)
-        if kernels is not None:  # mu[g, n] = n lam_g: each group's own table
+        if kernels is not None:
             mu = torch.arange(self.num_workers + 1, device=mask.device) * lam.unsqueeze(-1)
             rows = kernels.spline_rows(mask.contiguous(), self.beta, self.alpha, mu, self.min_arrived, dtype)
             return rows.transpose(1, 2)
+        survivors = self.survivors(mask) if survivors is None else survivors
         return self.scatter(self.spline(survivors, survivors.counts * lam), survivors)
 
     def full_pool(self) -> int:

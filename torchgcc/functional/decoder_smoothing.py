@@ -35,12 +35,11 @@ choice among them) with the least squared error over the calibration groups, eac
 straggler set and under :data:`VALIDATION_DRAWS` more drawn uniformly with its number of stragglers
 (:func:`drawn_masks`; the decoder then needs every worker's result of those groups, the stragglers' too), or the
 least smoothing within one standard error of it (a gain the groups' spread cannot tell from noise is no reason to
-smooth). One straggler
-set per group is a poor sample of where stragglers fall: a group's error varies by orders of magnitude with the gaps
-its stragglers leave, so the choice then follows a few groups' sets (and weighing every group alike, as an earlier
-rule did, trades that noise for a bias toward the groups whose sets left no large gap). A model whose outputs are
-rough between its inputs (a transformer's logits) is where validation and GCV disagree: GCV reads the roughness at
-the coded points as signal and under-smooths.
+smooth). One straggler set per group is a poor sample of where stragglers fall: a group's error depends strongly on
+the gaps its stragglers leave, so the choice then follows a few groups' sets (and weighing every group alike, as an
+earlier rule did, trades that noise for a bias toward the groups whose sets left no large gap). A model whose
+outputs are rough between its inputs (a transformer's logits) is where validation and GCV disagree: GCV reads the
+roughness at the coded points as signal and under-smooths.
 """
 
 from __future__ import annotations
